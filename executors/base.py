@@ -1,0 +1,112 @@
+"""The executor interface: launch a command on GPUs, poll it, signal it, recover it.
+
+Invariants (validation, logging) live once here; backends implement the ``_do_*`` parts.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal as _signal
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from executors.errors import LaunchError
+
+log = logging.getLogger("gridshift.executors")
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """Everything an executor needs to start one attempt of one job."""
+
+    job_id: int
+    attempt_id: int
+    command: list[str]
+    workdir: str
+    env: dict[str, str]
+    gpu_indices: list[int]
+    log_path: str
+    run_dir: str
+    run_as_uid: int | None = None  # None: run as the executor's own user
+    run_as_gid: int | None = None
+    log_gid: int | None = None  # group that may read the log (shared queues)
+    gpu_backend: str = "none"  # "nvml", "fake", "fake:<power_w>" or "none"
+
+
+@dataclass(frozen=True)
+class Handle:
+    """Where a launched attempt can be found again, also by a restarted daemon."""
+
+    attempt_id: int
+    run_dir: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"attempt_id": self.attempt_id, "run_dir": self.run_dir, "data": self.data}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Handle:
+        return cls(attempt_id=int(raw["attempt_id"]), run_dir=raw["run_dir"], data=raw["data"])
+
+
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    EXITED = "exited"  # finished; exit code known
+    LOST = "lost"  # vanished; exit code unknown
+
+
+@dataclass(frozen=True)
+class PollResult:
+    status: RunStatus
+    exit_code: int | None = None  # 128 + N when killed by signal N (shell convention)
+    signal: int | None = None
+    ended_at: datetime | None = None
+    energy_j: float | None = None  # None: not measurable here, never invented
+    detail: str | None = None
+
+
+class Executor(ABC):
+    """Runs commands. Subclasses implement the ``_do_*`` methods."""
+
+    name: str = "base"
+
+    def launch(self, spec: LaunchSpec) -> Handle:
+        if not spec.command:
+            raise LaunchError(f"job {spec.job_id}: empty command")
+        handle = self._do_launch(spec)
+        log.debug("job %s attempt %s launched (%s)", spec.job_id, spec.attempt_id, self.name)
+        return handle
+
+    def poll(self, handle: Handle) -> PollResult:
+        return self._do_poll(handle)
+
+    def signal(self, handle: Handle, sig: int) -> bool:
+        """Send ``sig`` to the job's process group. False when nothing was there to signal."""
+        sent = self._do_signal(handle, sig)
+        log.debug(
+            "attempt %s: %s %s",
+            handle.attempt_id,
+            _signal.Signals(sig).name,
+            "sent" if sent else "not sent (not running)",
+        )
+        return sent
+
+    def recover(self, attempt_id: int, run_dir: str) -> Handle | None:
+        """For an attempt whose launch a crash interrupted: its handle when it did start,
+        None when it never will (and now cannot) start, so the job may be requeued."""
+        return self._do_recover(attempt_id, run_dir)
+
+    @abstractmethod
+    def _do_launch(self, spec: LaunchSpec) -> Handle: ...
+
+    @abstractmethod
+    def _do_poll(self, handle: Handle) -> PollResult: ...
+
+    @abstractmethod
+    def _do_signal(self, handle: Handle, sig: int) -> bool: ...
+
+    @abstractmethod
+    def _do_recover(self, attempt_id: int, run_dir: str) -> Handle | None: ...

@@ -1,0 +1,139 @@
+"""The local executor: jobs on this machine, each watched by its own monitor process
+(:mod:`executors.shim`) so that jobs outlive a daemon crash or restart."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from executors import procs, runfiles
+from executors.base import Executor, Handle, LaunchSpec, PollResult, RunStatus
+from executors.errors import ExecutorError, LaunchError
+from executors.procs import ProcessId
+
+
+class LocalExecutor(Executor):
+    name = "local"
+
+    def __init__(self) -> None:
+        self._children: dict[int, subprocess.Popen] = {}  # monitors we started, to reap
+
+    # -- launch -------------------------------------------------------------------------
+    def _do_launch(self, spec: LaunchSpec) -> Handle:
+        run_dir = Path(spec.run_dir)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            runfiles.write_json(
+                run_dir / runfiles.SPEC,
+                {
+                    "job_id": spec.job_id,
+                    "attempt_id": spec.attempt_id,
+                    "command": spec.command,
+                    "workdir": spec.workdir,
+                    "env": spec.env,
+                    "gpu_indices": spec.gpu_indices,
+                    "log_path": spec.log_path,
+                    "run_as_uid": spec.run_as_uid,
+                    "run_as_gid": spec.run_as_gid,
+                    "log_gid": spec.log_gid,
+                    "gpu_backend": spec.gpu_backend,
+                },
+            )
+            err = open(run_dir / "monitor.err", "ab")  # noqa: SIM115 - handed to the child
+            try:
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "executors.shim", str(run_dir)],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    start_new_session=True,
+                    cwd="/",
+                    env=_monitor_env(),
+                )
+            finally:
+                err.close()
+        except OSError as exc:
+            raise LaunchError(f"cannot start the job monitor in {run_dir}: {exc}") from exc
+        self._children[spec.attempt_id] = child
+        ident = procs.identify(child.pid)
+        data = {"monitor": ident.to_dict() if ident else {"pid": child.pid, "start_ticks": -1}}
+        return Handle(attempt_id=spec.attempt_id, run_dir=str(run_dir), data=data)
+
+    # -- poll ---------------------------------------------------------------------------
+    def _do_poll(self, handle: Handle) -> PollResult:
+        self._reap(handle.attempt_id)
+        run_dir = Path(handle.run_dir)
+        monitor_alive = procs.is_alive(ProcessId.from_dict(handle.data["monitor"]))
+        result = _exit_result(run_dir)  # read after the liveness check: no lost race
+        if result is not None:
+            return result
+        if monitor_alive:
+            return PollResult(RunStatus.RUNNING)
+        job = self._job_process(run_dir)
+        if job is not None and procs.is_alive(job):
+            return PollResult(RunStatus.RUNNING, detail="monitor gone; job still running")
+        return PollResult(RunStatus.LOST, detail="the job's monitor vanished; exit status lost")
+
+    def _reap(self, attempt_id: int) -> None:
+        child = self._children.get(attempt_id)
+        if child is not None and child.poll() is not None:
+            del self._children[attempt_id]
+
+    @staticmethod
+    def _job_process(run_dir: Path) -> ProcessId | None:
+        data = runfiles.read_json(run_dir / runfiles.JOB)
+        return ProcessId.from_dict(data) if data else None
+
+    # -- signal -------------------------------------------------------------------------
+    def _do_signal(self, handle: Handle, sig: int) -> bool:
+        job = self._job_process(Path(handle.run_dir))
+        if job is None or not procs.is_alive(job):
+            return False
+        try:
+            os.killpg(job.pid, sig)  # the job leads its own session and group
+        except ProcessLookupError:
+            return False
+        except PermissionError as exc:
+            raise ExecutorError(f"not allowed to signal job process group {job.pid}") from exc
+        return True
+
+    # -- recovery -----------------------------------------------------------------------
+    def _do_recover(self, attempt_id: int, run_dir: str) -> Handle | None:
+        path = Path(run_dir)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if runfiles.try_claim(path, "abandoned"):
+            return None  # the monitor never claimed it and now never will
+        claim = runfiles.read_claim(path) or ""
+        if not claim.startswith("started"):
+            return None
+        _, pid, ticks = claim.split()
+        return Handle(
+            attempt_id=attempt_id,
+            run_dir=run_dir,
+            data={"monitor": {"pid": int(pid), "start_ticks": int(ticks)}},
+        )
+
+
+def _exit_result(run_dir: Path) -> PollResult | None:
+    data = runfiles.read_json(run_dir / runfiles.EXIT)
+    if data is None:
+        return None
+    return PollResult(
+        RunStatus.EXITED,
+        exit_code=data["exit_code"],
+        signal=data.get("signal"),
+        ended_at=datetime.fromisoformat(data["ended_at"]),
+        energy_j=data.get("energy_j"),
+        detail=data.get("detail"),
+    )
+
+
+def _monitor_env() -> dict[str, str]:
+    """The monitor imports ``executors`` from wherever this process found it."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env

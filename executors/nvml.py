@@ -1,0 +1,77 @@
+"""``GpuControl`` on NVML (``pynvml`` from ``nvidia-ml-py``). NVML errors become
+``GpuControlError`` here and nowhere else."""
+
+from __future__ import annotations
+
+import contextlib
+
+from executors.errors import GpuControlError
+from executors.gpu import GpuControl, GpuInfo
+
+
+class NvmlGpuControl(GpuControl):
+    kind = "nvml"
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+        except ImportError as exc:  # pragma: no cover - it is a dependency
+            raise GpuControlError("pynvml is not installed (package nvidia-ml-py)") from exc
+        self._nvml = pynvml
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise GpuControlError(f"NVML unavailable: {exc}") from exc
+        self._energy_support: dict[int, bool] = {}
+
+    def _handle(self, index: int):
+        try:
+            return self._nvml.nvmlDeviceGetHandleByIndex(index)
+        except self._nvml.NVMLError as exc:
+            raise GpuControlError(f"GPU {index}: {exc}") from exc
+
+    def device_count(self) -> int:
+        try:
+            return int(self._nvml.nvmlDeviceGetCount())
+        except self._nvml.NVMLError as exc:
+            raise GpuControlError(f"NVML device count: {exc}") from exc
+
+    def info(self, index: int) -> GpuInfo:
+        nv, handle = self._nvml, self._handle(index)
+        try:
+            name = nv.nvmlDeviceGetName(handle)
+            uuid = nv.nvmlDeviceGetUUID(handle)
+            memory_mb = int(nv.nvmlDeviceGetMemoryInfo(handle).total // (1024 * 1024))
+            pci = nv.nvmlDeviceGetPciInfo(handle).busId
+        except nv.NVMLError as exc:
+            raise GpuControlError(f"GPU {index}: {exc}") from exc
+        return GpuInfo(
+            index=index,
+            uuid=_text(uuid),
+            model=_text(name),
+            memory_mb=memory_mb,
+            pci_bus_id=_text(pci),
+        )
+
+    def supports_energy_counter(self, index: int) -> bool:
+        if index not in self._energy_support:
+            try:
+                self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle(index))
+                self._energy_support[index] = True
+            except self._nvml.NVMLError:  # NOT_SUPPORTED before Volta
+                self._energy_support[index] = False
+        return self._energy_support[index]
+
+    def energy_j(self, index: int) -> float:
+        try:  # millijoules since the driver was last loaded
+            return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle(index)) / 1000.0
+        except self._nvml.NVMLError as exc:
+            raise GpuControlError(f"GPU {index} energy counter: {exc}") from exc
+
+    def close(self) -> None:
+        with contextlib.suppress(self._nvml.NVMLError):
+            self._nvml.nvmlShutdown()
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,61 @@
+"""Files in an attempt's run directory: the contract between executor and monitor.
+
+``spec.json`` (written before the monitor starts), ``claim`` (created exactly once, with
+O_EXCL: either by the monitor, ``started <pid> <ticks>``, or by a recovering daemon,
+``abandoned``), ``job.json`` (the job's pid and start time) and ``exit.json`` (exit code,
+end time, energy). JSON files are written to a temporary name, synced, then renamed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+SPEC, CLAIM, JOB, EXIT = "spec.json", "claim", "job.json", "exit.json"
+
+
+def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError:  # never half-written (rename), but be safe
+        return None
+
+
+def try_claim(run_dir: Path, text: str) -> bool:
+    """Create the claim file holding ``text``, atomically with its content (a finished
+    temporary file is hard-linked into place). False when someone claimed first."""
+    tmp = run_dir / f".claim.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        os.link(tmp, run_dir / CLAIM)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+
+
+def read_claim(run_dir: Path) -> str | None:
+    try:
+        return (run_dir / CLAIM).read_text()
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,139 @@
+"""The monitor that runs one job attempt: ``python -m executors.shim RUN_DIR``.
+
+It is started in a session of its own, so it outlives the daemon that launched it. It
+claims the run directory (or exits when a recovering daemon abandoned it first), starts
+the job in a new session and process group with its output appended to the job's log,
+records the job's pid and start time, waits, and records the exit code, the end time and
+the GPU energy the job used (from energy counters; null where there are none). A job that
+ends while no daemon runs is thus recorded with its real exit code and end time.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from executors import procs, runfiles
+from executors.gpu import GpuControl, gpu_control_for
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _energy_reading(ctl: GpuControl | None, indices: list[int]) -> list[float] | None:
+    if ctl is None or not indices:
+        return None
+    try:
+        if not all(ctl.supports_energy_counter(i) for i in indices):
+            return None
+        return [ctl.energy_j(i) for i in indices]
+    except Exception:  # a measurement failure leaves energy unmeasured, never fails the job
+        return None
+
+
+def _open_log(spec: dict) -> int:
+    mode = 0o640 if spec.get("log_gid") is not None else 0o600
+    fd = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
+    uid, gid = spec.get("run_as_uid"), spec.get("log_gid")
+    if os.geteuid() == 0 and (uid is not None or gid is not None):
+        os.fchown(fd, uid if uid is not None else -1, gid if gid is not None else -1)
+    return fd
+
+
+def _identity_kwargs(spec: dict) -> dict:
+    uid = spec.get("run_as_uid")
+    if uid is None or uid == os.geteuid():
+        return {}
+    entry = pwd.getpwuid(uid)
+    gid = spec.get("run_as_gid", entry.pw_gid)
+    return {"user": uid, "group": gid, "extra_groups": os.getgrouplist(entry.pw_name, gid)}
+
+
+def run(run_dir: Path) -> int:
+    me = procs.self_id()
+    if not runfiles.try_claim(run_dir, f"started {me.pid} {me.start_ticks}"):
+        return 0  # a recovering daemon abandoned this attempt before we got here
+    spec = runfiles.read_json(run_dir / runfiles.SPEC)
+    assert spec is not None, "spec.json is written before the monitor starts"
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)  # only the job's own group is ever signalled
+
+    log_fd = _open_log(spec)
+    gpus: list[int] = spec["gpu_indices"]
+    try:
+        ctl = gpu_control_for(spec["gpu_backend"])
+    except Exception:
+        ctl = None
+    energy_start = _energy_reading(ctl, gpus)
+    try:
+        child = subprocess.Popen(
+            spec["command"],
+            cwd=spec["workdir"],
+            env=spec["env"],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            **_identity_kwargs(spec),
+        )
+    except (OSError, subprocess.SubprocessError, KeyError) as exc:
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        os.write(log_fd, f"gridshift: cannot start {spec['command'][0]!r}: {exc}\n".encode())
+        runfiles.write_json(
+            run_dir / runfiles.EXIT,
+            {
+                "exit_code": code,
+                "signal": None,
+                "ended_at": _now_iso(),
+                "energy_j": None,
+                "detail": f"cannot start: {exc}",
+            },
+        )
+        return 0
+    os.close(log_fd)
+    ident = procs.identify(child.pid)
+    runfiles.write_json(
+        run_dir / runfiles.JOB,
+        {
+            "pid": child.pid,
+            "start_ticks": ident.start_ticks if ident else 0,
+            "started_at": _now_iso(),
+        },
+    )
+    returncode = child.wait()
+    ended_at = _now_iso()
+    energy_end = _energy_reading(ctl, gpus)
+    energy_j = None
+    if energy_start is not None and energy_end is not None:
+        energy_j = max(0.0, sum(energy_end) - sum(energy_start))
+    sig = -returncode if returncode < 0 else None
+    runfiles.write_json(
+        run_dir / runfiles.EXIT,
+        {
+            "exit_code": 128 + sig if sig else returncode,
+            "signal": sig,
+            "ended_at": ended_at,
+            "energy_j": energy_j,
+            "detail": None,
+        },
+    )
+    if ctl is not None:
+        ctl.close()
+    return 0
+
+
+def main() -> None:
+    if len(sys.argv) != 2:
+        print("usage: python -m executors.shim RUN_DIR", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(run(Path(sys.argv[1])))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The ``gridshift`` command line: one module per verb, wired together in ``app``."""

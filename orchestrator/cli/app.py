@@ -1,0 +1,83 @@
+"""The ``gridshift`` command and its one error boundary: every gridshift error becomes one
+line on stderr and exit code 2 (user mistake) or 1 (failure), never a traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli import context
+from orchestrator.cli.cancel import cancel
+from orchestrator.cli.daemon_cmd import daemon
+from orchestrator.cli.listing import ls, show
+from orchestrator.cli.logs import logs
+from orchestrator.cli.nodes import nodes
+from orchestrator.cli.submit import HELP as SUBMIT_HELP
+from orchestrator.cli.submit import submit
+
+app = typer.Typer(
+    name="gridshift",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="gridshift: a carbon-aware GPU job queue for deep-learning training.",
+)
+
+
+@app.callback()
+def _root(
+    ctx: typer.Context,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="Config file (default: $GRIDSHIFT_HOME/gridshift.toml).",
+            dir_okay=False,
+        ),
+    ] = None,
+) -> None:
+    context.get(ctx).config_path = config
+
+
+app.command(help=SUBMIT_HELP, context_settings={"allow_interspersed_args": False})(submit)
+app.command()(ls)
+app.command()(show)
+app.command()(cancel)
+app.command()(logs)
+app.command()(nodes)
+app.command()(daemon)
+
+
+def _fail(message: str, code: int) -> None:
+    sys.stderr.write(f"gridshift: error: {message}\n")
+    sys.exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    from orchestrator.errors import GridshiftError, translate
+
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="gridshift", standalone_mode=False)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        _fail("interrupted", 130)
+    except typer.TyperException as exc:  # usage errors: unknown option, bad value ...
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see: {ctx.command_path} --help)" if ctx is not None else ""
+        _fail(exc.format_message() + hint, exc.exit_code)
+    except BrokenPipeError:
+        sys.stderr.close()  # output piped into head: not an error
+        sys.exit(0)
+    except GridshiftError as exc:
+        _fail(str(exc), exc.exit_code)
+    except Exception as exc:
+        translated = translate(exc)
+        if translated is None:
+            raise
+        _fail(str(translated), translated.exit_code)
+    sys.exit(result if isinstance(result, int) else 0)

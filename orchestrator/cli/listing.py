@@ -1,0 +1,132 @@
+"""``gridshift ls`` and ``gridshift show``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli import context
+
+JSON_OPT = typer.Option("--json", help="Print JSON (stable keys).")
+
+
+def ls(
+    ctx: typer.Context,
+    show_all: Annotated[bool, typer.Option("--all", "-a", help="Include finished jobs.")] = False,
+    as_json: Annotated[bool, JSON_OPT] = False,
+) -> None:
+    """List jobs: those queued, planned, running, suspended or lost (--all: every job)."""
+    from orchestrator import store
+    from orchestrator.cli.render import (
+        STATE_STYLE,
+        command_text,
+        console,
+        job_dict,
+        local_time,
+        print_json,
+    )
+    from orchestrator.timeparse import format_duration, utc_now
+
+    c = context.get(ctx)
+    with c.db.read() as session:
+        jobs = store.list_jobs(session, include_finished=show_all)
+        deps = store.dependencies(session, [j.id for j in jobs])
+        hidden = 0 if show_all else store.count_finished(session)
+    if as_json:
+        print_json([job_dict(j, deps[j.id], str(c.settings.log_path(j.id))) for j in jobs])
+        return
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in (
+        "ID",
+        "NAME",
+        "STATE",
+        "USER",
+        "GPUS",
+        "SUBMITTED",
+        "RUNTIME",
+        "EXIT",
+        "COMMAND",
+    ):
+        table.add_column(
+            column, no_wrap=True, overflow="ellipsis", min_width=12 if column == "COMMAND" else None
+        )
+    now = utc_now()
+    for j in jobs:
+        runtime = None
+        if j.started_at:
+            runtime = ((j.finished_at or now) - j.started_at).total_seconds()
+        gpus = (
+            ",".join(map(str, j.gpu_ids))
+            if j.node
+            else (str(j.gpus_max) if j.gpus_min == j.gpus_max else f"{j.gpus_min}-{j.gpus_max}")
+        )
+        state = f"[{STATE_STYLE.get(j.state, '')}]{j.state}[/]"
+        table.add_row(
+            str(j.id),
+            j.name or "",
+            state,
+            j.user,
+            gpus,
+            local_time(j.submitted_at),
+            format_duration(runtime),
+            "" if j.exit_code is None else str(j.exit_code),
+            command_text(j.command),
+        )
+    out = console()
+    if jobs:
+        out.print(table)
+    else:
+        out.print("no jobs" if show_all else "no active jobs")
+    if hidden:
+        out.print(f"[bright_black]{hidden} finished job(s) hidden; --all shows them[/]")
+
+
+def show(
+    ctx: typer.Context,
+    job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
+    as_json: Annotated[bool, JSON_OPT] = False,
+) -> None:
+    """Show one job: its spec, state, times, exit code, energy and its history."""
+    from orchestrator import store
+    from orchestrator.cli.render import console, iso, job_dict, local_time, print_json
+
+    c = context.get(ctx)
+    with c.db.read() as session:
+        job = store.get_job(session, job_id)
+        data = job_dict(
+            job, store.dependencies(session, [job_id])[job_id], str(c.settings.log_path(job_id))
+        )
+        events = store.events(session, job_id)
+    data["events"] = [
+        {
+            "at": iso(e.at),
+            "from": e.from_state,
+            "to": e.to_state,
+            "reason": e.reason,
+            "actor": e.actor,
+        }
+        for e in events
+    ]
+    if as_json:
+        print_json(data)
+        return
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in data.items():
+        if key == "events":
+            continue
+        if key.endswith("_at") or key == "deadline":
+            value = local_time(getattr(job, key))
+        grid.add_row(key, "-" if value is None or value == [] else str(value))
+    out = console()
+    out.print(grid)
+    out.print("[bold]history[/]")
+    for e in events:
+        reason = f"  ({e.reason})" if e.reason else ""
+        out.print(f"  {local_time(e.at)}  {e.from_state or '-'} → {e.to_state}{reason}")

@@ -1,0 +1,110 @@
+"""Jobs and nodes as JSON objects (stable keys) and as rich tables."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from datetime import datetime
+from typing import Any
+
+JOB_KEYS = (
+    "id",
+    "name",
+    "state",
+    "reason",
+    "user",
+    "gpus",
+    "gpus_min",
+    "gpus_max",
+    "gpu_ids",
+    "node",
+    "command",
+    "workdir",
+    "priority",
+    "labels",
+    "after",
+    "interruptible",
+    "duration_s",
+    "deadline",
+    "submitted_at",
+    "started_at",
+    "finished_at",
+    "exit_code",
+    "energy_kwh",
+    "carbon_g",
+    "attempts",
+    "cancel_requested",
+    "log_path",
+)
+
+
+def iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def local_time(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def job_dict(job, after: list[int], log_path: str) -> dict[str, Any]:
+    """A job as JSON. ``gpus`` is the number it holds (or held) once placed, else the
+    most it asks for. The environment is never shown: it may hold secrets."""
+    data = {
+        "id": job.id,
+        "name": job.name,
+        "state": job.state,
+        "reason": job.reason,
+        "user": job.user,
+        "gpus": len(job.gpu_ids) if job.node else job.gpus_max,
+        "gpus_min": job.gpus_min,
+        "gpus_max": job.gpus_max,
+        "gpu_ids": list(job.gpu_ids),
+        "node": job.node,
+        "command": list(job.command),
+        "workdir": job.workdir,
+        "priority": job.priority,
+        "labels": list(job.labels),
+        "after": sorted(after),
+        "interruptible": job.interruptible,
+        "duration_s": job.duration_s,
+        "deadline": iso(job.deadline),
+        "submitted_at": iso(job.submitted_at),
+        "started_at": iso(job.started_at),
+        "finished_at": iso(job.finished_at),
+        "exit_code": job.exit_code,
+        "energy_kwh": None if job.energy_j is None else job.energy_j / 3.6e6,
+        "carbon_g": job.carbon_g,
+        "attempts": job.attempts,
+        "cancel_requested": job.cancel_requested_at is not None,
+        "log_path": log_path,
+    }
+    assert tuple(data) == JOB_KEYS
+    return data
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def command_text(command: list[str], width: int = 48) -> str:
+    text = shlex.join(command)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+STATE_STYLE = {
+    "queued": "cyan",
+    "planned": "blue",
+    "running": "green",
+    "suspended": "yellow",
+    "completed": "bright_black",
+    "failed": "red",
+    "cancelled": "magenta",
+    "lost": "red",
+}
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False)

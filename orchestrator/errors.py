@@ -1,0 +1,87 @@
+"""The one error hierarchy of gridshift. The CLI prints one line for any of these and
+exits with ``exit_code``: 2 for a user's mistake, 1 for a failure.
+
+    GridshiftError
+    ├── UserError (exit 2)
+    │   ├── SpecError           a job spec or command line that cannot be accepted
+    │   ├── ConfigError         a configuration file or setting that cannot be used
+    │   ├── NotFoundError       an unknown job id or node
+    │   ├── PermissionDenied    acting on another user's job
+    │   └── PlacementError      a request no node could ever satisfy
+    ├── StateError              an illegal job state transition
+    ├── StoreError              the database failed
+    ├── ExecutorError           running or signalling a job failed
+    ├── GridDataError           a grid signal could not be had
+    └── DaemonError             the daemon cannot run (e.g. another one holds the lock)
+
+The leaf packages raise their own exceptions (they import nothing of the orchestrator);
+``translate`` maps those, and foreign errors such as SQLAlchemy's, at the boundary.
+"""
+
+from __future__ import annotations
+
+
+class GridshiftError(Exception):
+    exit_code = 1
+
+
+class UserError(GridshiftError):
+    exit_code = 2
+
+
+class SpecError(UserError):
+    pass
+
+
+class ConfigError(UserError):
+    pass
+
+
+class NotFoundError(UserError):
+    pass
+
+
+class PermissionDenied(UserError):
+    pass
+
+
+class PlacementError(UserError):
+    pass
+
+
+class StateError(GridshiftError):
+    pass
+
+
+class StoreError(GridshiftError):
+    pass
+
+
+class ExecutorError(GridshiftError):
+    pass
+
+
+class GridDataError(GridshiftError):
+    pass
+
+
+class DaemonError(GridshiftError):
+    pass
+
+
+def translate(exc: BaseException) -> GridshiftError | None:
+    """The gridshift error for a foreign or leaf exception, or None if it is not ours."""
+    if isinstance(exc, GridshiftError):
+        return exc
+    import executors.errors as ex
+    import placement.best_fit as pl
+
+    if isinstance(exc, ex.ExecutorError):
+        return ExecutorError(str(exc))
+    if isinstance(exc, pl.PlacementError):
+        return PlacementError(str(exc))
+    module = type(exc).__module__
+    if module.startswith("sqlalchemy"):
+        orig = getattr(exc, "orig", None)
+        return StoreError(f"database error: {orig or exc}")
+    return None

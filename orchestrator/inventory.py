@@ -1,0 +1,117 @@
+"""The cluster as the config declares it: nodes and their GPUs, the local node's GPUs
+detected through NVML (or pretended with ``fake_gpus``)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlmodel import Session, delete, select
+
+from executors.gpu import FakeGpuControl, GpuInfo, detect_gpus
+from orchestrator.models import Gpu, Node
+from orchestrator.settings import NodeConfig, Settings
+from placement.best_fit import NodeCapacity
+
+
+@dataclass(frozen=True)
+class ResolvedNode:
+    name: str
+    executor: str
+    gpus: tuple[GpuInfo, ...]
+    gpu_source: str  # config, nvml, fake or none
+    gpu_model: str | None = None
+    rack: str | None = None
+    host: str | None = None
+    fake: bool = False
+    config: NodeConfig | None = field(default=None, compare=False)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+
+def resolve_nodes(settings: Settings, *, detect=detect_gpus) -> list[ResolvedNode]:
+    configs = settings.nodes or [NodeConfig(name=socket.gethostname(), executor="local")]
+    detected: list[GpuInfo] | None = None
+    nodes = []
+    for cfg in configs:
+        fake_count = cfg.fake_gpus
+        if fake_count is None and cfg.executor == "local":
+            fake_count = settings.fake_gpus
+        if fake_count is not None:
+            gpus = FakeGpuControl(fake_count, model=cfg.gpu_model or "fake-gpu").devices()
+            source = "fake"
+        elif cfg.executor == "local":
+            if detected is None:
+                detected = detect()
+            gpus, source = detected, ("nvml" if detected else "none")
+            if cfg.gpus is not None:  # declared: use that many of the detected ones
+                gpus = detected[: cfg.gpus] if detected else _declared(cfg)
+                source = "nvml" if detected else "config"
+        else:
+            gpus, source = _declared(cfg), "config"
+        model = cfg.gpu_model or (gpus[0].model if gpus else None)
+        nodes.append(
+            ResolvedNode(
+                name=cfg.name,
+                executor=cfg.executor,
+                gpus=tuple(gpus),
+                gpu_source=source,
+                gpu_model=model,
+                rack=cfg.rack,
+                host=cfg.host,
+                fake=source == "fake",
+                config=cfg,
+            )
+        )
+    return nodes
+
+
+def _declared(cfg: NodeConfig) -> list[GpuInfo]:
+    model = cfg.gpu_model or "unknown"
+    return [GpuInfo(index=i, uuid=f"{cfg.name}-gpu{i}", model=model) for i in range(cfg.gpus or 0)]
+
+
+def capacities(nodes: list[ResolvedNode], busy: dict[str, set[int]]) -> list[NodeCapacity]:
+    return [
+        NodeCapacity(
+            name=n.name,
+            gpu_indices=tuple(g.index for g in n.gpus),
+            busy=frozenset(busy.get(n.name, ())),
+        )
+        for n in nodes
+    ]
+
+
+def sync_inventory(session: Session, nodes: list[ResolvedNode], now: datetime) -> None:
+    """Replace the stored nodes and GPUs with ``nodes`` (the daemon does this at start)."""
+    session.exec(delete(Gpu))
+    session.exec(delete(Node))
+    session.flush()
+    for n in nodes:
+        session.add(
+            Node(
+                name=n.name,
+                executor=n.executor,
+                gpus=n.gpu_count,
+                gpu_model=n.gpu_model,
+                rack=n.rack,
+                host=n.host,
+                gpu_source=n.gpu_source,
+                updated_at=now,
+            )
+        )
+    session.flush()
+    for n in nodes:
+        for g in n.gpus:
+            session.add(
+                Gpu(node=n.name, index=g.index, uuid=g.uuid, model=g.model, memory_mb=g.memory_mb)
+            )
+
+
+def stored_nodes(session: Session) -> list[tuple[Node, list[Gpu]]]:
+    nodes = session.exec(select(Node).order_by(Node.name)).all()
+    gpus = session.exec(select(Gpu).order_by(Gpu.node, Gpu.index)).all()
+    return [(n, [g for g in gpus if g.node == n.name]) for n in nodes]

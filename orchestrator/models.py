@@ -1,0 +1,119 @@
+"""Database tables (SQLModel). Times are stored as naive UTC and read back as aware UTC."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Column, DateTime, TypeDecorator
+from sqlmodel import Field, SQLModel
+
+
+class UTCDateTime(TypeDecorator):
+    """Aware UTC datetimes on every backend (SQLite has no time zones)."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database; gridshift is UTC inside")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+def _utc(nullable: bool = True, index: bool = False) -> Any:
+    return Field(default=None, sa_column=Column(UTCDateTime(), nullable=nullable, index=index))
+
+
+def _json(default_factory) -> Any:
+    return Field(default_factory=default_factory, sa_column=Column(JSON, nullable=False))
+
+
+class Job(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    name: str | None = None
+    state: str = Field(index=True)
+    reason: str | None = None
+    user: str
+    uid: int
+    command: list[str] = _json(list)
+    workdir: str
+    env: dict[str, str] = _json(dict)
+    gpus_min: int
+    gpus_max: int
+    duration_s: float | None = None  # expected run time at full width and full power
+    deadline: datetime | None = _utc()
+    interruptible: bool = False
+    priority: int = 0
+    labels: list[str] = _json(list)
+    submitted_at: datetime = _utc(nullable=False)
+    started_at: datetime | None = _utc()
+    finished_at: datetime | None = _utc()
+    exit_code: int | None = None
+    node: str | None = None
+    gpu_ids: list[int] = _json(list)
+    energy_j: float | None = None  # measured GPU energy; null when not measurable
+    carbon_g: float | None = None
+    cancel_requested_at: datetime | None = _utc()
+    attempts: int = 0
+
+
+class Dependency(SQLModel, table=True):
+    job_id: int = Field(foreign_key="job.id", primary_key=True)
+    after_id: int = Field(foreign_key="job.id", primary_key=True, index=True)
+
+
+class Attempt(SQLModel, table=True):
+    """One try at running a job: launching → running → exited | lost | abandoned."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="job.id", index=True)
+    number: int
+    state: str = Field(index=True)
+    node: str
+    gpu_ids: list[int] = _json(list)
+    run_dir: str
+    handle: dict[str, Any] | None = Field(default=None, sa_column=Column(JSON))
+    run_as_uid: int | None = None
+    started_at: datetime | None = _utc()
+    finished_at: datetime | None = _utc()
+    exit_code: int | None = None
+    signal: int | None = None
+    energy_j: float | None = None
+    term_sent_at: datetime | None = _utc()
+    kill_sent_at: datetime | None = _utc()
+    detail: str | None = None
+
+
+class Event(SQLModel, table=True):
+    id: int | None = Field(default=None, primary_key=True)
+    job_id: int = Field(foreign_key="job.id", index=True)
+    at: datetime = _utc(nullable=False)
+    from_state: str | None = None
+    to_state: str
+    reason: str | None = None
+    actor: str | None = None
+
+
+class Node(SQLModel, table=True):
+    name: str = Field(primary_key=True)
+    executor: str
+    gpus: int
+    gpu_model: str | None = None
+    rack: str | None = None
+    host: str | None = None
+    gpu_source: str  # where the GPU count came from: config, nvml, fake, none
+    updated_at: datetime = _utc(nullable=False)
+
+
+class Gpu(SQLModel, table=True):
+    node: str = Field(foreign_key="node.name", primary_key=True)
+    index: int = Field(primary_key=True)
+    uuid: str
+    model: str
+    memory_mb: int | None = None

@@ -1,0 +1,147 @@
+"""Configuration: ``GRIDSHIFT_*`` environment variables over a TOML file
+(``$GRIDSHIFT_HOME/gridshift.toml`` or ``--config PATH``) over defaults.
+
+Nested values use ``__`` in environment names (``GRIDSHIFT_GRID__UK__BASE_URL``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from orchestrator.errors import ConfigError
+
+DEFAULT_HOME = Path("~/.local/share/gridshift").expanduser()
+CONFIG_NAME = "gridshift.toml"
+
+
+class NodeConfig(BaseModel):
+    """One ``[[nodes]]`` table."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    executor: Literal["local", "ssh", "slurm"] = "local"
+    gpus: int | None = Field(default=None, ge=0, description="count; detected when left out")
+    fake_gpus: int | None = Field(default=None, ge=0)
+    gpu_model: str | None = None
+    rack: str | None = None
+    host: str | None = None
+    port: int = Field(default=22, ge=1, le=65535)
+    user: str | None = None
+    identity_file: Path | None = None
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GRIDSHIFT_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    home: Path = DEFAULT_HOME
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default SQLite (WAL) under home"
+    )
+    fake_gpus: int | None = Field(default=None, ge=0, description="pretend GPUs, local node")
+    fake_gpu_power_w: float | None = Field(
+        default=None, gt=0, description="constant draw of each fake GPU, for energy accounting"
+    )
+    nodes: list[NodeConfig] = Field(default_factory=list)
+    shared_group: str | None = Field(
+        default=None, description="Unix group that shares this queue (database and logs)"
+    )
+    cancel_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL")
+    daemon_interval_s: float = Field(default=1.0, gt=0)
+
+    @field_validator("home", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        return value.expanduser().absolute()
+
+    @field_validator("nodes", mode="after")
+    @classmethod
+    def _unique_names(cls, nodes: list[NodeConfig]) -> list[NodeConfig]:
+        names = [n.name for n in nodes]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"node names must be unique; repeated: {', '.join(dupes)}")
+        return nodes
+
+    @classmethod
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
+        return (init_settings, env_settings, _FileSource(settings_cls, _FILE_DATA.get() or {}))
+
+    # -- derived paths ----------------------------------------------------------------
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'gridshift.db'}"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "run"
+
+    def log_path(self, job_id: int) -> Path:
+        return self.logs_dir / f"{job_id}.log"
+
+
+_FILE_DATA: ContextVar[dict[str, Any] | None] = ContextVar("gridshift_file", default=None)
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], data: dict[str, Any]) -> None:
+        super().__init__(settings_cls)
+        self._data = data
+
+    def get_field_value(self, field, field_name):  # required by the base class
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(self._data)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: {exc.strerror}") from None
+
+
+def load_settings(config: Path | None = None) -> Settings:
+    """Settings from the environment, the config file and defaults.
+
+    The file is ``config`` when given (it must exist), else ``$GRIDSHIFT_HOME/gridshift.toml``
+    when that exists."""
+    if config is None:
+        home = Path(os.environ.get("GRIDSHIFT_HOME") or DEFAULT_HOME).expanduser()
+        candidate = home / CONFIG_NAME
+        data = _read_toml(candidate) if candidate.is_file() else {}
+        source = candidate
+    else:
+        data, source = _read_toml(config), config
+    token = _FILE_DATA.set(data)
+    try:
+        return Settings()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        raise ConfigError(
+            f"invalid setting {where} (from {source} or GRIDSHIFT_* environment): {first['msg']}"
+        ) from None
+    finally:
+        _FILE_DATA.reset(token)
