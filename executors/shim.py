@@ -37,6 +37,10 @@ def _energy_reading(ctl: GpuControl | None, indices: list[int]) -> list[float] |
         return None
 
 
+def _ignore(_signum, _frame) -> None:
+    pass
+
+
 def _open_log(spec: dict) -> int:
     mode = 0o640 if spec.get("log_gid") is not None else 0o600
     fd = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
@@ -61,8 +65,10 @@ def run(run_dir: Path) -> int:
         return 0  # a recovering daemon abandoned this attempt before we got here
     spec = runfiles.read_json(run_dir / runfiles.SPEC)
     assert spec is not None, "spec.json is written before the monitor starts"
+    # Only the job's own group is ever signalled; the monitor shrugs off stray signals.
+    # A handler, not SIG_IGN: ignored signals would stay ignored in the job after exec.
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)  # only the job's own group is ever signalled
+        signal.signal(sig, _ignore)
 
     log_fd = _open_log(spec)
     gpus: list[int] = spec["gpu_indices"]

@@ -141,11 +141,13 @@ def _create_private_file(path: Path, mode: int, gid: int | None) -> None:
     gives the -wal and -shm files the same mode and owner."""
     if path.exists():
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     except FileExistsError:
         return
+    except OSError as exc:
+        raise StoreError(f"cannot create the database {path}: {exc.strerror}") from None
     try:
         if gid is not None:
             os.fchown(fd, -1, gid)

@@ -80,6 +80,9 @@ def translate(exc: BaseException) -> GridshiftError | None:
         return ExecutorError(str(exc))
     if isinstance(exc, pl.PlacementError):
         return PlacementError(str(exc))
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return GridshiftError(f"{exc.strerror or exc}{where}")
     module = type(exc).__module__
     if module.startswith("sqlalchemy"):
         orig = getattr(exc, "orig", None)

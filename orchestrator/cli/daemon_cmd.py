@@ -25,6 +25,7 @@ def daemon(
     leaves running jobs running; the next daemon picks them up."""
     import logging
 
+    from rich.console import Console
     from rich.logging import RichHandler
 
     from orchestrator.daemon import Daemon
@@ -33,7 +34,7 @@ def daemon(
         level=logging.INFO,
         format="%(message)s",
         datefmt="[%X]",
-        handlers=[RichHandler(show_path=False, markup=False)],
+        handlers=[RichHandler(console=Console(stderr=True), show_path=False, markup=False)],
     )
     c = context.get(ctx)
     Daemon(settings=c.settings, db=c.db, interval_s=interval).run(until_idle=until_idle)

@@ -36,52 +36,59 @@ def ls(
     if as_json:
         print_json([job_dict(j, deps[j.id], str(c.settings.log_path(j.id))) for j in jobs])
         return
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    for column in (
-        "ID",
-        "NAME",
-        "STATE",
-        "USER",
-        "GPUS",
-        "SUBMITTED",
-        "RUNTIME",
-        "EXIT",
-        "COMMAND",
-    ):
-        table.add_column(
-            column, no_wrap=True, overflow="ellipsis", min_width=12 if column == "COMMAND" else None
-        )
     now = utc_now()
+    rows = []
     for j in jobs:
         runtime = None
         if j.started_at:
             runtime = ((j.finished_at or now) - j.started_at).total_seconds()
-        gpus = (
-            ",".join(map(str, j.gpu_ids))
-            if j.node
-            else (str(j.gpus_max) if j.gpus_min == j.gpus_max else f"{j.gpus_min}-{j.gpus_max}")
-        )
-        state = f"[{STATE_STYLE.get(j.state, '')}]{j.state}[/]"
-        table.add_row(
-            str(j.id),
-            j.name or "",
-            state,
-            j.user,
-            gpus,
-            local_time(j.submitted_at),
-            format_duration(runtime),
-            "" if j.exit_code is None else str(j.exit_code),
-            command_text(j.command),
+        if j.node:
+            gpus = ",".join(map(str, j.gpu_ids)) or "-"
+        elif j.gpus_min == j.gpus_max:
+            gpus = str(j.gpus_max)
+        else:
+            gpus = f"{j.gpus_min}-{j.gpus_max}"
+        rows.append(
+            [
+                str(j.id),
+                j.name or "",
+                j.state,
+                j.user,
+                gpus,
+                local_time(j.submitted_at),
+                format_duration(runtime),
+                "" if j.exit_code is None else str(j.exit_code),
+                command_text(j.command),
+            ]
         )
     out = console()
     if jobs:
-        out.print(table)
+        out.print(_table(LS_COLUMNS, rows, styles={2: STATE_STYLE}))
     else:
         out.print("no jobs" if show_all else "no active jobs")
     if hidden:
         out.print(f"[bright_black]{hidden} finished job(s) hidden; --all shows them[/]")
+
+
+LS_COLUMNS = ("ID", "NAME", "STATE", "USER", "GPUS", "SUBMITTED", "RUNTIME", "EXIT", "COMMAND")
+
+
+def _table(columns, rows, styles=None):
+    """A borderless table whose last column alone shrinks (with an ellipsis) to fit."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, header_style="bold")
+    for i, name in enumerate(columns):
+        last = i == len(columns) - 1
+        width = max([len(name)] + [len(r[i]) for r in rows])
+        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=None if last else width)
+    for row in rows:
+        cells = [
+            Text(cell, style=(styles or {}).get(i, {}).get(cell, "")) for i, cell in enumerate(row)
+        ]
+        table.add_row(*cells)
+    return table
 
 
 def show(

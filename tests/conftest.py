@@ -1,0 +1,124 @@
+"""Shared fixtures: a private GRIDSHIFT_HOME with fake GPUs, and the real CLI."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Cli:
+    """Runs the real ``gridshift`` command in a child process."""
+
+    def __init__(self, home: Path, env: dict[str, str]) -> None:
+        self.home = home
+        self.env = env
+        self.started: list[subprocess.Popen] = []
+
+    def run(self, *args: str, check: bool = True, timeout: float = 60, cwd=None,
+            **kwargs) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator", *args], env=self.env, cwd=cwd or self.home,
+            capture_output=True, text=True, timeout=timeout, **kwargs)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"gridshift {' '.join(args)} exited {proc.returncode}:\n"
+                                 f"{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str):
+        verb, *rest = args  # --json right after the verb: after "--" it is the job's
+        return json.loads(self.run(verb, "--json", *rest).stdout)
+
+    def submit(self, *args: str) -> int:
+        return int(self.run("submit", *args).stdout.strip())
+
+    def daemon(self, *args: str) -> subprocess.Popen:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "daemon", *args], env=self.env,
+            cwd=self.home, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.started.append(proc)
+        return proc
+
+    def run_until_idle(self, timeout: float = 60) -> str:
+        proc = self.run("daemon", "--until-idle", "--interval", "0.1", timeout=timeout)
+        return proc.stderr
+
+    def db_rows(self, sql: str) -> list[tuple]:
+        with sqlite3.connect(self.home / "gridshift.db") as conn:
+            return conn.execute(sql).fetchall()
+
+    def job_count(self) -> int:
+        if not (self.home / "gridshift.db").exists():
+            return 0
+        try:
+            return self.db_rows("SELECT count(*) FROM job")[0][0]
+        except sqlite3.OperationalError:  # no tables yet
+            return 0
+
+    def wait_state(self, job_id: int, states: set[str], timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            job = self.json("show", str(job_id))
+            if job["state"] in states:
+                return job
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job_id} stayed {job['state']}, wanted {states}")
+            time.sleep(0.1)
+
+
+def base_env(home: Path, fake_gpus: int = 4) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRIDSHIFT_")}
+    env.update({
+        "GRIDSHIFT_HOME": str(home), "GRIDSHIFT_FAKE_GPUS": str(fake_gpus),
+        "PYTHONPATH": str(ROOT), "COLUMNS": "200",
+    })
+    return env
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "gridshift-home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def cli(home: Path) -> Iterator[Cli]:
+    c = Cli(home, base_env(home))
+    yield c
+    cleanup(c)
+
+
+def cleanup(c: Cli) -> None:
+    """Kill the daemons a test started and any job or monitor they left running."""
+    for proc in c.started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    for run_dir in (c.home / "run").glob("attempt-*"):
+        for name in ("job.json", "claim"):
+            path = run_dir / name
+            if not path.exists():
+                continue
+            text = path.read_text()
+            pid = json.loads(text)["pid"] if name == "job.json" else (
+                int(text.split()[1]) if text.startswith("started") else None)
+            if pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL) if name == "job.json" else os.kill(
+                        pid, signal.SIGKILL)
+
+
+def shared_data() -> Path:
+    return Path(os.environ.get("GRIDSHIFT_SHARED_DATA", ROOT.parent / "shared" / "data"))

@@ -1,0 +1,73 @@
+"""Bad input: one clear line on stderr, exit code 2, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import pytest
+
+CASES = {
+    "malformed duration": (["submit", "--duration", "2hours", "--", "true"], "invalid duration"),
+    "duration without unit": (["submit", "--duration", "90", "--", "true"], "invalid duration"),
+    "deadline in the past": (["submit", "--deadline", "2001-01-01T00:00Z", "--", "true"],
+                             "in the past"),
+    "malformed deadline": (["submit", "--deadline", "tomorrow", "--", "true"],
+                           "invalid deadline"),
+    "deadline and within": (["submit", "--deadline", "2999-01-01T00:00Z", "--within", "1h",
+                             "--", "true"], "not both"),
+    "more GPUs than any node": (["submit", "--gpus", "5", "--", "true"],
+                                "needs 5 GPUs; the largest node has 4"),
+    "GPU range beyond any node": (["submit", "--gpus", "6-8", "--", "true"], "needs 6 GPUs"),
+    "malformed GPU count": (["submit", "--gpus", "two", "--", "true"], "invalid GPU count"),
+    "inverted GPU range": (["submit", "--gpus", "4-2", "--", "true"], "invalid GPU range"),
+    "empty command": (["submit", "--gpus", "1"], "empty command"),
+    "empty command after --": (["submit", "--"], "empty command"),
+    "blank command": (["submit", "--", ""], "empty command"),
+    "unknown option": (["submit", "--gpu-count", "2", "--", "true"], "No such option"),
+    "unknown command": (["frobnicate"], "No such command"),
+    "unknown dependency": (["submit", "--after", "42", "--", "true"], "no job 42"),
+    "malformed dependency": (["submit", "--after", "x", "--", "true"], "invalid job id"),
+    "malformed env": (["submit", "--env", "NOVALUE", "--", "true"], "KEY=VALUE"),
+    "bad env name": (["submit", "--env", "1X=2", "--", "true"], "invalid environment"),
+    "missing workdir": (["submit", "--workdir", "/no/such/dir", "--", "true"],
+                        "does not exist"),
+    "missing sweep file": (["submit", "--file", "/no/such.jsonl"], "cannot read"),
+    "sweep plus options": (["submit", "--file", "x.jsonl", "--gpus", "2"], "with --file"),
+    "unknown job to show": (["show", "7"], "no job 7"),
+    "unknown job to cancel": (["cancel", "7"], "no job 7"),
+    "unknown job for logs": (["logs", "7"], "no job 7"),
+    "job id not a number": (["show", "abc"], "Invalid value for"),
+    "missing config file": (["--config", "/no/such.toml", "ls"], "does not exist"),
+}
+
+
+@pytest.mark.parametrize("args,message", CASES.values(), ids=CASES.keys())
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(cli, args, message):
+    proc = cli.run(*args, check=False)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("gridshift: error:") and message in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+    assert cli.job_count() == 0
+
+
+def test_cancel_of_several_ids_is_all_or_nothing(cli):
+    cli.submit("--", "true")
+    proc = cli.run("cancel", "1", "99", check=False)
+    assert proc.returncode == 2 and "no job 99" in proc.stderr
+    assert cli.json("show", "1")["state"] == "queued"
+
+
+def test_bad_config_file_is_one_line(cli):
+    cli.home.joinpath("gridshift.toml").write_text("fake_gpus = [oops\n")
+    proc = cli.run("ls", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    cli.home.joinpath("gridshift.toml").write_text("fake_gpu = 3\n")
+    proc = cli.run("ls", check=False)
+    assert proc.returncode == 2 and "fake_gpu" in proc.stderr
+
+
+def test_unreadable_database_is_a_failure_not_a_traceback(cli):
+    cli.env["GRIDSHIFT_DATABASE_URL"] = "sqlite:////proc/gridshift-cannot-live-here/x.db"
+    proc = cli.run("ls", check=False)
+    assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
