@@ -26,14 +26,23 @@ class Cli:
         self.env = env
         self.started: list[subprocess.Popen] = []
 
-    def run(self, *args: str, check: bool = True, timeout: float = 60, cwd=None,
-            **kwargs) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 60, cwd=None, **kwargs
+    ) -> subprocess.CompletedProcess:
         proc = subprocess.run(
-            [sys.executable, "-m", "orchestrator", *args], env=self.env, cwd=cwd or self.home,
-            capture_output=True, text=True, timeout=timeout, **kwargs)
+            [sys.executable, "-m", "orchestrator", *args],
+            env=self.env,
+            cwd=cwd or self.home,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **kwargs,
+        )
         if check and proc.returncode != 0:
-            raise AssertionError(f"gridshift {' '.join(args)} exited {proc.returncode}:\n"
-                                 f"{proc.stdout}\n{proc.stderr}")
+            raise AssertionError(
+                f"gridshift {' '.join(args)} exited {proc.returncode}:\n"
+                f"{proc.stdout}\n{proc.stderr}"
+            )
         return proc
 
     def json(self, *args: str):
@@ -45,8 +54,13 @@ class Cli:
 
     def daemon(self, *args: str) -> subprocess.Popen:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "orchestrator", "daemon", *args], env=self.env,
-            cwd=self.home, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            [sys.executable, "-m", "orchestrator", "daemon", *args],
+            env=self.env,
+            cwd=self.home,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.started.append(proc)
         return proc
 
@@ -79,10 +93,14 @@ class Cli:
 
 def base_env(home: Path, fake_gpus: int = 4) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GRIDSHIFT_")}
-    env.update({
-        "GRIDSHIFT_HOME": str(home), "GRIDSHIFT_FAKE_GPUS": str(fake_gpus),
-        "PYTHONPATH": str(ROOT), "COLUMNS": "200",
-    })
+    env.update(
+        {
+            "GRIDSHIFT_HOME": str(home),
+            "GRIDSHIFT_FAKE_GPUS": str(fake_gpus),
+            "PYTHONPATH": str(ROOT),
+            "COLUMNS": "200",
+        }
+    )
     return env
 
 
@@ -112,12 +130,16 @@ def cleanup(c: Cli) -> None:
             if not path.exists():
                 continue
             text = path.read_text()
-            pid = json.loads(text)["pid"] if name == "job.json" else (
-                int(text.split()[1]) if text.startswith("started") else None)
+            pid = (
+                json.loads(text)["pid"]
+                if name == "job.json"
+                else (int(text.split()[1]) if text.startswith("started") else None)
+            )
             if pid:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL) if name == "job.json" else os.kill(
-                        pid, signal.SIGKILL)
+                        pid, signal.SIGKILL
+                    )
 
 
 def shared_data() -> Path:

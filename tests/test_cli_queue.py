@@ -11,15 +11,33 @@ PY = sys.executable
 
 
 def test_done_when_scenario(cli):
-    first = cli.json("submit", "--gpus", "2", "--", PY, "-c",
-                     "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
+    first = cli.json(
+        "submit",
+        "--gpus",
+        "2",
+        "--",
+        PY,
+        "-c",
+        "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])",
+    )
     assert first == {"id": 1, "state": "queued"}
     assert cli.submit("--gpus", "4", "--", PY, "-c", "print('wide')") == 2
     cli.run_until_idle()
     job = cli.json("show", "1")
     assert job["state"] == "completed" and job["exit_code"] == 0
-    for key in ("id", "name", "state", "gpus", "command", "submitted_at", "started_at",
-                "finished_at", "exit_code", "energy_kwh", "carbon_g"):
+    for key in (
+        "id",
+        "name",
+        "state",
+        "gpus",
+        "command",
+        "submitted_at",
+        "started_at",
+        "finished_at",
+        "exit_code",
+        "energy_kwh",
+        "carbon_g",
+    ):
         assert key in job
     gpu_ids = cli.run("logs", "1").stdout.strip().split(",")
     assert len(gpu_ids) == 2 and all(g.isdigit() for g in gpu_ids)
@@ -39,17 +57,30 @@ def test_json_keys_are_stable(cli):
     assert "env" not in shown, "the environment may hold secrets"
     nodes = cli.json("nodes")
     assert nodes[0]["gpus"] == 4 and nodes[0]["gpu_source"] == "fake"
-    assert set(nodes[0]) == {"name", "executor", "gpus", "gpus_busy", "gpus_free",
-                             "gpu_model", "gpu_source", "rack", "host", "gpu_list"}
+    assert set(nodes[0]) == {
+        "name",
+        "executor",
+        "gpus",
+        "gpus_busy",
+        "gpus_free",
+        "gpu_model",
+        "gpu_source",
+        "rack",
+        "host",
+        "gpu_list",
+    }
 
 
 def test_job_environment_workdir_and_exit_code(cli, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    script = ("import os, sys; print(os.environ['GRIDSHIFT_JOB_ID'], os.environ['FOO'], "
-              "os.getcwd()); sys.exit(3)")
-    cli.submit("--gpus", "0", "--env", "FOO=bar baz", "--workdir", str(work), "--", PY, "-c",
-               script)
+    script = (
+        "import os, sys; print(os.environ['GRIDSHIFT_JOB_ID'], os.environ['FOO'], "
+        "os.getcwd()); sys.exit(3)"
+    )
+    cli.submit(
+        "--gpus", "0", "--env", "FOO=bar baz", "--workdir", str(work), "--", PY, "-c", script
+    )
     cli.run_until_idle()
     job = cli.json("show", "1")
     assert job["state"] == "failed" and job["exit_code"] == 3 and job["reason"] == "exit code 3"
@@ -76,8 +107,18 @@ def test_priority_then_submission_order(cli, tmp_path):
     order = tmp_path / "order"
     ids = {}
     for name, prio in (("low", "0"), ("high", "5"), ("low2", "0"), ("mid", "1")):
-        ids[name] = cli.submit("--gpus", "4", "--name", name, "--priority", prio, "--",
-                               "sh", "-c", f"echo {name} >> {order}")
+        ids[name] = cli.submit(
+            "--gpus",
+            "4",
+            "--name",
+            name,
+            "--priority",
+            prio,
+            "--",
+            "sh",
+            "-c",
+            f"echo {name} >> {order}",
+        )
     cli.run_until_idle()
     assert order.read_text().split() == ["high", "mid", "low", "low2"]
 
@@ -116,8 +157,10 @@ def test_cancel_queued_and_running(cli):
 
 def test_cancel_escalates_to_sigkill(cli, tmp_path):
     cli.home.joinpath("gridshift.toml").write_text("cancel_grace_s = 0.5\n")
-    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); " \
-               "print('up', flush=True); time.sleep(60)"
+    stubborn = (
+        "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "print('up', flush=True); time.sleep(60)"
+    )
     job_id = cli.submit("--gpus", "1", "--", PY, "-c", stubborn)
     cli.daemon("--interval", "0.1")
     cli.wait_state(job_id, {"running"})
@@ -134,7 +177,8 @@ def test_sweep_file_all_or_nothing(cli, tmp_path):
         '{"name": "lr1", "gpus": 1, "command": ["true"], "labels": ["sweep"]}\n'
         "# comment lines and blank lines are skipped\n\n"
         '{"name": "lr2", "gpus": "1-2", "duration": "1h", "command": "echo hi there", '
-        '"env": {"LR": "0.2"}}\n')
+        '"env": {"LR": "0.2"}}\n'
+    )
     out = cli.json("submit", "--file", str(good))
     assert out == [{"id": 1, "state": "queued"}, {"id": 2, "state": "queued"}]
     assert cli.json("show", "2")["command"] == ["echo", "hi", "there"]
@@ -153,8 +197,9 @@ def test_gpu_range_runs_at_the_maximum_that_fits(cli):
 
 
 def test_logs_follow_streams_until_the_job_ends(cli):
-    job_id = cli.submit("--", PY, "-c", "import time\nfor i in range(3):\n print(i, flush=True)"
-                        "\n time.sleep(0.3)")
+    job_id = cli.submit(
+        "--", PY, "-c", "import time\nfor i in range(3):\n print(i, flush=True)\n time.sleep(0.3)"
+    )
     cli.daemon("--interval", "0.1")
     proc = cli.run("logs", str(job_id), "--follow", timeout=30)
     assert proc.stdout.split() == ["0", "1", "2"]

@@ -1,0 +1,49 @@
+"""Many processes share one queue database safely."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+PROCESSES, EACH = 8, 200
+
+
+def test_eight_processes_submitting_200_jobs_each(cli):
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.helpers.submit_many", str(EACH), f"p{i}"],
+            env=cli.env,
+            cwd=ROOT,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(PROCESSES)
+    ]
+    errors = [p.communicate(timeout=240)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(errors)
+    assert not any("locked" in e for e in errors)
+    assert cli.job_count() == PROCESSES * EACH
+    names = {row[0] for row in cli.db_rows("SELECT name FROM job")}
+    assert len(names) == PROCESSES * EACH
+    events = cli.db_rows("SELECT count(*) FROM event WHERE to_state = 'queued'")[0][0]
+    assert events == PROCESSES * EACH, "one event row per submission"
+
+
+def test_real_cli_processes_on_a_fresh_database(cli):
+    """Schema creation races too: several commands hit a database that does not exist."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "orchestrator", "submit", "--", "true"],
+            env=cli.env,
+            cwd=cli.home,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(8)
+    ]
+    results = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), results
+    assert sorted(int(out) for out, _ in results) == list(range(1, 9))
