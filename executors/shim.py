@@ -55,7 +55,8 @@ def _identity_kwargs(spec: dict) -> dict:
     if uid is None or uid == os.geteuid():
         return {}
     entry = pwd.getpwuid(uid)
-    gid = spec.get("run_as_gid", entry.pw_gid)
+    gid = spec.get("run_as_gid")
+    gid = entry.pw_gid if gid is None else gid
     return {"user": uid, "group": gid, "extra_groups": os.getgrouplist(entry.pw_name, gid)}
 
 
@@ -78,6 +79,7 @@ def run(run_dir: Path) -> int:
         ctl = None
     energy_start = _energy_reading(ctl, gpus)
     try:
+        identity = _identity_kwargs(spec)  # KeyError: the user no longer exists
         child = subprocess.Popen(
             spec["command"],
             cwd=spec["workdir"],
@@ -86,7 +88,7 @@ def run(run_dir: Path) -> int:
             stdout=log_fd,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            **_identity_kwargs(spec),
+            **identity,
         )
     except (OSError, subprocess.SubprocessError, KeyError) as exc:
         code = 127 if isinstance(exc, FileNotFoundError) else 126

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+import pytest
+
 from orchestrator.cli.render import JOB_KEYS
 
 PY = sys.executable
@@ -220,3 +222,12 @@ def test_files_are_private_by_default(cli):
     for path in (cli.home / "gridshift.db", cli.home / "logs" / "1.log"):
         assert path.stat().st_mode & 0o077 == 0, path
     assert (cli.home / "logs").stat().st_mode & 0o077 == 0
+
+
+def test_energy_is_recorded_when_the_gpus_can_measure_it(cli):
+    cli.env["GRIDSHIFT_FAKE_GPU_POWER_W"] = "300"
+    cli.submit("--gpus", "2", "--", "sleep", "1")
+    cli.run_until_idle()
+    job = cli.json("show", "1")
+    expected_kwh = 2 * 300 * 1.0 / 3.6e6  # two GPUs at 300 W for about a second
+    assert job["energy_kwh"] == pytest.approx(expected_kwh, rel=0.3)

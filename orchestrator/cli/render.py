@@ -87,7 +87,7 @@ def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
-def command_text(command: list[str], width: int = 48) -> str:
+def command_text(command: list[str], width: int = 120) -> str:
     text = shlex.join(command)
     return text if len(text) <= width else text[: width - 1] + "…"
 

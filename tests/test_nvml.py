@@ -1,0 +1,77 @@
+"""The NVML boundary against a stand-in ``pynvml`` module (this machine has no GPU):
+units (millijoules to joules), unsupported counters, and error translation."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+
+from executors.errors import GpuControlError
+from executors.gpu import FakeGpuControl, gpu_control_for
+
+
+class _NVMLError(Exception):
+    pass
+
+
+def _fake_pynvml(energy_mj: dict[int, int | None], init_fails: bool = False):
+    mod = types.ModuleType("pynvml")
+    mod.NVMLError = _NVMLError
+
+    def init():
+        if init_fails:
+            raise _NVMLError("Driver Not Loaded")
+
+    def energy(handle):
+        value = energy_mj[handle]
+        if value is None:
+            raise _NVMLError("Not Supported")
+        return value
+
+    mod.nvmlInit = init
+    mod.nvmlShutdown = lambda: None
+    mod.nvmlDeviceGetCount = lambda: len(energy_mj)
+    mod.nvmlDeviceGetHandleByIndex = lambda i: i
+    mod.nvmlDeviceGetTotalEnergyConsumption = energy
+    mod.nvmlDeviceGetName = lambda h: b"NVIDIA H100 80GB HBM3"
+    mod.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"
+    mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=80 * 1024**3)
+    mod.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=f"0000:0{h}:00.0")
+    return mod
+
+
+def test_energy_counter_in_joules_and_unsupported_gpus(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml({0: 123_456, 1: None}))
+    from executors.nvml import NvmlGpuControl
+
+    ctl = NvmlGpuControl()
+    assert ctl.device_count() == 2
+    assert ctl.supports_energy_counter(0) and ctl.energy_j(0) == pytest.approx(123.456)
+    assert not ctl.supports_energy_counter(1)
+    with pytest.raises(GpuControlError, match="energy counter"):
+        ctl.energy_j(1)
+    info = ctl.info(0)
+    assert info.model == "NVIDIA H100 80GB HBM3" and info.memory_mb == 80 * 1024
+
+
+def test_no_driver_is_a_gpu_control_error_and_detection_finds_nothing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml({}, init_fails=True))
+    from executors.gpu import detect_gpus
+    from executors.nvml import NvmlGpuControl
+
+    with pytest.raises(GpuControlError, match="NVML unavailable"):
+        NvmlGpuControl()
+    assert detect_gpus() == []
+
+
+def test_fake_gpus():
+    ctl = FakeGpuControl(2, power_w=50, clock=lambda: 10.0)
+    assert [g.index for g in ctl.devices()] == [0, 1] and ctl.energy_j(1) == 500
+    assert not FakeGpuControl(1).supports_energy_counter(0)
+    with pytest.raises(GpuControlError):
+        ctl.info(2)
+    assert gpu_control_for("none") is None
+    with pytest.raises(ValueError):
+        gpu_control_for("rocm")

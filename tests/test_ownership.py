@@ -1,0 +1,84 @@
+"""Ownership: jobs run as their submitter, users cannot touch each other's jobs, and the
+queue's files are private unless a shared group is configured."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import stat
+import tempfile
+from datetime import UTC, datetime
+
+import pytest
+
+from orchestrator import store
+from orchestrator.db import Database
+from orchestrator.errors import PermissionDenied
+from orchestrator.ownership import User
+from orchestrator.spec import build_spec
+
+NOBODY = pwd.getpwnam("nobody") if "nobody" in {p.pw_name for p in pwd.getpwall()} else None
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0 or NOBODY is None, reason="needs root and a 'nobody' user"
+)
+
+
+def _submit_as(db: Database, user: User, command: list[str], workdir: str) -> int:
+    now = datetime.now(UTC)
+    spec = build_spec(
+        {"command": command, "gpus": 1, "workdir": workdir},
+        now=now,
+        cwd=workdir,
+        base_env={"PATH": "/usr/bin:/bin"},
+    )
+    (job,) = store.submit(db, [spec], user=user, now=now, largest_node_gpus=4)
+    return job.id
+
+
+@needs_root
+def test_root_daemon_runs_each_job_as_its_submitter(cli):
+    cli.run("ls")  # creates the database
+    db = Database(f"sqlite:///{cli.home / 'gridshift.db'}")
+    workdir = tempfile.mkdtemp(prefix="gridshift-nobody-")
+    os.chmod(workdir, 0o755)
+    nobody = User(NOBODY.pw_name, NOBODY.pw_uid)
+    theirs = _submit_as(db, nobody, ["id", "-u"], workdir)
+    mine = cli.submit("--", "id", "-u")
+    cli.run_until_idle()
+    assert cli.json("show", str(theirs))["user"] == "nobody"
+    assert cli.run("logs", str(theirs)).stdout.strip() == str(NOBODY.pw_uid)
+    assert cli.run("logs", str(mine)).stdout.strip() == "0"
+    log = (cli.home / "logs" / f"{theirs}.log").stat()
+    assert log.st_uid == NOBODY.pw_uid and stat.S_IMODE(log.st_mode) == 0o600
+
+
+def test_users_cannot_cancel_each_others_jobs(tmp_path):
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    alice, bob, root = User("alice", 1001), User("bob", 1002), User("root", 0)
+    a = _submit_as(db, alice, ["true"], str(tmp_path))
+    b = _submit_as(db, alice, ["true"], str(tmp_path))
+    now = datetime.now(UTC)
+    with pytest.raises(PermissionDenied, match="belongs to alice"):
+        store.cancel(db, [a], user=bob, now=now)
+    assert store.cancel(db, [a], user=alice, now=now) == [(a, "cancelled")]
+    assert store.cancel(db, [b], user=root, now=now) == [(b, "cancelled")]
+
+
+def test_shared_group_makes_the_queue_group_readable(cli):
+    group = "nogroup" if os.geteuid() == 0 else None
+    if group is None:
+        pytest.skip("needs root to hand files to another group")
+    import grp
+
+    gid = grp.getgrnam(group).gr_gid
+    home = cli.home / "shared"
+    cli.env["GRIDSHIFT_HOME"] = str(home)
+    cli.env["GRIDSHIFT_SHARED_GROUP"] = group
+    cli.submit("--", "true")
+    cli.run_until_idle()
+    assert stat.S_IMODE(home.stat().st_mode) == 0o2770 and home.stat().st_gid == gid
+    db = (home / "gridshift.db").stat()
+    assert stat.S_IMODE(db.st_mode) == 0o660 and db.st_gid == gid
+    log = (home / "logs" / "1.log").stat()
+    assert stat.S_IMODE(log.st_mode) == 0o640 and log.st_gid == gid
