@@ -64,14 +64,12 @@ class Dispatcher:
                     )
                     log.info("job %s: launch was interrupted; requeued", job.id)
                 else:
-                    att.state, att.handle, att.started_at = "running", handle.to_dict(), now
-                    job.started_at = job.started_at or now
-                    transition(
+                    _mark_running(
                         session,
+                        att,
                         job,
-                        JobState.RUNNING,
-                        at=now,
-                        actor=ACTOR,
+                        handle,
+                        now,
                         reason="found started after a daemon restart",
                     )
                     log.info("job %s: reattached after restart", job.id)
@@ -272,10 +270,7 @@ class Dispatcher:
             return False
         with self.db.write() as session:  # transaction 2: running
             row, job = session.get(Attempt, att.id), session.get(Job, job.id)
-            row.state, row.handle, row.started_at = "running", handle.to_dict(), now
-            session.add(row)
-            job.started_at = job.started_at or now
-            transition(session, job, JobState.RUNNING, at=now, actor=ACTOR)
+            _mark_running(session, row, job, handle, now)
         log.info("job %s: running on %s GPUs %s", job.id, node_name, _gpu_list(gpus) or "-")
         return True
 
@@ -322,6 +317,20 @@ class Dispatcher:
                     .where(col(Job.state).not_in([s.value for s in FINAL] + [JobState.LOST.value]))
                 ).one()
             )
+
+
+def _mark_running(
+    session: Session,
+    att: Attempt,
+    job: Job,
+    handle: Handle,
+    now: datetime,
+    reason: str | None = None,
+) -> None:
+    att.state, att.handle, att.started_at = "running", handle.to_dict(), now
+    session.add(att)
+    job.started_at = job.started_at or now
+    transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason=reason)
 
 
 def _gpu_list(gpus: list[int]) -> str:

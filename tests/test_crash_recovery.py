@@ -70,11 +70,13 @@ def test_job_that_ends_while_the_daemon_is_down_keeps_its_exit_code_and_end_time
 
 
 def test_daemon_restart_reattaches_to_a_running_job(cli, tmp_path):
-    job_id = cli.submit("--", "sh", "-c", "sleep 1.5; echo done")
+    # The job outlives the polling below (each CLI call takes most of a second).
+    job_id = cli.submit("--", "sh", "-c", "sleep 3; echo done")
     daemon = cli.daemon("--interval", "0.05")
     cli.wait_state(job_id, {"running"})
     daemon.send_signal(signal.SIGKILL)
     daemon.wait()
+    assert cli.json("show", str(job_id))["state"] == "running", "killed mid-run"
     cli.run_until_idle()
     job = cli.json("show", str(job_id))
     assert job["state"] == "completed" and job["attempts"] == 1
@@ -82,7 +84,7 @@ def test_daemon_restart_reattaches_to_a_running_job(cli, tmp_path):
 
 
 def test_sigterm_stops_the_daemon_and_leaves_jobs_running(cli):
-    job_id = cli.submit("--", "sh", "-c", "sleep 1; echo survived")
+    job_id = cli.submit("--", "sh", "-c", "sleep 3; echo survived")
     daemon = cli.daemon("--interval", "0.05")
     cli.wait_state(job_id, {"running"})
     daemon.terminate()
