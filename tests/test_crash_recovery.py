@@ -49,11 +49,12 @@ def test_sigkill_at_random_moments_loses_nothing_and_runs_nothing_twice(cli, tmp
 
 
 def test_job_that_ends_while_the_daemon_is_down_keeps_its_exit_code_and_end_time(cli):
-    job_id = cli.submit("--", "sh", "-c", "sleep 1; exit 3")
+    job_id = cli.submit("--", "sh", "-c", "sleep 2.5; exit 3")
     daemon = cli.daemon("--interval", "0.05")
     cli.wait_state(job_id, {"running"})
     daemon.send_signal(signal.SIGKILL)
     daemon.wait()
+    assert cli.json("show", str(job_id))["state"] == "running", "killed mid-run"
     exit_file = next((cli.home / "run").glob("attempt-*")) / "exit.json"
     deadline = time.monotonic() + 10
     while not exit_file.exists():
