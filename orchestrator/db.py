@@ -122,7 +122,8 @@ class Database:
         try:
             yield
         except OperationalError as exc:
-            raise StoreError(f"database error ({self.safe_url}): {exc.orig}") from exc
+            detail = " ".join(str(exc.orig).split())  # drivers add newlines and hints
+            raise StoreError(f"database error ({self.safe_url}): {detail}") from exc
         except sqlite3.Error as exc:  # pragma: no cover - raw driver errors
             raise StoreError(f"database error ({self.safe_url}): {exc}") from exc
 
