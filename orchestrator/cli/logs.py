@@ -11,6 +11,7 @@ import typer
 from orchestrator.cli import context
 
 POLL_S = 0.25
+CHUNK = 1 << 20
 
 
 def logs(
@@ -40,21 +41,23 @@ def logs(
         try:
             with open(path, "rb") as fh:
                 fh.seek(offset)
-                chunk = fh.read()
+                got_output = False
+                while block := fh.read(CHUNK):  # stream: training logs can be huge
+                    out.write(block)
+                    offset += len(block)
+                    got_output = True
         except FileNotFoundError:
-            chunk = b""
+            got_output = False
             if not follow:
                 print(f"job {job_id} has no output yet ({state})", file=sys.stderr)
                 return
         except PermissionError:
             raise PermissionDenied(f"cannot read {path}: permission denied") from None
-        if chunk:
-            out.write(chunk)
+        if got_output:
             out.flush()
-            offset += len(chunk)
         if not follow:
             return
-        if not chunk:
+        if not got_output:
             if state in done:
                 return
             time.sleep(POLL_S)
