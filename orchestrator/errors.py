@@ -20,6 +20,8 @@ The leaf packages raise their own exceptions (they import nothing of the orchest
 
 from __future__ import annotations
 
+import sys
+
 
 class GridshiftError(Exception):
     exit_code = 1
@@ -75,6 +77,12 @@ def translate(exc: BaseException) -> GridshiftError | None:
         return exc
     import executors.errors as ex
     import placement.best_fit as pl
+
+    grid_errors = sys.modules.get("grid.errors")  # only loaded by the grid commands
+    if grid_errors is not None and isinstance(exc, grid_errors.GridDataError):
+        if isinstance(exc, grid_errors.SourceSpecError):
+            return SpecError(str(exc))
+        return GridDataError(str(exc))
 
     if isinstance(exc, ex.ExecutorError):
         return ExecutorError(str(exc))

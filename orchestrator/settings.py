@@ -12,7 +12,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from orchestrator.errors import ConfigError
@@ -38,6 +38,34 @@ class NodeConfig(BaseModel):
     identity_file: Path | None = None
 
 
+class ProviderSettings(BaseModel):
+    """One grid provider: ``[grid.electricitymaps]`` or ``GRIDSHIFT_GRID__ELECTRICITYMAPS__*``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str | None = Field(default=None, description="for proxies, mirrors, tests")
+    api_key: SecretStr | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+
+
+class GridSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: list[str] = Field(
+        default_factory=list, description="default source chain, tried in order"
+    )
+    cache: bool = True
+    timeout_s: float = Field(default=30.0, gt=0)
+    retries: int = Field(default=4, ge=0, le=10)
+    uk: ProviderSettings = Field(default_factory=ProviderSettings)
+    electricitymaps: ProviderSettings = Field(default_factory=ProviderSettings)
+    watttime: ProviderSettings = Field(default_factory=ProviderSettings)
+    energy_charts: ProviderSettings = Field(default_factory=ProviderSettings)
+    entsoe: ProviderSettings = Field(default_factory=ProviderSettings)
+    carbon_aware: ProviderSettings = Field(default_factory=ProviderSettings)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="GRIDSHIFT_", env_nested_delimiter="__", extra="forbid"
@@ -57,6 +85,7 @@ class Settings(BaseSettings):
     )
     cancel_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL")
     daemon_interval_s: float = Field(default=1.0, gt=0)
+    grid: GridSettings = Field(default_factory=GridSettings)
 
     @field_validator("home", mode="after")
     @classmethod
@@ -90,6 +119,10 @@ class Settings(BaseSettings):
     @property
     def runs_dir(self) -> Path:
         return self.home / "run"
+
+    @property
+    def grid_cache_dir(self) -> Path:
+        return self.home / "grid-cache"
 
     def log_path(self, job_id: int) -> Path:
         return self.logs_dir / f"{job_id}.log"

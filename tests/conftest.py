@@ -46,8 +46,9 @@ class Cli:
         return proc
 
     def json(self, *args: str):
-        verb, *rest = args  # --json right after the verb: after "--" it is the job's
-        return json.loads(self.run(verb, "--json", *rest).stdout)
+        # --json right after the (sub)command: after "--" it would be the job's
+        words = 2 if args[0] == "grid" else 1
+        return json.loads(self.run(*args[:words], "--json", *args[words:]).stdout)
 
     def submit(self, *args: str) -> int:
         return int(self.run("submit", *args).stdout.strip())

@@ -12,6 +12,7 @@ import typer
 from orchestrator.cli import context
 from orchestrator.cli.cancel import cancel
 from orchestrator.cli.daemon_cmd import daemon
+from orchestrator.cli.grid_cmd import grid_app
 from orchestrator.cli.listing import ls, show
 from orchestrator.cli.logs import logs
 from orchestrator.cli.nodes import nodes
@@ -49,6 +50,7 @@ app.command()(cancel)
 app.command()(logs)
 app.command()(nodes)
 app.command()(daemon)
+app.add_typer(grid_app, name="grid")
 
 
 def _fail(message: str, code: int) -> None:

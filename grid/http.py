@@ -1,0 +1,115 @@
+"""HTTP for the adapters: an injected ``httpx.Client``, retries with exponential backoff
+on 429, 5xx and transport errors (honouring ``Retry-After``), and httpx errors translated
+into ``ProviderError``. Messages name the path, never the query: it may hold a token."""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from grid.errors import MissingCredentials, ProviderError
+
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class HttpApi:
+    """GET with retries against one provider."""
+
+    name = "http"
+
+    def __init__(
+        self,
+        client: httpx.Client,
+        base_url: str,
+        *,
+        retries: int = 4,
+        backoff_s: float = 1.0,
+        max_wait_s: float = 60.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.client = client
+        self.base_url = base_url.rstrip("/")
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_wait_s = max_wait_s
+        self.sleep = sleep
+
+    def get(
+        self,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        auth=None,
+    ) -> httpx.Response:
+        url = f"{self.base_url}{path}"
+        path = path or "/"  # for messages
+        last = ""
+        for attempt in range(self.retries + 1):
+            try:
+                response = self.client.get(url, params=params, headers=headers, auth=auth)
+            except httpx.TimeoutException:
+                last = "timed out"
+            except httpx.TransportError as exc:
+                last = f"connection failed ({type(exc).__name__})"
+            else:
+                if response.status_code < 400:
+                    return response
+                if response.status_code in (401, 403):
+                    raise MissingCredentials(
+                        f"{self.name}: {path} refused the credentials (HTTP "
+                        f"{response.status_code}); check the key in the settings"
+                    )
+                if response.status_code not in RETRY_STATUS:
+                    raise ProviderError(
+                        f"{self.name}: {path} answered HTTP "
+                        f"{response.status_code}: {_brief(response)}"
+                    )
+                last = f"HTTP {response.status_code}"
+                if attempt < self.retries:
+                    self.sleep(self._wait_s(response, attempt))
+                    continue
+                break
+            if attempt < self.retries:
+                self.sleep(min(self.max_wait_s, self.backoff_s * 2**attempt))
+        raise ProviderError(f"{self.name}: {path} failed after {self.retries + 1} tries ({last})")
+
+    def get_json(self, path: str, **kwargs) -> Any:
+        response = self.get(path, **kwargs)
+        try:
+            return response.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ProviderError(f"{self.name}: {path} answered malformed JSON") from None
+
+    def _wait_s(self, response: httpx.Response, attempt: int) -> float:
+        header = response.headers.get("Retry-After")
+        wait = self.backoff_s * 2**attempt
+        if header:
+            try:
+                wait = float(header)
+            except ValueError:
+                when = email.utils.parsedate_to_datetime(header)
+                if when is not None:
+                    wait = (when - datetime.now(UTC)).total_seconds()
+        return max(0.0, min(self.max_wait_s, wait))
+
+
+def _brief(response: httpx.Response) -> str:
+    text = " ".join(response.text.split())
+    return text[:160] or response.reason_phrase
+
+
+def need(value: str | None, what: str, setting: str) -> str:
+    if not value:
+        raise MissingCredentials(f"{what} is not set (setting {setting})")
+    return value
+
+
+def shape_error(source: str, what: str) -> ProviderError:
+    return ProviderError(f"{source}: unexpected response shape ({what})")

@@ -1,0 +1,159 @@
+"""CSV traces: ``csv:PATH[?column=...&time=...&quantity=...&unit=...&zone=...]``.
+
+Recognised as downloaded:
+- Electricity Maps exports (``Datetime (UTC)``, ``Carbon Intensity gCO₂eq/kWh (LCA)`` and
+  ``(direct)``): the lifecycle column by default, ``?basis=direct`` for the direct one;
+- standardised day-ahead prices (``Datetime (UTC),Datetime (Local),Price (USD/MWh)``);
+- ``Time,Carbon Intensity`` (naive UTC timestamps, as in the Let's Wait Awhile study).
+Any other CSV: ``time=`` names the timestamp column (default: the first), ``column=`` the
+value column (default: the only numeric one), ``quantity=carbon|price``, ``unit=``,
+``tz=`` for naive timestamps that are not UTC. Rows are regularised by ``grid.resample``.
+History and forecast both read the file: a trace is what happened.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from grid.errors import SourceSpecError
+from grid.signal import PRICE, Signal
+from grid.sources.base import GridSource
+
+EM_TIME = "Datetime (UTC)"
+EM_LCA = "Carbon Intensity gCO₂eq/kWh (LCA)"
+EM_DIRECT = "Carbon Intensity gCO₂eq/kWh (direct)"
+_PRICE = re.compile(r"^Price \((\w+)/MWh\)$")
+
+
+class CsvTrace(GridSource):
+    name = "csv"
+
+    def __init__(self, spec: str, path: str, options: dict[str, str]) -> None:
+        self.path = Path(path).expanduser()
+        self.options = dict(options)
+        unknown = set(options) - {
+            "column",
+            "time",
+            "quantity",
+            "unit",
+            "zone",
+            "tz",
+            "basis",
+            "kind",
+            "resolution",
+        }
+        if unknown:
+            raise SourceSpecError(f"csv: unknown option(s) {', '.join(sorted(unknown))}")
+        super().__init__(spec, zone=options.get("zone", self.path.stem))
+        self._signal: Signal | None = None
+
+    def load(self) -> Signal:
+        if self._signal is None:
+            self._signal = self._read()
+        return self._signal
+
+    def _read(self) -> Signal:
+        import pandas as pd
+
+        try:
+            frame = pd.read_csv(self.path)
+        except FileNotFoundError:
+            raise SourceSpecError(f"csv: no such file {str(self.path)!r}") from None
+        except (
+            OSError,
+            UnicodeDecodeError,
+            pd.errors.ParserError,
+            pd.errors.EmptyDataError,
+        ) as exc:
+            raise SourceSpecError(
+                f"csv: cannot read {str(self.path)!r}: {str(exc).splitlines()[0]}"
+            ) from None
+        time_col, value_col = self._columns(frame)
+        try:
+            times = pd.to_datetime(frame[time_col], utc=False, format="mixed")
+        except (ValueError, TypeError):
+            raise SourceSpecError(f"csv: column {time_col!r} does not hold timestamps") from None
+        if times.dt.tz is None:
+            times = times.dt.tz_localize(
+                self.options.get("tz", "UTC"), ambiguous="infer", nonexistent="shift_forward"
+            )
+        values = pd.to_numeric(frame[value_col], errors="coerce")
+        if values.notna().sum() == 0:
+            raise SourceSpecError(f"csv: column {value_col!r} has no numbers")
+        if "resolution" in self.options:
+            self.resolution_s = _resolution_s(self.options["resolution"])
+        rows = list(
+            zip(times.dt.tz_convert("UTC"), values.tolist(), [False] * len(values), strict=True)
+        )
+        return self.signal(rows)
+
+    def _columns(self, frame) -> tuple[str, str]:
+        cols = list(frame.columns)
+        opts = self.options
+        if EM_TIME in cols and EM_LCA in cols and "column" not in opts:
+            basis = opts.get("basis", "lifecycle")
+            if basis not in ("lifecycle", "direct"):
+                raise SourceSpecError("csv: basis must be lifecycle or direct")
+            self.basis = basis
+            if "Zone Id" in cols and "zone" not in opts and len(frame):
+                self.zone = str(frame["Zone Id"].iloc[0])
+            return EM_TIME, EM_LCA if basis == "lifecycle" else EM_DIRECT
+        price_cols = [c for c in cols if _PRICE.match(c)]
+        if EM_TIME in cols and price_cols and "column" not in opts:
+            self._as_price(_PRICE.match(price_cols[0]).group(1))
+            return EM_TIME, price_cols[0]
+        time_col = opts.get("time", cols[0])
+        if time_col not in cols:
+            raise SourceSpecError(f"csv: no column {time_col!r}; columns: {', '.join(cols)}")
+        if "column" in opts:
+            if opts["column"] not in cols:
+                raise SourceSpecError(
+                    f"csv: no column {opts['column']!r}; columns: {', '.join(cols)}"
+                )
+            value_col = opts["column"]
+        else:
+            import pandas as pd
+
+            numeric = [
+                c
+                for c in cols
+                if c != time_col and pd.to_numeric(frame[c], errors="coerce").notna().any()
+            ]
+            if not numeric:
+                raise SourceSpecError(f"csv: {self.path.name} has no numeric column")
+            if len(numeric) > 1:
+                raise SourceSpecError(
+                    f"csv: several numeric columns ({', '.join(numeric)}); "
+                    "choose one with ?column=NAME"
+                )
+            value_col = numeric[0]
+        if opts.get("quantity", "carbon") == "price":
+            self._as_price(opts.get("unit", "EUR/MWh").split("/")[0])
+        elif opts.get("quantity", "carbon") != "carbon":
+            raise SourceSpecError("csv: quantity must be carbon or price")
+        self.unit = opts.get("unit", self.unit)
+        self.kind = opts.get("kind", self.kind)
+        return time_col, value_col
+
+    def _as_price(self, currency: str) -> None:
+        self.quantity, self.currency = PRICE, currency
+        self.unit, self.kind, self.basis = f"{currency}/MWh", None, None
+
+    def history(self, start: datetime | None, end: datetime | None) -> Signal:
+        return self.load().between(start, end)
+
+    def forecast(self, issued_at: datetime, horizon: timedelta) -> Signal:
+        """A trace as a perfect forecast; for other error models see ``grid.forecasters``."""
+        signal = self.load().between(issued_at, issued_at + horizon)
+        return Signal(signal.frame.assign(forecast=True), signal.meta).with_meta(
+            issued_at=issued_at
+        )
+
+
+def _resolution_s(text: str) -> int:
+    match = re.fullmatch(r"(\d+)([smh]?)", text.strip())
+    if not match or int(match.group(1)) == 0:
+        raise SourceSpecError(f"csv: invalid resolution {text!r}; use e.g. 30m, 1h, 900")
+    return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]

@@ -1,0 +1,70 @@
+"""UK Carbon Intensity API (NESO), no key. National or regional (``uk:region=13``),
+30-minute average intensity, generation-based (direct). Ranges are fetched in chunks of at
+most 14 days, never across 1 January; ``{from}`` gets one minute added, because the API
+answers with the period that contains it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from grid.http import HttpApi, shape_error
+from grid.signal import Signal
+from grid.sources.base import GridSource, Row, chunks, iso_z, parse_time
+
+BASE_URL = "https://api.carbonintensity.org.uk"
+MAX_SPAN = timedelta(days=14)
+
+
+class UkCarbonIntensity(GridSource):
+    name = "uk"
+    basis = "direct"
+    resolution_s = 1800
+
+    def __init__(self, spec: str, api: HttpApi, region: int | None = None) -> None:
+        super().__init__(spec, zone=f"GB-region-{region}" if region else "GB")
+        self.api = api
+        self.api.name = "uk"
+        self.region = region
+
+    def _rows(self, payload) -> list[Row]:
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if isinstance(data, dict):  # regional answers wrap the list in an object
+            data = data.get("data")
+        if isinstance(data, list) and data and "regionid" in data[0]:  # regional forecast
+            data = [row for region in data for row in region.get("data", [])]
+        if not isinstance(data, list):
+            raise shape_error(self.spec, "no data list")
+        rows = []
+        for item in data:
+            try:
+                start = parse_time(item["from"])
+                intensity = item.get("intensity") or {}
+            except (KeyError, TypeError, ValueError):
+                raise shape_error(self.spec, "row without 'from'") from None
+            actual = intensity.get("actual")
+            value = actual if actual is not None else intensity.get("forecast")
+            rows.append((start, value, actual is None))
+        return rows
+
+    def history(self, start: datetime, end: datetime) -> Signal:
+        rows: list[Row] = []
+        for a, b in chunks(start, end, MAX_SPAN, split_at_new_year=True):
+            frm, to = iso_z(a + timedelta(minutes=1), True), iso_z(b, True)
+            path = (
+                f"/regional/intensity/{frm}/{to}/regionid/{self.region}"
+                if self.region
+                else f"/intensity/{frm}/{to}"
+            )
+            rows += self._rows(self.api.get_json(path))
+        return self.signal(rows, start=start, end=end)
+
+    def forecast(self, issued_at: datetime, horizon: timedelta) -> Signal:
+        frm = iso_z(issued_at + timedelta(minutes=1), True)
+        window = "fw48h" if horizon > timedelta(hours=24) else "fw24h"
+        path = (
+            f"/regional/intensity/{frm}/{window}/regionid/{self.region}"
+            if self.region
+            else f"/intensity/{frm}/{window}"
+        )
+        rows = [(t, v, True) for t, v, _ in self._rows(self.api.get_json(path))]
+        return self.signal(rows, issued_at=issued_at, end=issued_at + horizon)
