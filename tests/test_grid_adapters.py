@@ -408,3 +408,88 @@ def test_carbon_aware_sdk_history_forecast_and_501():
 def test_every_request_in_these_tests_stayed_in_process():
     """A guard: MockTransport never opens a socket; a stray real client would."""
     assert json.dumps({"ok": True})
+
+
+# -- the same failure modes for every HTTP adapter --------------------------------------------
+
+SECS = [int((T0 + timedelta(hours=i)).timestamp()) for i in range(2)]
+ADAPTERS = {
+    "uk": ("uk", {}, "/intensity/", ok({"data": uk_rows(0, 2)})),
+    "electricitymaps": (
+        "electricitymaps:DE",
+        {"api_key": "k"},
+        "/past-range",
+        ok({"data": _em_rows(T0, 2)}),
+    ),
+    "watttime": (
+        "watttime:CAISO_NORTH",
+        {"username": "u", "password": "p"},
+        "/v3/historical",
+        ok(_moer(T0, 12)),
+    ),
+    "energy-charts": (
+        "energy-charts:DE",
+        {},
+        "/co2eq",
+        ok({"unix_seconds": SECS, "co2eq": [1, 2]}),
+    ),
+    "entsoe": (
+        "entsoe:DE-LU",
+        {"api_key": "t", "base_url": "https://e.test/api"},
+        "/api",
+        httpx.Response(200, text=A44),
+    ),
+    "carbon-aware": (
+        "carbon-aware:westus",
+        {},
+        "/emissions/bylocation",
+        ok(
+            [
+                {"location": "w", "time": T0.isoformat(), "rating": 1, "duration": "01:00:00"},
+                {
+                    "location": "w",
+                    "time": (T0 + timedelta(hours=1)).isoformat(),
+                    "rating": 2,
+                    "duration": "01:00:00",
+                },
+            ]
+        ),
+    ),
+}
+
+
+def _router(path, *responses) -> Router:
+    return Router().on("/login", ok({"token": "t"})).on(path, *responses)
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_each_adapter_retries_429_then_succeeds(name):
+    spec, config, path, good = ADAPTERS[name]
+    router = _router(path, httpx.Response(429, headers={"Retry-After": "1"}), good)
+    signal = _source(spec, router, **config).history(T0, T0 + timedelta(hours=1))
+    assert len(signal.frame) >= 1 and signal.values.notna().any()
+    assert sum(path in r.url.path for r in router.requests) == 2
+
+
+@pytest.mark.parametrize("name", ADAPTERS)
+def test_each_adapter_reports_a_persistent_500(name):
+    spec, config, path, _ = ADAPTERS[name]
+    router = _router(path, httpx.Response(500))
+    with pytest.raises(ProviderError, match="HTTP 500"):
+        _source(spec, router, **config).history(T0, T0 + timedelta(hours=1))
+
+
+@pytest.mark.parametrize("name", [n for n in ADAPTERS if n != "entsoe"])
+def test_each_json_adapter_reports_malformed_json(name):
+    spec, config, path, _ = ADAPTERS[name]
+    router = _router(path, httpx.Response(200, text="<html>maintenance</html>"))
+    with pytest.raises(ProviderError, match="malformed JSON"):
+        _source(spec, router, **config).history(T0, T0 + timedelta(hours=1))
+
+
+def test_entsoe_reports_malformed_xml():
+    router = _router("/api", httpx.Response(200, text="<html>maintenance"))
+    with pytest.raises(ProviderError, match="malformed XML"):
+        _source("entsoe:DE-LU", router, api_key="t", base_url="https://e.test/api").history(
+            T0, T0 + timedelta(hours=1)
+        )

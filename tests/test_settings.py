@@ -77,3 +77,10 @@ def test_bad_config_is_a_config_error(tmp_path, monkeypatch, text, message):
     Path(tmp_path / "gridshift.toml").write_text(text)
     with pytest.raises(ConfigError, match=message):
         load_settings()
+
+
+def test_the_example_config_is_valid():
+    from tests.conftest import ROOT
+
+    s = load_settings(ROOT / "configs" / "gridshift.example.toml")
+    assert s.nodes[0].name == "gpu-box-1" and s.grid.source == ["uk"]
