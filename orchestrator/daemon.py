@@ -105,8 +105,10 @@ class Daemon:
         """One pass. Returns the seconds until the next one is due."""
         d = self.dispatcher
         d.reap(now)
-        d.stop_cancelled(now)
-        d.launch_due(now)
+        d.stop_cancelled(self.clock.now())
+        # A fresh reading: a dependency reaped above may have ended after ``now``, and a
+        # job that waited for it must not be recorded as starting before it finished.
+        d.launch_due(self.clock.now())
         return float(self.interval_s)
 
     def stop(self, *_args) -> None:
