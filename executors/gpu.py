@@ -103,6 +103,22 @@ def gpu_control_for(backend: str) -> GpuControl | None:
     raise ValueError(f"unknown GPU backend {backend!r}")
 
 
+def detect_link_levels(indices: list[int]) -> list[list[int]] | None:
+    """NVML's link-level matrix between these GPUs of this host; None without NVML."""
+    from executors.errors import GpuControlError
+
+    try:
+        from executors.nvml import NvmlGpuControl
+
+        ctl = NvmlGpuControl()
+    except GpuControlError:
+        return None
+    try:
+        return ctl.link_levels(indices)
+    finally:
+        ctl.close()
+
+
 def detect_gpus() -> list[GpuInfo]:
     """This host's GPUs through NVML; empty when there is no driver or no GPU."""
     from executors.errors import GpuControlError

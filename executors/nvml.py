@@ -68,6 +68,22 @@ class NvmlGpuControl(GpuControl):
         except self._nvml.NVMLError as exc:
             raise GpuControlError(f"GPU {index} energy counter: {exc}") from exc
 
+    def link_levels(self, indices: list[int]) -> list[list[int]] | None:
+        """NVML topology levels between GPUs (0 same board, 10 one PCIe switch, 20 several
+        switches, 30 host bridge, 40 NUMA node, 50 system); None where unsupported."""
+        nv = self._nvml
+        handles = [self._handle(i) for i in indices]
+        try:
+            return [
+                [
+                    0 if a is b else int(nv.nvmlDeviceGetTopologyCommonAncestor(a, b))
+                    for b in handles
+                ]
+                for a in handles
+            ]
+        except nv.NVMLError:
+            return None
+
     def close(self) -> None:
         with contextlib.suppress(self._nvml.NVMLError):
             self._nvml.nvmlShutdown()

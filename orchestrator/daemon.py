@@ -91,7 +91,11 @@ class Daemon:
                     f"node {node.name}: executor {node.executor!r} is not "
                     "available in this version; only 'local' is"
                 )
+        from executors.gpu import detect_link_levels
+        from orchestrator.inventory import topology
+
         self.dispatcher = Dispatcher(
+            topology=topology(nodes, link_levels=detect_link_levels),
             settings=self.settings,
             db=self.db,
             executor=self.executor,

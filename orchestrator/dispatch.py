@@ -20,13 +20,14 @@ from sqlmodel import Session, col, select
 from executors.base import Executor, Handle, LaunchSpec, PollResult, RunStatus
 from orchestrator.db import Database
 from orchestrator.errors import ExecutorError, translate
-from orchestrator.inventory import ResolvedNode, capacities
+from orchestrator.inventory import ResolvedNode, topology
 from orchestrator.models import Attempt, Job
 from orchestrator.ownership import User
 from orchestrator.settings import Settings
 from orchestrator.states import FINAL, JobState, transition
 from orchestrator.store import dependencies
-from placement.best_fit import largest_node_gpus, place
+from placement.cluster import ClusterAllocator
+from placement.topology import ClusterTopology
 
 log = logging.getLogger("gridshift.daemon")
 ACTOR = "daemon"
@@ -40,6 +41,11 @@ class Dispatcher:
     nodes: list[ResolvedNode]
     user: User  # the daemon's own user
     log_gid: int | None = None
+    topology: ClusterTopology | None = None
+
+    def __post_init__(self) -> None:
+        if self.topology is None:
+            self.topology = topology(self.nodes)
 
     # -- recovery -----------------------------------------------------------------------
     def recover(self, now: datetime) -> None:
@@ -165,9 +171,8 @@ class Dispatcher:
             dep_state = dict(
                 session.exec(select(Job.id, Job.state).where(col(Job.id).in_(dep_ids))).all()
             )
-            busy = self._busy_gpus(session)
-        caps = capacities(self.nodes, busy)
-        largest = largest_node_gpus(caps)
+            alloc = self._allocator(session)
+        largest = alloc.max_node_gpus
         started = 0
         for job in queued:
             failed_dep = next(
@@ -196,23 +201,31 @@ class Dispatcher:
                     f"cannot run jobs as {job.user}; run it as root",
                 )
                 continue
-            choice = place(caps, min(job.gpus_max, largest))
-            if choice is None:
-                break
-            if self._launch(job, choice.node, list(choice.gpu_indices), now):
+            width = min(job.gpus_max, largest)
+            if width == 0:  # a CPU-only job: the first node, no GPUs
+                node, gpus = self.nodes[0].name, []
+            else:
+                allocation = alloc.allocate(("job", job.id), width)
+                if allocation is None:
+                    break
+                (node, gpu_tuple), *_ = allocation.parts
+                gpus = list(gpu_tuple)
+            if self._launch(job, node, gpus, now):
                 started += 1
-                caps = capacities(self.nodes, _add(busy, choice.node, choice.gpu_indices))
+            elif width:
+                alloc.free(("job", job.id))
         return started
 
-    @staticmethod
-    def _busy_gpus(session: Session) -> dict[str, set[int]]:
-        busy: dict[str, set[int]] = {}
+    def _allocator(self, session: Session) -> ClusterAllocator:
+        """Buddy allocation over the cluster, holding what running attempts hold."""
+        alloc = ClusterAllocator(self.topology)
         rows = session.exec(
             select(Attempt).where(col(Attempt.state).in_(["launching", "running"]))
         ).all()
         for att in rows:
-            busy.setdefault(att.node, set()).update(att.gpu_ids)
-        return busy
+            if att.gpu_ids:
+                alloc.hold(("attempt", att.id), att.node, att.gpu_ids)
+        return alloc
 
     def _fail_queued(self, job_id: int, now: datetime, reason: str) -> None:
         with self.db.write() as session:
@@ -335,11 +348,6 @@ def _mark_running(
 
 def _gpu_list(gpus: list[int]) -> str:
     return ",".join(str(g) for g in gpus)
-
-
-def _add(busy: dict[str, set[int]], node: str, gpus) -> dict[str, set[int]]:
-    busy.setdefault(node, set()).update(gpus)
-    return busy
 
 
 def _exit_reason(result: PollResult) -> str:

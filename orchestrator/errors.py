@@ -76,7 +76,7 @@ def translate(exc: BaseException) -> GridshiftError | None:
     if isinstance(exc, GridshiftError):
         return exc
     import executors.errors as ex
-    import placement.best_fit as pl
+    import placement.errors as pl
 
     grid_errors = sys.modules.get("grid.errors")  # only loaded by the grid commands
     if grid_errors is not None and isinstance(exc, grid_errors.GridDataError):

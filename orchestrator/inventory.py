@@ -12,7 +12,7 @@ from sqlmodel import Session, delete, select
 from executors.gpu import FakeGpuControl, GpuInfo, detect_gpus
 from orchestrator.models import Gpu, Node
 from orchestrator.settings import NodeConfig, Settings
-from placement.best_fit import NodeCapacity
+from placement.topology import ClusterTopology, NodeTopology, order_from_link_levels
 
 
 @dataclass(frozen=True)
@@ -74,15 +74,23 @@ def _declared(cfg: NodeConfig) -> list[GpuInfo]:
     return [GpuInfo(index=i, uuid=f"{cfg.name}-gpu{i}", model=model) for i in range(cfg.gpus or 0)]
 
 
-def capacities(nodes: list[ResolvedNode], busy: dict[str, set[int]]) -> list[NodeCapacity]:
-    return [
-        NodeCapacity(
-            name=n.name,
-            gpu_indices=tuple(g.index for g in n.gpus),
-            busy=frozenset(busy.get(n.name, ())),
-        )
-        for n in nodes
-    ]
+def topology(nodes: list[ResolvedNode], *, link_levels=None) -> ClusterTopology:
+    """Buddy order per node: declared ``nvlink_islands``, else NVML's link matrix for a
+    local node with real GPUs (``link_levels``), else the index order."""
+    out = []
+    for n in nodes:
+        indices = [g.index for g in n.gpus]
+        islands = n.config.nvlink_islands if n.config else None
+        if islands:
+            node = NodeTopology.from_islands(n.name, islands, rack=n.rack)
+        elif n.gpu_source == "nvml" and link_levels is not None and len(indices) > 1:
+            levels = link_levels(indices)
+            order = order_from_link_levels(levels) if levels else tuple(range(len(indices)))
+            node = NodeTopology(n.name, tuple(indices[p] for p in order), rack=n.rack)
+        else:
+            node = NodeTopology(n.name, tuple(indices), rack=n.rack)
+        out.append(node)
+    return ClusterTopology(tuple(out))
 
 
 def sync_inventory(session: Session, nodes: list[ResolvedNode], now: datetime) -> None:

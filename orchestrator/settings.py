@@ -32,6 +32,9 @@ class NodeConfig(BaseModel):
     fake_gpus: int | None = Field(default=None, ge=0)
     gpu_model: str | None = None
     rack: str | None = None
+    nvlink_islands: list[list[int]] | None = Field(
+        default=None, description="GPU groups sharing the fastest link, e.g. [[0,1,2,3],[4,5,6,7]]"
+    )
     host: str | None = None
     port: int = Field(default=22, ge=1, le=65535)
     user: str | None = None

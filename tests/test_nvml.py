@@ -39,6 +39,8 @@ def _fake_pynvml(energy_mj: dict[int, int | None], init_fails: bool = False):
     mod.nvmlDeviceGetUUID = lambda h: f"GPU-{h}"
     mod.nvmlDeviceGetMemoryInfo = lambda h: types.SimpleNamespace(total=80 * 1024**3)
     mod.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=f"0000:0{h}:00.0")
+    # two PCIe switches: {0, 2} and {1, 3}; across them the host bridge
+    mod.nvmlDeviceGetTopologyCommonAncestor = lambda a, b: 10 if a % 2 == b % 2 else 30
     return mod
 
 
@@ -75,3 +77,17 @@ def test_fake_gpus():
     assert gpu_control_for("none") is None
     with pytest.raises(ValueError):
         gpu_control_for("rocm")
+
+
+def test_link_levels_give_the_buddy_order(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml({0: 1, 1: 1, 2: 1, 3: 1}))
+    from executors.gpu import detect_link_levels
+    from orchestrator.inventory import ResolvedNode, topology
+
+    levels = detect_link_levels([0, 1, 2, 3])
+    assert levels[0] == [0, 30, 10, 30]
+    node = ResolvedNode(
+        name="box", executor="local", gpus=tuple(FakeGpuControl(4).devices()), gpu_source="nvml"
+    )
+    (topo,) = topology([node], link_levels=detect_link_levels).nodes
+    assert topo.order == (0, 2, 1, 3), "GPUs on one switch form an aligned pair"

@@ -84,3 +84,15 @@ def test_the_example_config_is_valid():
 
     s = load_settings(ROOT / "configs" / "gridshift.example.toml")
     assert s.nodes[0].name == "gpu-box-1" and s.grid.source == ["uk"]
+
+
+def test_nvlink_islands_from_the_config_set_the_buddy_order(tmp_path):
+    from orchestrator.inventory import topology
+
+    config = tmp_path / "c.toml"
+    config.write_text(
+        '[[nodes]]\nname = "dgx"\nfake_gpus = 8\nrack = "r1"\n'
+        "nvlink_islands = [[0, 2, 4, 6], [1, 3, 5, 7]]\n"
+    )
+    (node,) = topology(resolve_nodes(load_settings(config))).nodes
+    assert node.order == (0, 2, 4, 6, 1, 3, 5, 7) and node.rack == "r1"
