@@ -94,6 +94,13 @@ class Executor(ABC):
         )
         return sent
 
+    def progress(self, handle: Handle) -> tuple[float, float | None] | None:
+        """The job's own progress report (done, total), or None when it made none."""
+        return self._do_progress(handle)
+
+    def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
+        return None
+
     def recover(self, attempt_id: int, run_dir: str) -> Handle | None:
         """For an attempt whose launch a crash interrupted: its handle when it did start,
         None when it never will (and now cannot) start, so the job may be requeued."""

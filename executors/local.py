@@ -25,7 +25,8 @@ class LocalExecutor(Executor):
     def _do_launch(self, spec: LaunchSpec) -> Handle:
         run_dir = Path(spec.run_dir)
         try:
-            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            os.chmod(run_dir, 0o711)  # the job may reach its progress file, not list
             runfiles.write_json(
                 run_dir / runfiles.SPEC,
                 {
@@ -86,6 +87,13 @@ class LocalExecutor(Executor):
     def _job_process(run_dir: Path) -> ProcessId | None:
         data = runfiles.read_json(run_dir / runfiles.JOB)
         return ProcessId.from_dict(data) if data else None
+
+    def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
+        try:
+            text = (Path(handle.run_dir) / runfiles.PROGRESS).read_text()
+        except (FileNotFoundError, PermissionError, UnicodeDecodeError):
+            return None
+        return runfiles.parse_progress(text)
 
     # -- signal -------------------------------------------------------------------------
     def _do_signal(self, handle: Handle, sig: int) -> bool:

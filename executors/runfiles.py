@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-SPEC, CLAIM, JOB, EXIT = "spec.json", "claim", "job.json", "exit.json"
+SPEC, CLAIM, JOB, EXIT, PROGRESS = "spec.json", "claim", "job.json", "exit.json", "progress"
 
 
 def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
@@ -59,3 +59,25 @@ def read_claim(run_dir: Path) -> str | None:
         return (run_dir / CLAIM).read_text()
     except FileNotFoundError:
         return None
+
+
+def parse_progress(text: str) -> tuple[float, float | None] | None:
+    """A job's progress report: ``"DONE TOTAL"``, ``"DONE/TOTAL"``, ``"DONE"`` or JSON
+    ``{"done": D, "total": T}``. None when it is empty or unreadable (a job may be in the
+    middle of writing it)."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        if text.startswith("{"):
+            data = json.loads(text)
+            done, total = float(data["done"]), data.get("total")
+            return done, None if total is None else float(total)
+        parts = text.replace("/", " ").split()
+        done = float(parts[0])
+        total = float(parts[1]) if len(parts) > 1 else None
+    except (ValueError, KeyError, TypeError, IndexError):
+        return None
+    if done < 0 or (total is not None and total <= 0):
+        return None
+    return done, total

@@ -50,6 +50,17 @@ def _open_log(spec: dict) -> int:
     return fd
 
 
+def _progress_file(run_dir: Path, spec: dict) -> str:
+    """An empty progress file the job (as its own user) may overwrite."""
+    path = run_dir / runfiles.PROGRESS
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    uid = spec.get("run_as_uid")
+    if uid is not None and os.geteuid() == 0:
+        os.fchown(fd, uid, -1)
+    os.close(fd)
+    return str(path)
+
+
 def _identity_kwargs(spec: dict) -> dict:
     uid = spec.get("run_as_uid")
     if uid is None or uid == os.geteuid():
@@ -72,6 +83,8 @@ def run(run_dir: Path) -> int:
         signal.signal(sig, _ignore)
 
     log_fd = _open_log(spec)
+    env = dict(spec["env"])
+    env["GRIDSHIFT_PROGRESS_FILE"] = _progress_file(run_dir, spec)
     gpus: list[int] = spec["gpu_indices"]
     try:
         ctl = gpu_control_for(spec["gpu_backend"])
@@ -83,7 +96,7 @@ def run(run_dir: Path) -> int:
         child = subprocess.Popen(
             spec["command"],
             cwd=spec["workdir"],
-            env=spec["env"],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=subprocess.STDOUT,

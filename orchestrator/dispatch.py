@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from sqlmodel import Session, col, select
 
 from executors.base import Executor, Handle, LaunchSpec, PollResult, RunStatus
+from orchestrator.calibration import learn
 from orchestrator.db import Database
 from orchestrator.errors import ExecutorError, translate
 from orchestrator.inventory import ResolvedNode, topology
@@ -88,12 +89,23 @@ class Dispatcher:
             running = session.exec(select(Attempt).where(Attempt.state == "running")).all()
         ended = 0
         for attempt in running:
-            result = self.executor.poll(Handle.from_dict(attempt.handle))
+            handle = Handle.from_dict(attempt.handle)
+            result = self.executor.poll(handle)
+            self._record_progress(attempt, self.executor.progress(handle), now)
             if result.status is RunStatus.RUNNING:
                 continue
             self._record_end(attempt.id, result, now)
             ended += 1
         return ended
+
+    def _record_progress(self, attempt: Attempt, progress, now: datetime) -> None:
+        if progress is None or progress == (attempt.progress_done, attempt.progress_total):
+            return
+        with self.db.write() as session:
+            row = session.get(Attempt, attempt.id)
+            row.progress_done, row.progress_total = progress
+            row.progress_at = now
+            session.add(row)
 
     def _record_end(self, attempt_id: int, result: PollResult, now: datetime) -> None:
         with self.db.write() as session:
@@ -117,6 +129,8 @@ class Dispatcher:
             else:
                 to, reason = JobState.FAILED, _exit_reason(result)
             transition(session, job, to, at=ended_at, actor=ACTOR, reason=reason)
+            if to is JobState.COMPLETED:
+                learn(session, job, att, now)
         log.info("job %s: %s%s", job.id, to, f" ({reason})" if reason else "")
 
     # -- cancel -------------------------------------------------------------------------

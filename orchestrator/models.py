@@ -85,6 +85,9 @@ class Attempt(SQLModel, table=True):
     exit_code: int | None = None
     signal: int | None = None
     energy_j: float | None = None
+    progress_done: float | None = None  # the job's own report, see GRIDSHIFT_PROGRESS_FILE
+    progress_total: float | None = None
+    progress_at: datetime | None = _utc()
     term_sent_at: datetime | None = _utc()
     kill_sent_at: datetime | None = _utc()
     detail: str | None = None
@@ -117,3 +120,15 @@ class Gpu(SQLModel, table=True):
     uuid: str
     model: str
     memory_mb: int | None = None
+
+
+class Calibration(SQLModel, table=True):
+    """What runs of a job name measured, to refine its model (online calibration):
+    throughput in the job's own work units per second and power per GPU, at a width."""
+
+    name: str = Field(primary_key=True)
+    gpus: int = Field(primary_key=True)
+    throughput_per_s: float
+    power_w_per_gpu: float | None = None
+    samples: int = 0
+    updated_at: datetime = _utc(nullable=False)

@@ -67,7 +67,8 @@ def prepare_home(settings: Settings) -> HomeLayout:
     layout = home_layout(settings)
     for path in (settings.home, settings.logs_dir):
         _make_dir(path, layout.dir_mode, layout.gid)
-    _make_dir(settings.runs_dir, 0o700, None)  # run files hold job environments
+    # traversable, not listable: jobs reach their progress file; spec files stay 0600
+    _make_dir(settings.runs_dir, 0o711, None)
     return layout
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
@@ -127,6 +127,7 @@ class JobModel:
     gpu_idle_w: float | None = None  # default: 20 % of the maximum limit
     host_w_per_gpu: float = 50.0  # CPU, memory, fans: a node's share per GPU in use
     pue: float = 1.0  # facility overhead (cooling ...)
+    power_scale: float = 1.0  # measured draw / the curve's, from NVML samples
 
     def speedup(self, n: int) -> float:
         if n <= 0:
@@ -153,7 +154,8 @@ class JobModel:
 
     def power_w(self, n: int, f: float = 1.0) -> float:
         """Facility power while running: GPUs at the cap's draw plus host share, × PUE."""
-        return (n * (self.curve.power_w(f) + self.host_w_per_gpu)) * self.pue
+        gpu_w = self.curve.power_w(f) * self.power_scale
+        return (n * (gpu_w + self.host_w_per_gpu)) * self.pue
 
     def idle_power_w(self, n: int) -> float:
         idle = self.gpu_idle_w if self.gpu_idle_w is not None else 0.2 * self.curve.max_limit_w
@@ -168,14 +170,8 @@ class JobModel:
     def calibrated(self, measured_throughput: float, n: int, f: float) -> JobModel:
         """The same model scaled so that it predicts ``measured_throughput`` at (n, f)."""
         factor = measured_throughput / self.throughput(n, f)
-        return JobModel(
-            self.full_duration_s / factor,
-            self.ref_gpus,
-            self.curve,
-            self.total_work,
-            self.efficiency,
-            self.throughput_table,
-            self.gpu_idle_w,
-            self.host_w_per_gpu,
-            self.pue,
-        )
+        return replace(self, full_duration_s=self.full_duration_s / factor)
+
+    def with_power_scale(self, power_scale: float) -> JobModel:
+        """The same model with GPU power scaled to what NVML measured."""
+        return replace(self, power_scale=power_scale)

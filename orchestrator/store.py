@@ -156,3 +156,13 @@ def cancel(db: Database, job_ids: list[int], *, user: User, now: datetime) -> li
         return outcome
 
     return db.write_retrying(_cancel)
+
+
+def latest_progress(session: Session, job_ids: list[int]) -> dict[int, tuple]:
+    """The progress report of each job's latest attempt: (done, total)."""
+    if not job_ids:
+        return {}
+    rows = session.exec(
+        select(Attempt).where(col(Attempt.job_id).in_(job_ids)).order_by(col(Attempt.number))
+    ).all()
+    return {a.job_id: (a.progress_done, a.progress_total) for a in rows}

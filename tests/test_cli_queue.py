@@ -231,3 +231,36 @@ def test_energy_is_recorded_when_the_gpus_can_measure_it(cli):
     job = cli.json("show", "1")
     expected_kwh = 2 * 300 * 1.0 / 3.6e6  # two GPUs at 300 W for about a second
     assert job["energy_kwh"] == pytest.approx(expected_kwh, rel=0.3)
+
+
+def test_progress_reports_and_calibration(cli):
+    # the two-line helper from the README, in a job that reports 40 of 100 steps, then all
+    script = (
+        "import os, time\n"
+        "def report(done, total):\n"
+        "    open(os.environ['GRIDSHIFT_PROGRESS_FILE'], 'w').write(f'{done} {total}')\n"
+        "report(40, 100); time.sleep(1.5); report(100, 100)"
+    )
+    job_id = cli.submit(
+        "--name", "resnet", "--gpus", "2", "--duration", "10s", "--", PY, "-c", script
+    )
+    cli.daemon("--interval", "0.1")
+    deadline = time.monotonic() + 20
+    while (job := cli.json("show", str(job_id)))["progress_source"] != "reported":
+        assert time.monotonic() < deadline, job
+        time.sleep(0.1)
+    assert job["progress"] == 0.4 and job["state"] == "running"
+    done = cli.wait_state(job_id, {"completed"})
+    assert done["progress"] == 1.0
+    (row,) = cli.db_rows("SELECT name, gpus, throughput_per_s, samples FROM calibration")
+    assert row[:2] == ("resnet", 2) and row[3] == 1
+    assert 100 / 3.0 < row[2] < 100 / 1.4, "about 100 steps over the ~1.6 s run"
+
+
+def test_progress_is_estimated_without_reports(cli):
+    job_id = cli.submit("--duration", "20s", "--", "sleep", "30")
+    cli.daemon("--interval", "0.1")
+    cli.wait_state(job_id, {"running"})
+    time.sleep(1.0)
+    job = cli.json("show", str(job_id))
+    assert job["progress_source"] == "estimated" and 0 < job["progress"] < 0.5

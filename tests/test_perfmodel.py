@@ -104,3 +104,52 @@ def test_throughput_table_and_calibration():
     tuned = m.calibrated(measured_throughput=15.0, n=4, f=1.0)
     assert tuned.throughput(4) == pytest.approx(15.0)
     assert tuned.throughput(8) / tuned.throughput(4) == pytest.approx(21.3 / 18.3)
+
+
+def test_calibration_refines_later_runs_of_the_same_name(tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    from orchestrator.calibration import learn, model_for
+    from orchestrator.db import Database
+    from orchestrator.models import Attempt, Job
+
+    db = Database(f"sqlite:///{tmp_path / 'c.db'}")
+    db.ensure_schema()
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    curve = curve_for("v100")
+    with db.write() as session:
+        job = Job(
+            name="bert",
+            state="completed",
+            user="u",
+            uid=1,
+            command=["x"],
+            workdir="/",
+            gpus_min=2,
+            gpus_max=2,
+            duration_s=100.0,
+            submitted_at=t0,
+        )
+        session.add(job)
+        session.flush()
+        declared = model_for(session, job, curve)
+        assert declared.time_s(1.0, 2) == pytest.approx(100)
+        for seconds, energy_j in ((50.0, 2 * 200 * 50.0), (25.0, None)):
+            att = Attempt(
+                job_id=job.id,
+                number=1,
+                state="exited",
+                node="n",
+                gpu_ids=[0, 1],
+                run_dir="/x",
+                started_at=t0,
+                finished_at=t0 + timedelta(seconds=seconds),
+                progress_done=1000.0,
+                energy_j=energy_j,
+            )
+            row = learn(session, job, att, t0)
+        assert row.samples == 2 and row.throughput_per_s == pytest.approx(0.5 * 40 + 0.5 * 20)
+        assert row.power_w_per_gpu == pytest.approx(200)
+        tuned = model_for(session, job, curve)
+        assert tuned.throughput(2) == pytest.approx(30.0), "steps per second, as measured"
+        assert tuned.power_w(2) == pytest.approx(2 * (200 + 50)), "NVML's draw, not the curve's"

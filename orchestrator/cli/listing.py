@@ -33,8 +33,14 @@ def ls(
         jobs = store.list_jobs(session, include_finished=show_all)
         deps = store.dependencies(session, [j.id for j in jobs])
         hidden = 0 if show_all else store.count_finished(session)
+        reports = store.latest_progress(session, [j.id for j in jobs if j.attempts])
     if as_json:
-        print_json([job_dict(j, deps[j.id], str(c.settings.log_path(j.id))) for j in jobs])
+        print_json(
+            [
+                job_dict(j, deps[j.id], str(c.settings.log_path(j.id)), reports.get(j.id))
+                for j in jobs
+            ]
+        )
         return
     now = utc_now()
     rows = []
@@ -109,7 +115,10 @@ def show(
     with c.db.read() as session:
         job = store.get_job(session, job_id)
         data = job_dict(
-            job, store.dependencies(session, [job_id])[job_id], str(c.settings.log_path(job_id))
+            job,
+            store.dependencies(session, [job_id])[job_id],
+            str(c.settings.log_path(job_id)),
+            store.latest_progress(session, [job_id]).get(job_id),
         )
         events = store.events(session, job_id)
     data["events"] = [

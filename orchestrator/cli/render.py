@@ -36,6 +36,8 @@ JOB_KEYS = (
     "attempts",
     "cancel_requested",
     "log_path",
+    "progress",
+    "progress_source",
 )
 
 
@@ -47,9 +49,27 @@ def local_time(value: datetime | None) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
-def job_dict(job, after: list[int], log_path: str) -> dict[str, Any]:
+def progress_of(
+    job, report: tuple[float | None, float | None] | None, now: datetime
+) -> tuple[float | None, str | None]:
+    """Fraction done: the job's own report (done / total) where it made one, else an
+    estimate from elapsed time over the declared duration while it runs."""
+    if job.state == "completed":
+        return 1.0, "completed"
+    if report and report[0] is not None and report[1]:
+        return min(1.0, report[0] / report[1]), "reported"
+    if job.state == "running" and job.started_at and job.duration_s:
+        elapsed = (now - job.started_at).total_seconds()
+        return min(0.99, max(0.0, elapsed / job.duration_s)), "estimated"
+    return None, None
+
+
+def job_dict(job, after: list[int], log_path: str, report=None, now=None) -> dict[str, Any]:
     """A job as JSON. ``gpus`` is the number it holds (or held) once placed, else the
     most it asks for. The environment is never shown: it may hold secrets."""
+    from datetime import UTC
+
+    progress, source = progress_of(job, report, now or datetime.now(UTC))
     data = {
         "id": job.id,
         "name": job.name,
@@ -78,6 +98,8 @@ def job_dict(job, after: list[int], log_path: str) -> dict[str, Any]:
         "attempts": job.attempts,
         "cancel_requested": job.cancel_requested_at is not None,
         "log_path": log_path,
+        "progress": None if progress is None else round(progress, 4),
+        "progress_source": source,
     }
     assert tuple(data) == JOB_KEYS
     return data
