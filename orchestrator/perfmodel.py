@@ -175,3 +175,16 @@ class JobModel:
     def with_power_scale(self, power_scale: float) -> JobModel:
         """The same model with GPU power scaled to what NVML measured."""
         return replace(self, power_scale=power_scale)
+
+
+@dataclass(frozen=True)
+class ClusterPower:
+    """Power the cluster draws besides its running jobs: idle GPUs, and nodes that are on
+    (a node with every GPU idle can be powered down, CE-DLA's right-sizing)."""
+
+    node_idle_w: float = 150.0  # CPUs, memory, fans, network of a node that is on
+    gpu_idle_w: float = 50.0
+    pue: float = 1.0
+
+    def idle_power_w(self, nodes_on: int, idle_gpus_on: int) -> float:
+        return (nodes_on * self.node_idle_w + idle_gpus_on * self.gpu_idle_w) * self.pue

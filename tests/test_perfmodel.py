@@ -153,3 +153,11 @@ def test_calibration_refines_later_runs_of_the_same_name(tmp_path):
         tuned = model_for(session, job, curve)
         assert tuned.throughput(2) == pytest.approx(30.0), "steps per second, as measured"
         assert tuned.power_w(2) == pytest.approx(2 * (200 + 50)), "NVML's draw, not the curve's"
+
+
+def test_cluster_idle_power_and_right_sizing():
+    from orchestrator.perfmodel import ClusterPower
+
+    power = ClusterPower(node_idle_w=150, gpu_idle_w=50, pue=1.5)
+    assert power.idle_power_w(nodes_on=2, idle_gpus_on=3) == pytest.approx((300 + 150) * 1.5)
+    assert power.idle_power_w(1, 0) < power.idle_power_w(2, 0), "a powered-down node saves"
