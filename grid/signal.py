@@ -10,7 +10,7 @@ unit and currency, when a forecast was issued, and how the rows were resampled.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
@@ -115,14 +115,3 @@ class Signal:
 
 def _round(value) -> float | None:
     return None if value is None or pd.isna(value) else round(float(value), 1)
-
-
-def empty_frame(quantity: str) -> pd.DataFrame:
-    index = pd.DatetimeIndex([], tz="UTC", name="start")
-    return pd.DataFrame(
-        {quantity: pd.Series(dtype=float), "forecast": pd.Series(dtype=bool)}, index=index
-    )
-
-
-def step(resolution_s: int) -> timedelta:
-    return timedelta(seconds=resolution_s)

@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlmodel import Session, delete, select
+from sqlmodel import Session, delete
 
 from executors.gpu import FakeGpuControl, GpuInfo, detect_gpus
 from orchestrator.models import Gpu, Node
@@ -117,9 +117,3 @@ def sync_inventory(session: Session, nodes: list[ResolvedNode], now: datetime) -
             session.add(
                 Gpu(node=n.name, index=g.index, uuid=g.uuid, model=g.model, memory_mb=g.memory_mb)
             )
-
-
-def stored_nodes(session: Session) -> list[tuple[Node, list[Gpu]]]:
-    nodes = session.exec(select(Node).order_by(Node.name)).all()
-    gpus = session.exec(select(Gpu).order_by(Gpu.node, Gpu.index)).all()
-    return [(n, [g for g in gpus if g.node == n.name]) for n in nodes]

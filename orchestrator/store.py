@@ -114,14 +114,6 @@ def events(session: Session, job_id: int) -> list[Event]:
     )
 
 
-def attempts(session: Session, job_id: int) -> list[Attempt]:
-    return list(
-        session.exec(
-            select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))
-        ).all()
-    )
-
-
 def cancel(db: Database, job_ids: list[int], *, user: User, now: datetime) -> list[tuple[int, str]]:
     """Cancel jobs, all or none. Returns (id, what happened) per job. A job that has not
     started is cancelled at once; a starting or running one is marked, and the daemon

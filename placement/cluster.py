@@ -71,9 +71,6 @@ class ClusterAllocator:
     def idle_nodes(self) -> int:
         return sum(1 for i, c in enumerate(self._count) if c == self._size[i])
 
-    def can_serve(self, i: int, k: int) -> bool:
-        return self._pick(i, k) != 0
-
     def fragmentation(self, largest_waiting: int) -> int:
         """Free GPUs that cannot serve a request of ``largest_waiting`` GPUs."""
         k = largest_waiting

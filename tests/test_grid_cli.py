@@ -160,3 +160,11 @@ def test_csv_without_numbers_exits_2(cli, tmp_path):
     path.write_text("time,word\n2024-01-01,a\n2024-01-02,b\n")
     proc = cli.run("grid", "show", "-s", f"csv:{path}", check=False)
     assert proc.returncode == 2 and "no numeric column" in proc.stderr
+
+
+def test_a_range_outside_the_trace_is_one_clear_line(cli, tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("time,ci\n2024-01-01T00:00Z,1\n2024-01-01T01:00Z,2\n")
+    proc = cli.run("grid", "show", "-s", f"csv:{path}", "--start", "2030-01-01", check=False)
+    assert proc.returncode == 2 and "no data from" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -67,17 +67,17 @@ def sources(
 
 
 def _when(text: str | None) -> datetime | None:
+    from grid.sources.base import parse_time
     from orchestrator.errors import SpecError
 
     if text is None:
         return None
     try:
-        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        return parse_time(text)
     except ValueError:
         raise SpecError(
             f"invalid time {text!r}: use ISO 8601, e.g. 2023-06-01 or 2023-06-01T12:00Z"
         ) from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def _range(chain, start, end) -> tuple[datetime | None, datetime | None]:
@@ -94,6 +94,7 @@ def _range(chain, start, end) -> tuple[datetime | None, datetime | None]:
 
 
 def _load(ctx, source, start, end, forecast: bool, horizon: str):
+    from orchestrator.errors import SpecError
     from orchestrator.gridsource import open_chain
     from orchestrator.timeparse import parse_duration_s
 
@@ -105,7 +106,10 @@ def _load(ctx, source, start, end, forecast: bool, horizon: str):
     if lo is None or hi is None:  # a trace without a full range: the file's own extent
         whole = chain.sources[0].history(None, None)
         lo, hi = lo or whole.start, hi or whole.end
-    return chain, chain.history(lo, hi)
+    signal = chain.history(lo, hi) if lo < hi else None
+    if signal is None or not len(signal.frame):
+        raise SpecError(f"{chain.spec}: no data from {lo.isoformat()} to {hi.isoformat()}")
+    return chain, signal
 
 
 @grid_app.command()
