@@ -16,6 +16,7 @@ import pandas as pd
 
 from grid.errors import SourceSpecError
 from grid.signal import Signal
+from grid.steps import StepSeries
 
 KINDS = ("perfect", "seasonal-naive", "noisy")
 
@@ -52,3 +53,79 @@ def make_forecast(
         raise SourceSpecError(f"unknown forecaster {kind!r}; known: {', '.join(KINDS)}")
     frame["forecast"] = True
     return Signal(frame, window.meta).with_meta(issued_at=issued_at)
+
+
+# -- the same forecasters on step series (fast; used by planners and the simulator) --------
+class StepForecaster:
+    """What a planner sees at ``issued_s`` of the signal over ``[t0, t1)``."""
+
+    label = "perfect"
+
+    def __init__(self, actual: StepSeries) -> None:
+        self.actual = actual
+
+    def window(self, issued_s: float, t0: float, t1: float) -> StepSeries:
+        return self.actual
+
+
+class NoisySteps(StepForecaster):
+    """Actual plus seeded normal noise of ``relative_error`` × the series mean, drawn once
+    for the whole series: the error model of the Let's Wait Awhile study."""
+
+    def __init__(self, actual: StepSeries, relative_error: float, seed: int = 0) -> None:
+        super().__init__(actual)
+        self.label = f"noise:{relative_error:g}"
+        rng = np.random.default_rng(seed)
+        sd = relative_error * float(actual.values.mean())
+        self._noisy = actual.with_values(actual.values + rng.normal(0.0, sd, len(actual)))
+
+    def window(self, issued_s: float, t0: float, t1: float) -> StepSeries:
+        return self._noisy
+
+
+class SeasonalNaiveSteps(StepForecaster):
+    """Each slot not yet known at ``issued_s`` takes the value one period (or a whole
+    number of periods) earlier that was known then."""
+
+    def __init__(self, actual: StepSeries, period_s: float = 86400.0) -> None:
+        super().__init__(actual)
+        self.label = "naive" if period_s == 86400 else f"naive:{period_s / 86400:g}d"
+        self.period = max(1, round(period_s / actual.step_s))
+
+    def window(self, issued_s: float, t0: float, t1: float) -> StepSeries:
+        a = self.actual
+        first, last = int(a.index(min(t0, issued_s))), int(a.index(t1))
+        idx = np.arange(first, last + 1)
+        unknown = int(np.ceil((issued_s - a.start_s) / a.step_s))  # first slot starting ≥ issue
+        future = idx >= unknown
+        source = idx.copy()
+        source[future] = idx[future] - ((idx[future] - unknown) // self.period + 1) * self.period
+        source = np.clip(source, 0, len(a) - 1)
+        return StepSeries(a.start_s + first * a.step_s, a.step_s, a.values[source])
+
+
+def step_forecaster(text: str, actual: StepSeries, seed: int = 0) -> StepForecaster:
+    """``perfect``, ``naive`` (seasonal-naive, a day; ``naive:7d`` a week) or
+    ``noise:0.1`` (actual + noise of 10 % of the mean)."""
+    name, _, arg = text.strip().lower().partition(":")
+    if name == "perfect" and not arg:
+        return StepForecaster(actual)
+    if name in ("naive", "seasonal-naive"):
+        days = 1.0
+        if arg:
+            try:
+                days = float(arg.removesuffix("d"))
+            except ValueError:
+                days = 0.0
+            if days <= 0:
+                raise SourceSpecError(f"invalid forecast {text!r}: the period is like 1d or 7d")
+        return SeasonalNaiveSteps(actual, days * 86400)
+    if name in ("noise", "noisy"):
+        try:
+            error = float(arg or "0.1")
+        except ValueError:
+            error = -1.0
+        if not 0 <= error <= 5:
+            raise SourceSpecError(f"invalid forecast {text!r}: noise:0.1 means 10 % of the mean")
+        return NoisySteps(actual, error, seed)
+    raise SourceSpecError(f"unknown forecast {text!r}; use perfect, naive or noise:0.1")

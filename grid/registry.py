@@ -11,6 +11,7 @@ from grid.http import HttpApi, need
 from grid.sources import carbonaware, electricitymaps, energycharts, entsoe, uk, watttime
 from grid.sources.base import GridSource
 from grid.sources.csvtrace import CsvTrace
+from grid.sources.synthetic import Synthetic
 from grid.spec import parse_source
 
 DEFAULT_BASE_URLS = {
@@ -30,6 +31,7 @@ CREDENTIALS = {
     "entsoe": ("api_key",),
     "carbon-aware": (),
     "csv": (),
+    "synthetic": (),
 }
 
 
@@ -56,6 +58,8 @@ def build_source(
         if not spec.target:
             raise SourceSpecError("csv: give a path, e.g. csv:data/DE_2023_hourly.csv")
         return CsvTrace(spec.text, spec.target, spec.options)
+    if spec.name == "synthetic":
+        return Synthetic(spec.text, spec.options)
     api = HttpApi(client, cfg.base_url or DEFAULT_BASE_URLS[spec.name], **http_options)
     opts = spec.options
     if spec.name == "uk":

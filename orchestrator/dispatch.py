@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlmodel import Session, col, select
@@ -24,6 +24,9 @@ from orchestrator.errors import ExecutorError, translate
 from orchestrator.inventory import ResolvedNode, topology
 from orchestrator.models import Attempt, Job
 from orchestrator.ownership import User
+from orchestrator.policies.base import Policy, QueuedJob
+from orchestrator.policies.baselines import Fifo
+from orchestrator.scheduler import Scheduler
 from orchestrator.settings import Settings
 from orchestrator.states import FINAL, JobState, transition
 from orchestrator.store import dependencies
@@ -43,6 +46,7 @@ class Dispatcher:
     user: User  # the daemon's own user
     log_gid: int | None = None
     topology: ClusterTopology | None = None
+    policy: Policy = field(default_factory=Fifo)
 
     def __post_init__(self) -> None:
         if self.topology is None:
@@ -187,7 +191,7 @@ class Dispatcher:
             )
             alloc = self._allocator(session)
         largest = alloc.max_node_gpus
-        started = 0
+        eligible: dict[int, Job] = {}
         for job in queued:
             failed_dep = next(
                 (
@@ -215,19 +219,28 @@ class Dispatcher:
                     f"cannot run jobs as {job.user}; run it as root",
                 )
                 continue
-            width = min(job.gpus_max, largest)
-            if width == 0:  # a CPU-only job: the first node, no GPUs
-                node, gpus = self.nodes[0].name, []
-            else:
-                allocation = alloc.allocate(("job", job.id), width)
-                if allocation is None:
-                    break
-                (node, gpu_tuple), *_ = allocation.parts
-                gpus = list(gpu_tuple)
-            if self._launch(job, node, gpus, now):
+            eligible[job.id] = job
+        # The decision core the simulator drives too: plan, then due jobs in strict order.
+        scheduler = Scheduler(self.policy)
+        scheduler.add(_queued_view(job, largest) for job in eligible.values())
+        now_s = now.timestamp()
+        scheduler.plan(now_s)
+
+        def allocate(view: QueuedJob):
+            if view.gpus == 0:  # a CPU-only job: the first node, no GPUs
+                return (self.nodes[0].name, [])
+            allocation = alloc.allocate(("job", view.id), view.gpus)
+            if allocation is None:
+                return None
+            (node, gpu_tuple), *_ = allocation.parts
+            return (node, list(gpu_tuple))
+
+        started = 0
+        for view, (node, gpus) in scheduler.launchable(now_s, allocate):
+            if self._launch(eligible[view.id], node, gpus, now):
                 started += 1
-            elif width:
-                alloc.free(("job", job.id))
+            elif gpus:
+                alloc.free(("job", view.id))
         return started
 
     def _allocator(self, session: Session) -> ClusterAllocator:
@@ -358,6 +371,18 @@ def _mark_running(
     session.add(att)
     job.started_at = job.started_at or now
     transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason=reason)
+
+
+def _queued_view(job: Job, largest: int) -> QueuedJob:
+    return QueuedJob(
+        id=job.id,
+        gpus=min(job.gpus_max, largest),
+        submitted_s=job.submitted_at.timestamp(),
+        priority=job.priority,
+        duration_s=job.duration_s,
+        deadline_s=job.deadline.timestamp() if job.deadline else None,
+        interruptible=job.interruptible,
+    )
 
 
 def _gpu_list(gpus: list[int]) -> str:

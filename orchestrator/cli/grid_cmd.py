@@ -29,6 +29,7 @@ DESCRIPTIONS = {
     "entsoe": "ENTSO-E day-ahead prices (XML), security token",
     "carbon-aware": "Green Software Foundation Carbon Aware SDK web API, self-hosted",
     "csv": "CSV traces: Electricity Maps exports, price files, Time,Carbon Intensity, any CSV",
+    "synthetic": "a generated signal: daily solar dip, weekly pattern, seeded noise (demos)",
 }
 
 

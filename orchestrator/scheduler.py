@@ -1,0 +1,118 @@
+"""The decision core of one daemon pass, shared by the live daemon and the simulator:
+plan queued jobs with a policy, then pick the jobs that are due and fit, in queue order.
+
+Queue order is priority (high first), then submission time, then id. Among jobs that are
+due, the order is strict: the first one that does not fit waits, and so does every job
+behind it, so a wide job is never starved by narrow ones. Jobs not yet due wait in a heap
+by planned start; ``next_start_s`` tells the daemon when to wake for them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from orchestrator.policies.base import Decision, Policy, QueuedJob, Snapshot
+
+Allocate = Callable[[QueuedJob], object | None]  # an allocation, or None: does not fit
+
+
+@dataclass(slots=True)
+class _Entry:
+    job: QueuedJob
+    decision: Decision
+    seq: int  # heap items carry it: an item is stale unless its job's entry has it
+
+
+class Scheduler:
+    def __init__(self, policy: Policy, forecast=None, max_defer_s: float | None = None) -> None:
+        self.policy = policy
+        self.forecast = forecast
+        self.max_defer_s = max_defer_s
+        self._entries: dict[int, _Entry] = {}
+        self._unplanned: list[QueuedJob] = []
+        self._waiting: list[tuple[float, int, int]] = []  # (start, seq, id)
+        self._due: list[tuple[int, float, int, int]] = []  # (-priority, submitted, seq, id)
+        self._seq = 0
+
+    # -- the queue ----------------------------------------------------------------------
+    def add(self, jobs: Iterable[QueuedJob]) -> None:
+        self._unplanned.extend(jobs)
+
+    def withdraw(self, job_id: int) -> None:
+        """Forget a job (cancelled, or started elsewhere); its heap entries go stale."""
+        self._entries.pop(job_id, None)
+
+    def decision(self, job_id: int) -> Decision | None:
+        entry = self._entries.get(job_id)
+        return entry.decision if entry else None
+
+    def __len__(self) -> int:
+        return len(self._entries) + len(self._unplanned)
+
+    # -- plan ---------------------------------------------------------------------------
+    def plan(self, now_s: float) -> None:
+        """Plan the jobs that have no plan yet (all queued jobs, for a joint planner)."""
+        if self.policy.replans_all:
+            jobs = [e.job for e in self._entries.values()] + self._unplanned
+        else:
+            jobs = self._unplanned
+        if not jobs:
+            return
+        snapshot = Snapshot(now_s, jobs, self.forecast)
+        if self.max_defer_s is not None:
+            snapshot.max_defer_s = self.max_defer_s
+        plan = self.policy.plan(snapshot)
+        self._unplanned = []
+        for job in jobs:
+            decision = plan.get(job.id) or Decision(now_s)
+            self._seq += 1
+            self._entries[job.id] = _Entry(job, decision, self._seq)
+            heapq.heappush(self._waiting, (decision.start_s, self._seq, job.id))
+
+    def next_start_s(self) -> float | None:
+        """When the earliest job not yet due becomes due."""
+        while self._waiting:
+            start, seq, job_id = self._waiting[0]
+            entry = self._entries.get(job_id)
+            if entry is not None and entry.seq == seq:
+                return start
+            heapq.heappop(self._waiting)  # stale
+        return None
+
+    # -- launch -------------------------------------------------------------------------
+    def launchable(self, now_s: float, allocate: Allocate) -> list[tuple[QueuedJob, object]]:
+        """Due jobs that fit now, each with what ``allocate`` gave it, in queue order up
+        to the first that does not fit. They leave the scheduler."""
+        waiting, due, entries = self._waiting, self._due, self._entries
+        while waiting and waiting[0][0] <= now_s:
+            _, seq, job_id = heapq.heappop(waiting)
+            entry = entries.get(job_id)
+            if entry is not None and entry.seq == seq:
+                job = entry.job
+                heapq.heappush(due, (-job.priority, job.submitted_s, seq, job_id))
+        started: list[tuple[QueuedJob, object]] = []
+        while due:
+            _, _, seq, job_id = due[0]
+            entry = entries.get(job_id)
+            if entry is None or entry.seq != seq:
+                heapq.heappop(due)
+                continue
+            allocation = allocate(entry.job)
+            if allocation is None:
+                break
+            heapq.heappop(due)
+            del entries[job_id]
+            started.append((entry.job, allocation))
+        return started
+
+    def blocked(self) -> QueuedJob | None:
+        """The due job at the head of the queue that did not fit, if any."""
+        while self._due:
+            _, _, seq, job_id = self._due[0]
+            entry = self._entries.get(job_id)
+            if entry is not None and entry.seq == seq:
+                return entry.job
+            heapq.heappop(self._due)
+        return None
