@@ -94,6 +94,16 @@ class Executor(ABC):
         )
         return sent
 
+    def set_power_cap(self, handle: Handle, cap_fraction: float) -> bool:
+        """Cap the job's GPUs at ``cap_fraction`` of their maximum power limit (1.0 lifts
+        the cap). False where this backend cannot change limits."""
+        if not 0 < cap_fraction <= 1:
+            raise LaunchError(f"a power cap is a fraction in (0, 1], not {cap_fraction}")
+        return self._do_set_power_cap(handle, cap_fraction)
+
+    def _do_set_power_cap(self, handle: Handle, cap_fraction: float) -> bool:
+        return False
+
     def progress(self, handle: Handle) -> tuple[float, float | None] | None:
         """The job's own progress report (done, total), or None when it made none."""
         return self._do_progress(handle)

@@ -236,7 +236,7 @@ class Dispatcher:
             return (node, list(gpu_tuple))
 
         started = 0
-        for view, (node, gpus) in scheduler.launchable(now_s, allocate):
+        for view, _plan, (node, gpus) in scheduler.launchable(now_s, allocate):
             if self._launch(eligible[view.id], node, gpus, now):
                 started += 1
             elif gpus:

@@ -66,10 +66,14 @@ class Scheduler:
         plan = self.policy.plan(snapshot)
         self._unplanned = []
         for job in jobs:
-            decision = plan.get(job.id) or Decision(now_s)
-            self._seq += 1
-            self._entries[job.id] = _Entry(job, decision, self._seq)
-            heapq.heappush(self._waiting, (decision.start_s, self._seq, job.id))
+            self.add_planned(job, plan.get(job.id) or Decision(now_s))
+
+    def add_planned(self, job: QueuedJob, decision: Decision) -> None:
+        """Queue a job with a plan it already has (e.g. the rest of its intervals after a
+        suspension)."""
+        self._seq += 1
+        self._entries[job.id] = _Entry(job, decision, self._seq)
+        heapq.heappush(self._waiting, (decision.start_s, self._seq, job.id))
 
     def next_start_s(self) -> float | None:
         """When the earliest job not yet due becomes due."""
@@ -82,9 +86,11 @@ class Scheduler:
         return None
 
     # -- launch -------------------------------------------------------------------------
-    def launchable(self, now_s: float, allocate: Allocate) -> list[tuple[QueuedJob, object]]:
-        """Due jobs that fit now, each with what ``allocate`` gave it, in queue order up
-        to the first that does not fit. They leave the scheduler."""
+    def launchable(
+        self, now_s: float, allocate: Allocate
+    ) -> list[tuple[QueuedJob, Decision, object]]:
+        """Due jobs that fit now, each with its plan and what ``allocate`` gave it, in
+        queue order up to the first that does not fit. They leave the scheduler."""
         waiting, due, entries = self._waiting, self._due, self._entries
         while waiting and waiting[0][0] <= now_s:
             _, seq, job_id = heapq.heappop(waiting)
@@ -92,7 +98,7 @@ class Scheduler:
             if entry is not None and entry.seq == seq:
                 job = entry.job
                 heapq.heappush(due, (-job.priority, job.submitted_s, seq, job_id))
-        started: list[tuple[QueuedJob, object]] = []
+        started: list[tuple[QueuedJob, Decision, object]] = []
         while due:
             _, _, seq, job_id = due[0]
             entry = entries.get(job_id)
@@ -104,7 +110,7 @@ class Scheduler:
                 break
             heapq.heappop(due)
             del entries[job_id]
-            started.append((entry.job, allocation))
+            started.append((entry.job, entry.decision, allocation))
         return started
 
     def blocked(self) -> QueuedJob | None:

@@ -1,0 +1,186 @@
+"""From a scenario to what every policy's run shares: the carbon (and price) signal as step
+series, the jobs on the signal's time line with their deadlines and interruptibility, the
+cluster topology and the power curve. Anything left out is said in ``notes``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from orchestrator.errors import GridDataError, SpecError
+from orchestrator.sim.deadlines import DeadlineRule
+from orchestrator.sim.scenario import ClusterConfig, Scenario, resolve_path
+from orchestrator.sim.traces import TraceJobs, read_trace, shift_onto
+from orchestrator.timeparse import parse_duration_s
+from placement.topology import ClusterTopology, NodeTopology
+
+MARGIN_S = 30 * 86400  # the signal is continued this far past the last deadline
+
+
+@dataclass
+class SimInputs:
+    scenario: Scenario
+    carbon: object  # grid.steps.StepSeries (continued past its end, see ``carbon_end_s``)
+    carbon_end_s: float  # end of the real data
+    price: object | None
+    price_unit: str | None
+    signal_label: str
+    jobs: TraceJobs
+    deadline_s: np.ndarray  # NaN: none
+    interruptible: np.ndarray  # bool
+    topology: ClusterTopology
+    curve: object  # orchestrator.perfmodel.PowerCurve
+    cluster: ClusterConfig
+    max_defer_s: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(n.gpus for n in self.topology.nodes)
+
+
+def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
+    from grid.steps import StepSeries
+    from orchestrator.perfmodel import curve_for
+
+    notes: list[str] = []
+    signal = _load_signal(resolve_path(scenario.grid.source, base), scenario, settings)
+    carbon, filled = StepSeries.from_signal(signal)
+    if filled:
+        notes.append(f"{filled} unknown carbon values were interpolated")
+    price, price_unit = None, None
+    if scenario.grid.price:
+        price_signal = _load_signal(resolve_path(scenario.grid.price, base), scenario, settings)
+        if price_signal.meta.quantity != "price_per_mwh":
+            raise SpecError(f"{scenario.grid.price}: not a price signal")
+        price, _ = StepSeries.from_signal(price_signal)
+        price_unit = price_signal.meta.currency or price_signal.meta.unit
+    topology = build_topology(scenario.cluster)
+    total = sum(n.gpus for n in topology.nodes)
+    jobs = _load_jobs(scenario, base, carbon.start_s, total)
+    jobs = shift_onto(jobs, carbon.start_s, carbon.end_s)
+    if jobs.shift_s and not jobs.relative:
+        weeks = jobs.shift_s / (7 * 86400)
+        if abs(weeks) >= 1:
+            notes.append(f"the trace was moved by {weeks:+.0f} weeks onto the signal's year")
+    inside = (jobs.submit_s >= carbon.start_s) & (jobs.submit_s < carbon.end_s)
+    if not inside.all():
+        notes.append(f"{int((~inside).sum())} jobs submitted outside the signal were left out")
+        jobs = jobs.take(np.flatnonzero(inside))
+    largest_fit = jobs.gpus <= total
+    if not largest_fit.all():
+        notes.append(f"{int((~largest_fit).sum())} jobs wider than the cluster were left out")
+        jobs = jobs.take(np.flatnonzero(largest_fit))
+    if scenario.jobs.max_jobs:
+        jobs = jobs.head(scenario.jobs.max_jobs)
+    if not len(jobs):
+        raise SpecError("no jobs to simulate in the signal's time range")
+    rule = DeadlineRule(scenario.jobs.deadline_rule)
+    _check_timezone(scenario.timezone)
+    ruled = rule.deadlines(jobs.submit_s, jobs.duration_s, scenario.timezone)
+    deadline = np.where(np.isnan(jobs.deadline_s), ruled, jobs.deadline_s)
+    rng = np.random.default_rng([scenario.seed, 1])
+    drawn = rng.uniform(0, 1, len(jobs)) < scenario.jobs.interruptible
+    interruptible = np.where(jobs.interruptible >= 0, jobs.interruptible == 1, drawn)
+    max_defer_s = parse_duration_s(scenario.max_defer)
+    horizon = np.nanmax(np.concatenate((deadline, jobs.submit_s + jobs.duration_s)))
+    horizon = max(horizon, float(jobs.submit_s[-1]) + max_defer_s) + MARGIN_S
+    end_s = carbon.end_s
+    carbon = carbon.extended(horizon)
+    if price is not None:
+        price = price.extended(horizon)
+    cfg = scenario.cluster
+    return SimInputs(
+        scenario=scenario,
+        carbon=carbon,
+        carbon_end_s=end_s,
+        price=price,
+        price_unit=price_unit,
+        signal_label=f"{signal.meta.zone} ({signal.meta.unit})",
+        jobs=jobs,
+        deadline_s=deadline,
+        interruptible=interruptible.astype(bool),
+        topology=topology,
+        curve=curve_for(cfg.gpu),
+        cluster=cfg,
+        max_defer_s=max_defer_s,
+        notes=notes,
+    )
+
+
+def build_topology(cfg: ClusterConfig) -> ClusterTopology:
+    if cfg.nodes:
+        nodes = []
+        for node in cfg.nodes:
+            if node.nvlink_islands:
+                nodes.append(NodeTopology.from_islands(node.name, node.nvlink_islands, node.rack))
+            else:
+                nodes.append(NodeTopology.plain(node.name, node.gpu_count, node.rack))
+        try:
+            return ClusterTopology(tuple(n for n in nodes if n.gpus))
+        except ValueError as exc:
+            raise SpecError(f"cluster: {exc}") from None
+    nodes, left, i = [], cfg.gpus, 0
+    while left > 0:
+        size = min(cfg.gpus_per_node, left)
+        rack = f"rack{i // cfg.nodes_per_rack:03d}"
+        nodes.append(NodeTopology.plain(f"node{i:04d}", size, rack))
+        left -= size
+        i += 1
+    return ClusterTopology(tuple(nodes))
+
+
+def _load_signal(spec: str, scenario: Scenario, settings):
+    import httpx
+
+    from grid.errors import GridDataError as LeafGridError
+    from grid.registry import build_source
+    from grid.spec import parse_source
+    from orchestrator.errors import translate
+
+    try:
+        if parse_source(spec).name in ("csv", "synthetic"):  # whole files: read once
+            signal = build_source(spec, {}, httpx.Client()).load()
+            if scenario.grid.start or scenario.grid.end:
+                signal = signal.between(_utc(scenario.grid.start), _utc(scenario.grid.end))
+        else:
+            if not (scenario.grid.start and scenario.grid.end):
+                raise SpecError(f"{spec}: a web source needs grid.start and grid.end")
+            from orchestrator.gridsource import open_chain
+            from orchestrator.settings import load_settings
+
+            chain = open_chain(settings or load_settings(), [spec])
+            signal = chain.history(_utc(scenario.grid.start), _utc(scenario.grid.end))
+    except LeafGridError as exc:
+        raise translate(exc) from None
+    if not len(signal.frame):
+        raise GridDataError(f"{spec}: no data in the requested range")
+    return signal
+
+
+def _utc(value):
+    from datetime import UTC
+
+    if value is None:
+        return None
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _load_jobs(scenario: Scenario, base: Path, start_s: float, total_gpus: int) -> TraceJobs:
+    source = scenario.jobs.source.strip()
+    if source == "synthetic" or source.startswith("synthetic:"):
+        from orchestrator.sim.synthetic import synthetic_jobs
+
+        return synthetic_jobs(source, start_s, scenario.seed, max_gpus=total_gpus)
+    return read_trace(resolve_path(source, base))
+
+
+def _check_timezone(name: str) -> None:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise SpecError(f"unknown time zone {name!r} (e.g. UTC, Europe/Berlin)") from None

@@ -1,0 +1,94 @@
+"""Run a scenario under each policy and collect the JSON the CLI prints:
+``{"scenario": ..., "policies": {name: {carbon_kg, energy_kwh, cost, ...}}}``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from orchestrator.errors import SpecError
+from orchestrator.policies.base import resolve_policy
+from orchestrator.sim.engine import RunResult, SimDaemon
+from orchestrator.sim.inputs import SimInputs, prepare
+from orchestrator.sim.metrics import metrics
+from orchestrator.sim.scenario import Scenario
+
+Progress = Callable[[str, float], None]  # (policy, share of simulated time done)
+
+
+@dataclass
+class Outcome:
+    inputs: SimInputs
+    runs: dict[str, RunResult] = field(default_factory=dict)
+    results: dict[str, dict] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        s, inp = self.inputs.scenario, self.inputs
+        return {
+            "scenario": {
+                "name": s.name,
+                "jobs": len(inp.jobs),
+                "job_source": s.jobs.source,
+                "grid": s.grid.source,
+                "price": s.grid.price,
+                "gpus": inp.total_gpus,
+                "deadline_rule": s.jobs.deadline_rule,
+                "interruptible": s.jobs.interruptible,
+                "forecast": s.forecast,
+                "seed": s.seed,
+                "timezone": s.timezone,
+                "start": _iso(float(inp.jobs.submit_s.min())),
+                "price_unit": inp.price_unit,
+                "notes": inp.notes,
+            },
+            "policies": self.results,
+        }
+
+
+def simulate(
+    scenario: Scenario,
+    base: Path,
+    *,
+    settings=None,
+    progress: Progress | None = None,
+    inputs: SimInputs | None = None,
+) -> Outcome:
+    policies = [resolve_policy(name) for name in scenario.policies]
+    if len({p.name for p in policies}) != len(policies):
+        raise SpecError("a policy is named twice")
+    inputs = inputs or prepare(scenario, base, settings)
+    forecaster = make_forecaster(scenario.forecast, inputs, scenario.seed)
+    outcome = Outcome(inputs)
+    span = max(1.0, float(inputs.jobs.submit_s[-1] - inputs.jobs.submit_s[0]))
+    first = float(inputs.jobs.submit_s[0])
+    for policy in policies:
+        report = None
+        if progress is not None:
+            name = policy.name
+
+            def report(now: float, name=name) -> None:
+                progress(name, min(1.0, (now - first) / span))
+
+        run = SimDaemon(inputs, policy, forecaster, progress=report).run()
+        if progress is not None:
+            progress(policy.name, 1.0)
+        outcome.runs[policy.name] = run
+        outcome.results[policy.name] = metrics(inputs, run)
+    return outcome
+
+
+def make_forecaster(text: str, inputs: SimInputs, seed: int):
+    from grid.errors import SourceSpecError
+    from grid.forecasters import step_forecaster
+
+    try:
+        return step_forecaster(text, inputs.carbon, seed)
+    except SourceSpecError as exc:
+        raise SpecError(str(exc)) from None
+
+
+def _iso(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).isoformat()

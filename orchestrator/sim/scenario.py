@@ -1,0 +1,171 @@
+"""A what-if scenario: a TOML file (``examples/whatif.toml``), with every option also a
+flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad input.
+
+    name = "lab, last quarter"
+    policies = ["fifo", "lowest-window", "lowest-slots"]
+    forecast = "perfect"              # perfect | naive | noise:0.1
+    seed = 0
+    timezone = "Europe/Berlin"        # deadline rules read clock times here
+
+    [jobs]
+    source = "synthetic:count=400&days=14"   # or a trace path (Philly, Tiresias, specs)
+    max_jobs = 0                      # the first N jobs in arrival order (0: all)
+    deadline_rule = "within:24h"      # none | within:D | next-workday | semi-weekly
+    interruptible = 0.3               # share of jobs that may be suspended
+
+    [grid]
+    source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
+    price = "csv:prices.csv"          # optional
+    start = "2023-01-01"              # only for web sources: the range to fetch
+    end = "2023-04-01"
+
+    [cluster]
+    gpus = 64                         # or nodes = [{name, gpus, rack}, ...]
+    gpus_per_node = 8
+    nodes_per_rack = 16
+    gpu = "v100"                      # the power curve (v100, a40, p100, rtx6000)
+    host_w_per_gpu = 50.0
+    pue = 1.0
+
+Paths are relative to the scenario file and may use environment variables
+(``$GRIDSHIFT_SHARED_DATA``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from datetime import datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from orchestrator.errors import ConfigError, SpecError
+
+
+class SimNode(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # a gridshift.toml [[nodes]] table works
+
+    name: str = Field(min_length=1)
+    gpus: int | None = Field(default=None, ge=0)
+    fake_gpus: int | None = Field(default=None, ge=0)
+    rack: str | None = None
+    nvlink_islands: list[list[int]] | None = None
+
+    @property
+    def gpu_count(self) -> int:
+        count = self.gpus if self.gpus is not None else self.fake_gpus
+        if count is None:
+            raise ConfigError(f"cluster node {self.name}: give its number of gpus")
+        return count
+
+
+class ClusterConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    gpus: int = Field(default=64, ge=1, le=1_000_000)
+    gpus_per_node: int = Field(default=8, ge=1, le=64)
+    nodes_per_rack: int = Field(default=16, ge=1)
+    nodes: list[SimNode] | None = None
+    gpu: str = "v100"
+    host_w_per_gpu: float = Field(default=50.0, ge=0)
+    pue: float = Field(default=1.0, ge=1.0, le=3.0)
+
+
+class JobsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = "synthetic"
+    max_jobs: int = Field(default=0, ge=0)
+    deadline_rule: str = "within:24h"
+    interruptible: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class GridConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = "synthetic"
+    price: str | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "what-if"
+    policies: list[str] = Field(default_factory=lambda: ["fifo", "lowest-window"])
+    forecast: str = "perfect"
+    seed: int = 0
+    timezone: str = "UTC"
+    max_defer: str = "24h"
+    jobs: JobsConfig = Field(default_factory=JobsConfig)
+    grid: GridConfig = Field(default_factory=GridConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+
+    @field_validator("policies")
+    @classmethod
+    def _some(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("name at least one policy")
+        return [v.strip().lower() for v in value]
+
+
+def load_scenario(path: Path | None) -> tuple[Scenario, Path]:
+    """The scenario in ``path`` (None: all defaults) and the folder its paths are
+    relative to."""
+    if path is None:
+        return Scenario(), Path.cwd()
+    try:
+        raw = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise SpecError(f"no such scenario file: {path}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cannot read scenario {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"scenario {path}: invalid TOML ({exc})") from None
+    return validate(raw, str(path)), Path(path).resolve().parent
+
+
+def validate(raw: dict, where: str) -> Scenario:
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "scenario"
+        raise SpecError(f"{where}: {field}: {err['msg']}") from None
+
+
+def load_cluster_file(path: Path) -> ClusterConfig:
+    """``--cluster FILE``: a TOML with a ``[cluster]`` table and/or ``[[nodes]]`` tables
+    (a gridshift.toml describes its cluster this way)."""
+    try:
+        raw = tomllib.loads(Path(path).expanduser().read_text())
+    except FileNotFoundError:
+        raise SpecError(f"no such cluster file: {path}") from None
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SpecError(f"cluster file {path}: {exc}") from None
+    table = dict(raw.get("cluster", {}))
+    if "nodes" in raw:
+        table["nodes"] = raw["nodes"]
+    if not table:
+        raise SpecError(f"cluster file {path}: no [cluster] or [[nodes]] tables")
+    try:
+        return ClusterConfig.model_validate(table)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise SpecError(f"cluster file {path}: {field}: {err['msg']}") from None
+
+
+def resolve_path(text: str, base: Path) -> str:
+    """A trace path or ``csv:PATH`` spec with variables expanded, relative to ``base``."""
+    expanded = os.path.expandvars(os.path.expanduser(text))
+    if expanded.startswith("csv:"):
+        inner = expanded[4:]
+        path, sep, query = inner.partition("?")
+        full = Path(path) if Path(path).is_absolute() else base / path
+        return f"csv:{full}{sep}{query}"
+    if ":" in expanded.split("/")[0] or expanded == "synthetic":
+        return expanded  # a source spec such as uk, synthetic:..., electricitymaps:DE
+    return str(Path(expanded) if Path(expanded).is_absolute() else base / expanded)
