@@ -124,7 +124,13 @@ def load_scenario(path: Path | None) -> tuple[Scenario, Path]:
         raise SpecError(f"cannot read scenario {path}: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"scenario {path}: invalid TOML ({exc})") from None
-    return validate(raw, str(path)), Path(path).resolve().parent
+    base = Path(path).resolve().parent
+    scenario = validate(raw, str(path))
+    scenario.jobs.source = resolve_path(scenario.jobs.source, base)
+    scenario.grid.source = resolve_path(scenario.grid.source, base)
+    if scenario.grid.price:
+        scenario.grid.price = resolve_path(scenario.grid.price, base)
+    return scenario, base
 
 
 def validate(raw: dict, where: str) -> Scenario:

@@ -142,8 +142,8 @@ def _read_philly(path: Path, frame) -> TraceJobs:
         times = pd.to_datetime(frame["timestamp"], utc=True, format="mixed")
     except (ValueError, TypeError):
         raise SpecError(f"{path.name}: column 'timestamp' does not hold times") from None
-    submit = times.astype("datetime64[ns, UTC]").to_numpy().astype("datetime64[ns]")
-    submit_s = submit.astype(np.int64) / 1e9
+    naive = times.dt.tz_convert("UTC").dt.tz_localize(None).to_numpy()
+    submit_s = naive.astype("datetime64[ns]").astype(np.int64) / 1e9
     return TraceJobs.build(
         submit_s,
         pd.to_numeric(frame["duration"], errors="coerce").to_numpy(),

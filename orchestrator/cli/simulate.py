@@ -1,0 +1,200 @@
+"""``gridshift simulate``: replay a job trace against a grid trace under each policy and
+compare them with ``fifo``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from orchestrator.cli import context
+
+Opt = typer.Option
+
+
+def simulate(
+    ctx: typer.Context,
+    scenario: Annotated[
+        Path | None, typer.Argument(help="Scenario TOML (see examples/whatif.toml).")
+    ] = None,
+    policy: Annotated[
+        str | None, Opt("--policy", help="Policies, e.g. fifo,lowest-window.")
+    ] = None,
+    forecast: Annotated[str | None, Opt("--forecast", help="perfect, naive or noise:0.1.")] = None,
+    as_json: Annotated[bool, Opt("--json", help="Print JSON (stable keys).")] = False,
+    plot: Annotated[Path | None, Opt("--plot", help="Write PNG plots into this folder.")] = None,
+    jobs: Annotated[
+        str | None, Opt("--jobs", help="Job trace (Philly, Tiresias, specs) or synthetic:...")
+    ] = None,
+    max_jobs: Annotated[
+        int | None, Opt("--max-jobs", help="Only the first N jobs in arrival order.", min=1)
+    ] = None,
+    grid: Annotated[str | None, Opt("--grid", help="Carbon signal: any grid source.")] = None,
+    price: Annotated[str | None, Opt("--price", help="Price signal: any grid source.")] = None,
+    gpus: Annotated[int | None, Opt("--gpus", help="Cluster size in GPUs.", min=1)] = None,
+    cluster: Annotated[
+        Path | None, Opt("--cluster", help="Cluster TOML ([cluster] and/or [[nodes]]).")
+    ] = None,
+    deadline_rule: Annotated[
+        str | None,
+        Opt("--deadline-rule", help="none, within:24h, next-workday or semi-weekly."),
+    ] = None,
+    interruptible: Annotated[
+        float | None,
+        Opt("--interruptible", help="Share of jobs that may be suspended (0-1).", min=0, max=1),
+    ] = None,
+    seed: Annotated[int | None, Opt("--seed", help="Seed for synthetic data and noise.")] = None,
+) -> None:
+    """Replay jobs against a historical (or synthetic) grid signal under each policy."""
+    from orchestrator.cli.render import print_json
+    from orchestrator.sim.runner import simulate as run
+    from orchestrator.sim.scenario import (
+        load_cluster_file,
+        load_scenario,
+        resolve_path,
+        validate,
+    )
+
+    if gpus is not None and cluster is not None:
+        raise typer.BadParameter("give --gpus or --cluster, not both")
+    loaded, base = load_scenario(scenario)
+    raw = loaded.model_dump(exclude_unset=True)
+    cwd = Path.cwd()
+
+    def put(section: str | None, key: str, value) -> None:
+        if value is None:
+            return
+        (raw.setdefault(section, {}) if section else raw)[key] = value
+
+    # Flags win over the file; paths given as flags are relative to where you are.
+    put(None, "policies", [p for p in policy.split(",") if p.strip()] if policy else None)
+    put(None, "forecast", forecast)
+    put(None, "seed", seed)
+    put("jobs", "source", resolve_path(jobs, cwd) if jobs else None)
+    put("jobs", "max_jobs", max_jobs)
+    put("jobs", "deadline_rule", deadline_rule)
+    put("jobs", "interruptible", interruptible)
+    put("grid", "source", resolve_path(grid, cwd) if grid else None)
+    put("grid", "price", resolve_path(price, cwd) if price else None)
+    if gpus is not None:
+        raw["cluster"] = {**raw.get("cluster", {}), "gpus": gpus}
+        raw["cluster"].pop("nodes", None)
+    if cluster is not None:
+        raw["cluster"] = load_cluster_file(cluster).model_dump(exclude_unset=True)
+    chosen = validate(raw, str(scenario or "scenario"))
+    if "fifo" not in chosen.policies:
+        chosen.policies.insert(0, "fifo")  # the baseline every policy is compared with
+
+    with _progress(enabled=not as_json) as report:
+        outcome = run(chosen, base, settings=_settings(ctx), progress=report)
+    data = outcome.to_json()
+    if plot is not None:
+        from orchestrator.sim.plots import write_plots
+
+        data["plots"] = [str(p) for p in write_plots(outcome, plot)]
+    if as_json:
+        print_json(data)
+        return
+    _table(data)
+
+
+def _settings(ctx: typer.Context):
+    try:
+        return context.get(ctx).settings
+    except Exception:  # settings only matter for web grid sources
+        return None
+
+
+class _progress:
+    """A rich progress bar on stderr, one task per policy (off for --json or no TTY)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled and sys.stderr.isatty()
+        self.bar = None
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self):
+        if not self.enabled:
+            return None
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(
+            TextColumn("{task.description:<16}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>3.0f}%"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.bar.__enter__()
+        return self.report
+
+    def report(self, policy: str, share: float) -> None:
+        if policy not in self.tasks:
+            self.tasks[policy] = self.bar.add_task(policy, total=1.0)
+        self.bar.update(self.tasks[policy], completed=share)
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
+
+
+def _table(data: dict) -> None:
+    from rich.table import Table
+
+    from orchestrator.cli.render import console
+
+    out = console()
+    s = data["scenario"]
+    out.print(
+        f"[bold]{s['name']}[/]: {s['jobs']:,} jobs on {s['gpus']:,} GPUs from {s['start'][:10]}"
+    )
+    out.print(f"grid {s['grid']}", crop=True, overflow="ellipsis", no_wrap=True)
+    out.print(f"deadlines {s['deadline_rule']}, forecast {s['forecast']}")
+    base = data["policies"]["fifo"]
+    table = Table(box=None, pad_edge=False)
+    for col in (
+        "policy",
+        "carbon kg",
+        "vs fifo",
+        "kWh",
+        "cost",
+        "JCT h",
+        "p95 JCT h",
+        "wait h",
+        "missed",
+        "GPU util",
+    ):
+        table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
+    for name, m in data["policies"].items():
+        change = _pct(m["carbon_kg"], base["carbon_kg"]) if name != "fifo" else "-"
+        cost = "-" if m["cost"] is None else f"{m['cost']:,.2f}"
+        table.add_row(
+            name,
+            f"{m['carbon_kg']:,.1f}",
+            change,
+            f"{m['energy_kwh']:,.1f}",
+            cost,
+            f"{m['avg_jct_h']:.2f}",
+            f"{m['p95_jct_h']:.2f}",
+            f"{m['avg_wait_h']:.2f}",
+            str(m["deadline_misses"]),
+            f"{100 * m['gpu_util']:.1f}%",
+        )
+    out.print(table)
+    out.print("[dim]JCT: job completion time (submission to finish), mean; wait: to first start[/]")
+    if s["price_unit"]:
+        out.print(f"cost in {s['price_unit']}")
+    for note in s["notes"]:
+        out.print(f"[dim]note: {note}[/]")
+    for path in data.get("plots", []):
+        out.print(f"wrote {path}")
+
+
+def _pct(value: float, base: float) -> str:
+    if not base:
+        return "-"
+    return f"{100 * (value - base) / base:+.1f}%"
