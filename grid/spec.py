@@ -1,6 +1,7 @@
 """Source specs as people write them: ``uk``, ``uk:region=13``, ``electricitymaps:DE``,
 ``watttime:CAISO_NORTH``, ``energy-charts:DE``, ``entsoe:DE-LU``, ``carbon-aware:westus``,
-``csv:PATH?column=...``, ``synthetic:mean=300&days=28``. Options after ``?`` (or ``key=value`` in place of the zone)."""
+``csv:PATH?column=...``, ``synthetic:mean=300&days=28``. Options after ``?`` (or
+``key=value`` in place of the zone)."""
 
 from __future__ import annotations
 

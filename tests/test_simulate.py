@@ -1,0 +1,242 @@
+"""The what-if simulator end to end: the engine's invariants on synthetic data, the
+``gridshift simulate`` command (table, JSON, plots, flags, bad input), and runs on the
+real traces when the shared data are present."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestrator.sim.runner import simulate
+from orchestrator.sim.scenario import Scenario
+from tests.conftest import ROOT, shared_data
+
+DATA = shared_data()
+KEYS = {
+    "carbon_kg",
+    "energy_kwh",
+    "cost",
+    "avg_jct_h",
+    "p50_jct_h",
+    "p95_jct_h",
+    "avg_wait_h",
+    "deadline_misses",
+    "makespan_h",
+    "gpu_util",
+    "jobs",
+}
+
+
+def _scenario(gpus=64, interruptible=0.5, count=300, **extra) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "policies": ["fifo", "lowest-window", "lowest-slots"],
+            "jobs": {"source": f"synthetic:count={count}&days=7", "interruptible": interruptible},
+            "grid": {"source": "synthetic:days=14", "price": "synthetic:quantity=price&days=14"},
+            "cluster": {"gpus": gpus},
+            **extra,
+        }
+    )
+
+
+def _max_busy_gpus(run) -> float:
+    times = np.concatenate((run.seg_start_s, run.seg_end_s))
+    delta = np.concatenate((run.seg_gpus, -run.seg_gpus))
+    order = np.lexsort((delta, times))  # ends before starts at the same time
+    return float(np.cumsum(delta[order]).max())
+
+
+def test_policies_do_the_same_work_and_carbon_aware_ones_emit_less():
+    outcome = simulate(_scenario(gpus=4096), ROOT)  # no contention: each job is on its own
+    fifo, window, slots = (outcome.results[p] for p in ("fifo", "lowest-window", "lowest-slots"))
+    for m in (fifo, window, slots):
+        assert set(m) >= KEYS and m["jobs"] == 300
+        assert m["energy_kwh"] == pytest.approx(fifo["energy_kwh"])  # same work, full power
+        assert m["deadline_misses"] == 0
+    assert window["carbon_kg"] < fifo["carbon_kg"]
+    assert slots["carbon_kg"] <= window["carbon_kg"] + 1e-6
+    assert slots["suspensions"] > 0 and window["suspensions"] == 0
+    assert fifo["avg_wait_h"] == 0 and window["avg_wait_h"] > 0
+    assert fifo["cost"] is not None and fifo["cost"] > 0
+    runs = outcome.runs
+    # each job individually: no later than its deadline, never started before submission
+    inputs = outcome.inputs
+    for run in runs.values():
+        assert np.all(run.first_start_s >= inputs.jobs.submit_s)
+        assert np.all(run.finish_s <= inputs.deadline_s + 1)
+
+
+def test_a_small_cluster_is_never_oversubscribed_and_every_job_finishes():
+    outcome = simulate(_scenario(gpus=16, count=200), ROOT)
+    for name, run in outcome.runs.items():
+        assert _max_busy_gpus(run) <= 16, name
+        assert not np.isnan(run.finish_s).any()
+        m = outcome.results[name]
+        assert 0 < m["gpu_util"] <= 1
+    assert outcome.results["fifo"]["avg_wait_h"] > 0  # it is busy enough to queue
+
+
+def test_runs_are_reproducible_and_seeds_matter():
+    a = simulate(_scenario(count=100, forecast="noise:0.2"), ROOT).results
+    b = simulate(_scenario(count=100, forecast="noise:0.2"), ROOT).results
+    c = simulate(_scenario(count=100, forecast="noise:0.2", seed=3), ROOT).results
+    strip = lambda r: {p: {k: v for k, v in m.items() if k != "wall_s"} for p, m in r.items()}  # noqa: E731
+    assert strip(a) == strip(b)
+    assert strip(a) != strip(c)
+
+
+# -- the command ------------------------------------------------------------------------------
+def test_simulate_example_prints_a_table_and_json(cli):
+    example = str(ROOT / "examples" / "whatif.toml")
+    table = cli.run("simulate", example).stdout
+    assert "lowest-window" in table and "vs fifo" in table and "%" in table
+    data = cli.json("simulate", example)
+    assert set(data) == {"scenario", "policies"}
+    assert list(data["policies"]) == ["fifo", "lowest-window", "lowest-slots"]
+    for metrics in data["policies"].values():
+        assert set(metrics) >= KEYS
+    assert data["scenario"]["gpus"] == 32 and data["scenario"]["jobs"] == 600
+
+
+def test_simulate_flags_without_a_file_and_plots(cli, tmp_path):
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text(
+        "\n".join(
+            json.dumps({"submit": f"2023-03-0{d}T10:00:00", "duration": "3h", "gpus": 2})
+            for d in range(1, 6)
+        )
+        + "\n"
+    )
+    signal = tmp_path / "ci.csv"
+    hours = np.arange(24 * 14)
+    values = 300 + 100 * np.cos(2 * np.pi * hours / 24)
+    signal.write_text(
+        "Time,Carbon Intensity\n"
+        + "".join(
+            f"2023-03-01 {h % 24:02d}:00:00,{v}\n".replace(
+                "2023-03-01", f"2023-03-{1 + h // 24:02d}"
+            )
+            for h, v in zip(hours, values, strict=True)
+        )
+    )
+    data = cli.json(
+        "simulate",
+        "--jobs",
+        str(trace),
+        "--grid",
+        f"csv:{signal}",
+        "--gpus",
+        "4",
+        "--policy",
+        "lowest-window",
+        "--max-jobs",
+        "3",
+        "--deadline-rule",
+        "within:12h",
+        "--plot",
+        str(tmp_path / "plots"),
+    )
+    assert list(data["policies"]) == ["fifo", "lowest-window"]  # fifo: the baseline
+    assert data["policies"]["lowest-window"]["jobs"] == 3
+    assert data["policies"]["lowest-window"]["carbon_kg"] < data["policies"]["fifo"]["carbon_kg"]
+    for name in ("carbon_power.png", "carbon_vs_jct.png"):
+        png = tmp_path / "plots" / name
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["nope.toml"], "no such scenario file"),
+        (["--policy", "greenest"], "unknown policy"),
+        (["--forecast", "crystal"], "unknown forecast"),
+        (["--deadline-rule", "someday"], "unknown deadline rule"),
+        (["--grid", "csv:/no/such.csv"], "no such file"),
+        (["--jobs", "/no/such.csv"], "no such job trace"),
+        (["--interruptible", "2"], "--interruptible"),
+        (["--gpus", "8", "--cluster", "c.toml"], "not both"),
+        (["--jobs", "synthetic:count=-1"], "count"),
+    ],
+)
+def test_simulate_bad_input_gets_one_line_and_exit_2(cli, args, message):
+    proc = cli.run("simulate", *args, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_simulate_bad_scenario_files(cli, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = \n")
+    proc = cli.run("simulate", str(bad), check=False)
+    assert proc.returncode == 2 and "invalid TOML" in proc.stderr
+    bad.write_text("[cluster]\ngpus = 0\n")
+    proc = cli.run("simulate", str(bad), check=False)
+    assert proc.returncode == 2 and "cluster.gpus" in proc.stderr
+    bad.write_text('colour = "red"\n')
+    proc = cli.run("simulate", str(bad), check=False)
+    assert proc.returncode == 2 and "colour" in proc.stderr
+
+
+def test_cluster_file_with_nodes(cli, tmp_path):
+    cluster = tmp_path / "cluster.toml"
+    cluster.write_text(
+        '[[nodes]]\nname = "a"\ngpus = 4\nrack = "r1"\n'
+        '[[nodes]]\nname = "b"\ngpus = 2\nrack = "r1"\n'
+        '[cluster]\ngpu = "a40"\npue = 1.3\n'
+    )
+    data = cli.json("simulate", "--jobs", "synthetic:count=40&days=2", "--cluster", str(cluster))
+    assert data["scenario"]["gpus"] == 6
+
+
+# -- real traces -----------------------------------------------------------------------------
+needs_data = pytest.mark.skipif(
+    not (DATA / "jobs" / "philly.csv").is_file(), reason="shared data are absent"
+)
+
+
+@needs_data
+def test_philly_on_germany_2023(cli):
+    data = cli.json(
+        "simulate",
+        "--jobs",
+        str(DATA / "jobs" / "philly.csv"),
+        "--max-jobs",
+        "3000",
+        "--grid",
+        f"csv:{DATA / 'grid/carbon/DE-LU/DE-LU_2023_hourly.csv'}",
+        "--price",
+        f"csv:{DATA / 'grid/prices/DE-LU/DE-LU_electricity_prices_2023.csv'}",
+        "--gpus",
+        "256",
+        "--policy",
+        "lowest-window",
+    )
+    assert data["scenario"]["start"].startswith("2023-")
+    assert any("weeks" in note for note in data["scenario"]["notes"])
+    fifo, window = data["policies"]["fifo"], data["policies"]["lowest-window"]
+    assert fifo["jobs"] == window["jobs"] == 3000
+    assert window["carbon_kg"] < fifo["carbon_kg"]
+    assert data["scenario"]["price_unit"] == "USD"
+
+
+@pytest.mark.skipif(
+    not (DATA / "grid" / "lets-wait-awhile").is_dir(), reason="shared data are absent"
+)
+def test_lets_wait_awhile_semi_weekly_germany_within_one_point():
+    import benchmarks.lets_wait_awhile as lwa
+
+    submit, durations = lwa.study_jobs()
+    folder = DATA / "grid" / "lets-wait-awhile"
+    grid = f"csv:{folder / 'ger_ci.csv'}?resolution=30m"
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = Path(tmp) / "jobs.jsonl"
+        lwa.write_jobs(jobs, submit, durations)
+        base = lwa.carbon(grid, jobs, "none", "fifo", "perfect", 0)
+        shifted = lwa.carbon(grid, jobs, "semi-weekly", "lowest-window", "perfect", 0)
+    assert 100 * (1 - shifted / base) == pytest.approx(14.1, abs=1.0)
