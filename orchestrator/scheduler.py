@@ -44,10 +44,6 @@ class Scheduler:
         """Forget a job (cancelled, or started elsewhere); its heap entries go stale."""
         self._entries.pop(job_id, None)
 
-    def decision(self, job_id: int) -> Decision | None:
-        entry = self._entries.get(job_id)
-        return entry.decision if entry else None
-
     def __len__(self) -> int:
         return len(self._entries) + len(self._unplanned)
 

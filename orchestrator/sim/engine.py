@@ -25,7 +25,7 @@ from executors.simulated import SimulatedExecutor, Workload
 from orchestrator.perfmodel import JobModel
 from orchestrator.policies.base import Decision, Policy, QueuedJob
 from orchestrator.scheduler import Scheduler
-from orchestrator.sim.events import EventLoop, SimClock
+from orchestrator.sim.events import EventLoop
 from orchestrator.sim.inputs import SimInputs
 from placement.cluster import ClusterAllocator
 
@@ -71,7 +71,6 @@ class SimDaemon:
         jobs = inputs.jobs
         self.n = len(jobs)
         self.loop = EventLoop(float(jobs.submit_s[0]))
-        self.clock = SimClock(self.loop)
         self.executor = SimulatedExecutor(self.loop)
         self.alloc = ClusterAllocator(inputs.topology)
         self.scheduler = Scheduler(policy, forecaster, inputs.max_defer_s)

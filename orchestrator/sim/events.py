@@ -3,16 +3,14 @@
 ``schedule`` an action at a time; ``step`` runs every action due at the next time and
 advances ``now`` there; ``run`` steps until the heap is empty or a time limit, calling
 ``after`` once per distinct time (the simulator's ``tick``). Cancelled events stay in the
-heap and are skipped when they surface. ``SimClock`` is the ``Clock`` the orchestrator's
-code reads in a what-if run.
+heap and are skipped when they surface. ``now`` is the simulated clock: the simulated
+executor and the simulator read it, never the wall clock.
 """
 
 from __future__ import annotations
 
 import heapq
-import threading
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 
 class Event:
@@ -75,17 +73,3 @@ class EventLoop:
 
     def __len__(self) -> int:
         return len(self._heap)
-
-
-class SimClock:
-    """The orchestrator's ``Clock`` on simulated time."""
-
-    def __init__(self, loop: EventLoop) -> None:
-        self.loop = loop
-
-    def now(self) -> datetime:
-        return datetime.fromtimestamp(self.loop.now, UTC)
-
-    def sleep(self, seconds: float, wake: threading.Event) -> None:
-        self.loop.schedule(self.loop.now + max(0.0, seconds))
-        self.loop.step()
