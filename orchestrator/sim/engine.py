@@ -86,6 +86,7 @@ class SimDaemon:
         self._deadline = [None if np.isnan(d) else float(d) for d in inputs.deadline_s]
         self._interruptible = inputs.interruptible.tolist()
         self._next = 0
+        self._arrival_wake = -1
         self._attempt_id = 0
         self._running: dict[int, _Attempt] = {}
         self._models: dict[int, JobModel] = {}
@@ -135,7 +136,8 @@ class SimDaemon:
         self._next = i
         if jobs:
             self.scheduler.add(jobs)
-        if i < self.n:
+        if i < self.n and self._arrival_wake != i:
+            self._arrival_wake = i  # one wake-up per arrival, however many ticks pass
             self.loop.schedule(self._submit[i])
 
     def launch_due(self, now: float) -> None:
