@@ -101,9 +101,13 @@ def simulate(
 
 
 def _settings(ctx: typer.Context):
+    """The queue's settings, for web grid sources (their keys and cache). A broken config
+    file does not stop a what-if run on files; a web source then reports it."""
+    from orchestrator.errors import GridshiftError
+
     try:
         return context.get(ctx).settings
-    except Exception:  # settings only matter for web grid sources
+    except GridshiftError:
         return None
 
 
