@@ -70,11 +70,6 @@ class StepSeries:
     def integral(self, t0, t1):
         return self.cumulative(t1) - self.cumulative(t0)
 
-    def mean(self, t0, t1):
-        t0, t1 = np.asarray(t0, dtype=float), np.asarray(t1, dtype=float)
-        span = t1 - t0
-        return np.where(span > 0, self.integral(t0, t1) / np.where(span > 0, span, 1), 0.0)
-
     def slots(self, t0: float, t1: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The pieces of ``[t0, t1)`` cut at slot boundaries: (starts, ends, values)."""
         if t1 <= t0:

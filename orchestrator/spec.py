@@ -9,6 +9,7 @@ arguments; a string is split like a shell would split words, never run by a shel
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -172,3 +173,26 @@ def _first_error(exc: Exception) -> str:
         first = errors()[0]
         return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
     return str(exc)
+
+
+def read_json_lines(path: Path) -> list[tuple[int, dict]]:
+    """The JSON objects of a JSONL file with their line numbers; blank lines and lines
+    starting with ``#`` are skipped. Any problem is one ``SpecError`` naming the line."""
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise SpecError(f"{path} is not a text file") from None
+    rows = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
+        if not isinstance(raw, dict):
+            raise SpecError(f"{path}:{number}: expected a JSON object")
+        rows.append((number, raw))
+    return rows

@@ -330,3 +330,10 @@ def test_bad_traces_get_one_clear_error(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(SpecError, match=message):
         read_trace(path)
+
+
+def test_a_binary_jsonl_trace_is_one_clear_error(tmp_path):
+    path = tmp_path / "jobs.jsonl"
+    path.write_bytes(b"\xbb\xff\x00garbage")
+    with pytest.raises(SpecError, match="not a text file"):
+        read_trace(path)

@@ -69,6 +69,24 @@ class GridSource(ABC):
         return Signal(frame, meta).between(start, end)
 
 
+class FileSource(GridSource):
+    """A source whose whole signal is read (or made) at once, such as a CSV trace: history
+    is a slice of it, and so is a forecast (a trace is what happened: a perfect forecast;
+    for other error models see ``grid.forecasters``)."""
+
+    @abstractmethod
+    def load(self) -> Signal: ...
+
+    def history(self, start: datetime | None, end: datetime | None) -> Signal:
+        return self.load().between(start, end)
+
+    def forecast(self, issued_at: datetime, horizon: timedelta) -> Signal:
+        signal = self.load().between(issued_at, issued_at + horizon)
+        return Signal(signal.frame.assign(forecast=True), signal.meta).with_meta(
+            issued_at=issued_at
+        )
+
+
 def _num(value) -> float:
     try:
         return float("nan") if value is None else float(value)

@@ -14,12 +14,11 @@ History and forecast both read the file: a trace is what happened.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
 from pathlib import Path
 
 from grid.errors import SourceSpecError
 from grid.signal import PRICE, Signal
-from grid.sources.base import GridSource
+from grid.sources.base import FileSource
 
 EM_TIME = "Datetime (UTC)"
 EM_LCA = "Carbon Intensity gCO₂eq/kWh (LCA)"
@@ -27,7 +26,7 @@ EM_DIRECT = "Carbon Intensity gCO₂eq/kWh (direct)"
 _PRICE = re.compile(r"^Price \((\w+)/MWh\)$")
 
 
-class CsvTrace(GridSource):
+class CsvTrace(FileSource):
     name = "csv"
 
     def __init__(self, spec: str, path: str, options: dict[str, str]) -> None:
@@ -140,16 +139,6 @@ class CsvTrace(GridSource):
     def _as_price(self, currency: str) -> None:
         self.quantity, self.currency = PRICE, currency
         self.unit, self.kind, self.basis = f"{currency}/MWh", None, None
-
-    def history(self, start: datetime | None, end: datetime | None) -> Signal:
-        return self.load().between(start, end)
-
-    def forecast(self, issued_at: datetime, horizon: timedelta) -> Signal:
-        """A trace as a perfect forecast; for other error models see ``grid.forecasters``."""
-        signal = self.load().between(issued_at, issued_at + horizon)
-        return Signal(signal.frame.assign(forecast=True), signal.meta).with_meta(
-            issued_at=issued_at
-        )
 
 
 def _resolution_s(text: str) -> int:

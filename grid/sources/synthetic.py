@@ -17,7 +17,7 @@ import numpy as np
 
 from grid.errors import SourceSpecError
 from grid.signal import PRICE, Signal
-from grid.sources.base import GridSource
+from grid.sources.base import FileSource
 
 DEFAULTS = {
     "mean": "300",
@@ -33,7 +33,7 @@ DEFAULTS = {
 PERSISTENCE = 0.9  # AR(1) correlation from one hour to the next
 
 
-class Synthetic(GridSource):
+class Synthetic(FileSource):
     name = "synthetic"
 
     def __init__(self, spec: str, options: dict[str, str]) -> None:
@@ -87,15 +87,6 @@ class Synthetic(GridSource):
             ar[i] = level
         shape = 1 - self.solar * (sun - 1 / np.pi) + week + self.noise * ar
         return self.mean * np.maximum(shape, 0.05)
-
-    def history(self, start: datetime | None, end: datetime | None) -> Signal:
-        return self.load().between(start, end)
-
-    def forecast(self, issued_at: datetime, horizon: timedelta) -> Signal:
-        signal = self.load().between(issued_at, issued_at + horizon)
-        return Signal(signal.frame.assign(forecast=True), signal.meta).with_meta(
-            issued_at=issued_at
-        )
 
 
 def _number(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Annotated
@@ -120,24 +119,10 @@ def _split_ids(values: list[str]) -> list[int]:
 
 def _read_sweep(path: Path, **kwargs) -> list:
     from orchestrator.errors import GridshiftError, SpecError
-    from orchestrator.spec import build_spec
+    from orchestrator.spec import build_spec, read_json_lines
 
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise SpecError(f"cannot read {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise SpecError(f"{path} is not a text file") from None
     specs = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
-        if not isinstance(raw, dict):
-            raise SpecError(f"{path}:{number}: expected a JSON object")
+    for number, raw in read_json_lines(path):
         try:
             specs.append(build_spec(raw, **kwargs))
         except GridshiftError as exc:

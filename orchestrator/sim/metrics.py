@@ -12,19 +12,6 @@ import numpy as np
 from orchestrator.sim.engine import RunResult
 from orchestrator.sim.inputs import SimInputs
 
-KEYS = (
-    "carbon_kg",
-    "energy_kwh",
-    "cost",
-    "avg_jct_h",
-    "p50_jct_h",
-    "p95_jct_h",
-    "avg_wait_h",
-    "deadline_misses",
-    "makespan_h",
-    "gpu_util",
-    "jobs",
-)
 J_PER_KWH = 3.6e6
 
 

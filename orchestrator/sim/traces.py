@@ -14,7 +14,6 @@ every job keeps its weekday and time of day (``shift_onto``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.errors import SpecError
-from orchestrator.spec import SWEEP_FIELDS
+from orchestrator.spec import SWEEP_FIELDS, read_json_lines
 from orchestrator.timeparse import parse_duration_s
 
 WEEK_S = 7 * 86400
@@ -113,7 +112,7 @@ def read_trace(path: str | Path) -> TraceJobs:
     if not path.is_file():
         raise SpecError(f"no such job trace: {path}")
     if path.suffix in (".jsonl", ".ndjson", ".json"):
-        return _read_specs(path, _json_rows(path))
+        return _read_specs(path, [row for _, row in read_json_lines(path)])
     import pandas as pd
 
     try:
@@ -166,21 +165,6 @@ def _read_tiresias(path: Path, frame) -> TraceJobs:
         relative=True,
         source=path.name,
     )
-
-
-def _json_rows(path: Path) -> list[dict]:
-    rows = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path.name} line {number}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise SpecError(f"{path.name} line {number}: expected an object")
-        rows.append(row)
-    return rows
 
 
 def _read_specs(path: Path, rows: list[dict]) -> TraceJobs:
