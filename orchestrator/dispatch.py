@@ -226,7 +226,7 @@ class Dispatcher:
         now_s = now.timestamp()
         scheduler.plan(now_s)
 
-        def allocate(view: QueuedJob):
+        def allocate(view: QueuedJob, _decision):
             if view.gpus == 0:  # a CPU-only job: the first node, no GPUs
                 return (self.nodes[0].name, [])
             allocation = alloc.allocate(("job", view.id), view.gpus)

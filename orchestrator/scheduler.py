@@ -5,6 +5,13 @@ Queue order is priority (high first), then submission time, then id. Among jobs 
 due, the order is strict: the first one that does not fit waits, and so does every job
 behind it, so a wide job is never starved by narrow ones. Jobs not yet due wait in a heap
 by planned start; ``next_start_s`` tells the daemon when to wake for them.
+
+A joint planner (``replans_all``) replans every queued job together at most every
+``replan_every_s``, and whenever ``invalidate`` says something changed that all plans
+depend on (a new forecast, a budget change). In between, jobs that arrive (or come back
+from a suspension off-plan) are planned around the plans that stand, which the snapshot
+lists as commitments alongside the running jobs. ``context(now)`` gives the rest of the
+snapshot: running jobs, cluster size, budget state, price forecast, objective, limits.
 """
 
 from __future__ import annotations
@@ -13,9 +20,11 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from orchestrator.policies.base import Decision, Policy, QueuedJob, Snapshot
+from orchestrator.policies.base import Commitment, Decision, Policy, QueuedJob, Snapshot
 
-Allocate = Callable[[QueuedJob], object | None]  # an allocation, or None: does not fit
+# (job, its decision) -> an allocation, or None: it does not fit now
+Allocate = Callable[[QueuedJob, Decision], object | None]
+Context = Callable[[float], dict]
 
 
 @dataclass(slots=True)
@@ -26,10 +35,20 @@ class _Entry:
 
 
 class Scheduler:
-    def __init__(self, policy: Policy, forecast=None, max_defer_s: float | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        forecast=None,
+        max_defer_s: float | None = None,
+        context: Context | None = None,
+    ) -> None:
         self.policy = policy
         self.forecast = forecast
         self.max_defer_s = max_defer_s
+        self.context = context
+        self._last_full = -float("inf")
+        self._stale = True
+        self.replans = 0
         self._entries: dict[int, _Entry] = {}
         self._unplanned: list[QueuedJob] = []
         self._waiting: list[tuple[float, int, int]] = []  # (start, seq, id)
@@ -48,10 +67,20 @@ class Scheduler:
         return len(self._entries) + len(self._unplanned)
 
     # -- plan ---------------------------------------------------------------------------
+    def invalidate(self) -> None:
+        """Replan every queued job on the next pass (a new forecast, a new budget)."""
+        self._stale = True
+
     def plan(self, now_s: float) -> None:
-        """Plan the jobs that have no plan yet (all queued jobs, for a joint planner)."""
-        if self.policy.replans_all:
+        """Plan the jobs that have no plan yet, or, for a joint planner when a replan is
+        due, every queued job."""
+        policy = self.policy
+        full = policy.replans_all and (
+            self._stale or now_s >= self._last_full + policy.replan_every_s
+        )
+        if full and (self._entries or self._unplanned):
             jobs = [e.job for e in self._entries.values()] + self._unplanned
+            self._last_full, self._stale = now_s, False
         else:
             jobs = self._unplanned
         if not jobs:
@@ -59,10 +88,33 @@ class Scheduler:
         snapshot = Snapshot(now_s, jobs, self.forecast)
         if self.max_defer_s is not None:
             snapshot.max_defer_s = self.max_defer_s
-        plan = self.policy.plan(snapshot)
+        if self.context is not None:
+            for key, value in self.context(now_s).items():
+                setattr(snapshot, key, value)
+        if policy.replans_all and not full:
+            snapshot.committed = list(snapshot.committed) + self.standing()
+        plan = policy.plan(snapshot)
+        self.replans += 1
         self._unplanned = []
         for job in jobs:
             self.add_planned(job, plan.get(job.id) or Decision(now_s))
+
+    def standing(self) -> list[Commitment]:
+        """The GPUs and watts the plans of queued jobs hold (those with an estimate)."""
+        out = []
+        for entry in self._entries.values():
+            d = entry.decision
+            if d.end_s is None:
+                continue
+            pieces = d.intervals or ((d.start_s, d.end_s),)
+            for i, (a, b) in enumerate(pieces):
+                gpus, _, watts = d.piece_config(i)
+                out.append(Commitment(entry.job.id, gpus or entry.job.gpus, watts or 0.0, a, b))
+        return out
+
+    def planned(self) -> list[tuple[QueuedJob, Decision]]:
+        """Every queued job with its plan (for ``gridshift plan``)."""
+        return [(e.job, e.decision) for e in self._entries.values()]
 
     def add_planned(self, job: QueuedJob, decision: Decision) -> None:
         """Queue a job with a plan it already has (e.g. the rest of its intervals after a
@@ -101,7 +153,7 @@ class Scheduler:
             if entry is None or entry.seq != seq:
                 heapq.heappop(due)
                 continue
-            allocation = allocate(entry.job)
+            allocation = allocate(entry.job, entry.decision)
             if allocation is None:
                 break
             heapq.heappop(due)

@@ -224,7 +224,7 @@ def test_scheduler_is_strict_in_queue_order_and_wakes_for_planned_starts():
     sched.plan(0.0)
     free = {"gpus": 4}
 
-    def allocate(job):
+    def allocate(job, _decision):
         if job.gpus > free["gpus"]:
             return None
         free["gpus"] -= job.gpus

@@ -46,6 +46,26 @@ def simulate(
         Opt("--interruptible", help="Share of jobs that may be suspended (0-1).", min=0, max=1),
     ] = None,
     seed: Annotated[int | None, Opt("--seed", help="Seed for synthetic data and noise.")] = None,
+    skip_jobs: Annotated[
+        int | None, Opt("--skip-jobs", help="Leave out the first N jobs in arrival order.", min=0)
+    ] = None,
+    budget: Annotated[
+        str | None, Opt("--budget", help="Carbon budget: 20kg/day, 150kg/week, 2t/month, 500kg.")
+    ] = None,
+    objective: Annotated[
+        str | None, Opt("--objective", help="carbon, cost or mix:W (W: carbon's weight).")
+    ] = None,
+    power_limit: Annotated[
+        float | None, Opt("--power-limit", help="Site limit on the jobs' draw, watts.", min=1)
+    ] = None,
+    elastic: Annotated[
+        float | None,
+        Opt("--elastic", help="Share of jobs that may run on ½-2× their GPUs (0-1).", min=0, max=1),
+    ] = None,
+    slot: Annotated[str | None, Opt("--slot", help="The planners' slot, e.g. 15m.")] = None,
+    time_limit: Annotated[
+        str | None, Opt("--time-limit", help="optimal's solver limit per replan, e.g. 30s.")
+    ] = None,
 ) -> None:
     """Replay jobs against a historical (or synthetic) grid signal under each policy."""
     from orchestrator.cli.render import print_json
@@ -74,6 +94,13 @@ def simulate(
     put(None, "seed", seed)
     put("jobs", "source", resolve_path(jobs, cwd) if jobs else None)
     put("jobs", "max_jobs", max_jobs)
+    put("jobs", "skip_jobs", skip_jobs)
+    put("jobs", "elastic", elastic)
+    put(None, "budget", budget)
+    put(None, "objective", objective)
+    put(None, "power_limit_w", power_limit)
+    put(None, "slot", slot)
+    put(None, "time_limit", time_limit)
     put("jobs", "deadline_rule", deadline_rule)
     put("jobs", "interruptible", interruptible)
     put("grid", "source", resolve_path(grid, cwd) if grid else None)
@@ -170,6 +197,7 @@ def _table(data: dict) -> None:
         "p95 JCT h",
         "wait h",
         "missed",
+        "forced",
         "GPU util",
     ):
         table.add_column(col, justify="left" if col == "policy" else "right", no_wrap=True)
@@ -186,10 +214,20 @@ def _table(data: dict) -> None:
             f"{m['p95_jct_h']:.2f}",
             f"{m['avg_wait_h']:.2f}",
             str(m["deadline_misses"]),
+            str(m["forced_starts"]),
             f"{100 * m['gpu_util']:.1f}%",
         )
     out.print(table)
-    out.print("[dim]JCT: job completion time (submission to finish), mean; wait: to first start[/]")
+    out.print("[dim]JCT: job completion time (submission to finish), mean; wait: to first start;")
+    out.print("[dim]forced: starts a deadline made against the budget or the objective[/]")
+    if s["budget"]:
+        for name, m in data["policies"].items():
+            b = m.get("budget")
+            if b:
+                out.print(
+                    f"budget {s['budget']} under {name}: {b['periods_over']} of {b['periods']} "
+                    f"periods over, by {b['over_kg']:,.1f} kg in all"
+                )
     if s["price_unit"]:
         out.print(f"cost in {s['price_unit']}")
     for note in s["notes"]:

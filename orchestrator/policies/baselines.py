@@ -41,7 +41,7 @@ class LowestWindow(Policy):
         now, run = snapshot.now_s, job.duration_s
         if not run or snapshot.forecast is None:
             return Decision(now)
-        latest = job.latest_finish_s(now, snapshot.max_defer_s) - run
+        latest = job.latest_finish_s(snapshot.max_defer_s) - run
         if latest <= now:
             return Decision(now)
         return Decision(lowest_window_start(snapshot.forecast, now, latest, run))
@@ -57,7 +57,7 @@ class LowestSlots(LowestWindow):
         now, run = snapshot.now_s, job.duration_s
         if not run or snapshot.forecast is None:
             return Decision(now)
-        finish = job.latest_finish_s(now, snapshot.max_defer_s)
+        finish = job.latest_finish_s(snapshot.max_defer_s)
         if finish - now <= run:
             return Decision(now)
         intervals = lowest_slots(snapshot.forecast, now, finish, run)

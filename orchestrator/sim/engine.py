@@ -6,9 +6,14 @@ through buddy placement, all with the same ``Scheduler``, policy and ``ClusterAl
 the live daemon uses, on a ``SimulatedExecutor``. Only the bookkeeping differs: jobs live
 in arrays, not in the database, so a trace of 100,000 jobs runs in seconds.
 
-A job planned to run in intervals (``lowest-slots``) is suspended at the end of each
-(SIGTERM: it checkpoints and leaves its GPUs) and requeued with the rest of its plan; if it
-fell behind (it waited for GPUs), the policy plans its remaining work again.
+A job planned to run in intervals (``lowest-slots``, ``budget``, ``optimal``) is suspended
+at the end of each but the last (SIGTERM: it checkpoints and leaves its GPUs) and requeued
+with the rest of its plan; if it fell behind (it waited for GPUs), the policy plans its
+remaining work again. Each attempt runs on the GPU count and power cap its plan says.
+
+With a budget, a ledger charges what ran to its periods before every plan; with a site
+power limit, running jobs' caps are split under it after every launch (PowerGrad). A
+clairvoyant policy (``oracle``) plans the whole trace once, before the first arrival.
 """
 
 from __future__ import annotations
@@ -16,14 +21,16 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from executors.base import Handle, LaunchSpec
 from executors.simulated import SimulatedExecutor, Workload
+from orchestrator.budget import Ledger
 from orchestrator.perfmodel import JobModel
-from orchestrator.policies.base import Decision, Policy, QueuedJob
+from orchestrator.policies.base import Commitment, Decision, Policy, QueuedJob, Snapshot
+from orchestrator.policies.powersplit import split_power
 from orchestrator.scheduler import Scheduler
 from orchestrator.sim.events import EventLoop
 from orchestrator.sim.inputs import SimInputs
@@ -47,6 +54,10 @@ class RunResult:
     fragmentation: float  # mean share of the cluster free but unusable by a waiting job
     wall_s: float
     ticks: int
+    forced: int = 0  # starts a deadline forced against the budget or the objective
+    replans: int = 0
+    ledger: Ledger | None = None
+    solver: dict | None = None  # what the oracle's solve reported
 
 
 @dataclass(slots=True)
@@ -56,6 +67,9 @@ class _Attempt:
     handle: Handle
     decision: Decision
     suspend_event: object | None
+    gpus: int
+    power_w: float
+    end_s: float  # expected
 
 
 class SimDaemon:
@@ -73,7 +87,18 @@ class SimDaemon:
         self.loop = EventLoop(float(jobs.submit_s[0]))
         self.executor = SimulatedExecutor(self.loop)
         self.alloc = ClusterAllocator(inputs.topology)
-        self.scheduler = Scheduler(policy, forecaster, inputs.max_defer_s)
+        self.scheduler = Scheduler(policy, forecaster, inputs.max_defer_s, self._context)
+        self.forecaster = forecaster
+        self.ledger = Ledger(inputs.budget) if inputs.budget is not None else None
+        self._price = None
+        if inputs.price is not None:
+            from grid.forecasters import StepForecaster
+
+            self._price = StepForecaster(inputs.price)
+        self.clairvoyant = getattr(policy, "clairvoyant", False)
+        self._oracle: dict[int, Decision] = {}
+        self._seg_seen = 0
+        self.forced = 0
         self.forecast_label = getattr(forecaster, "label", "perfect")
         self.progress = progress
         self.first_start = np.full(self.n, np.nan)
@@ -82,6 +107,11 @@ class SimDaemon:
         self._submit = jobs.submit_s.tolist()
         self._duration = jobs.duration_s.tolist()
         self._gpus = jobs.gpus.tolist()
+        self._min_gpus = (inputs.min_gpus if inputs.min_gpus is not None else jobs.gpus).tolist()
+        self._max_gpus = (inputs.max_gpus if inputs.max_gpus is not None else jobs.gpus).tolist()
+        self._tables = inputs.tables or [None] * self.n
+        self._gpu_s_cum = np.concatenate(([0.0], np.cumsum(jobs.gpus * jobs.duration_s)))
+        self._load_from = 0
         self._priority = jobs.priority.tolist()
         self._deadline = [None if np.isnan(d) else float(d) for d in inputs.deadline_s]
         self._interruptible = inputs.interruptible.tolist()
@@ -101,8 +131,12 @@ class SimDaemon:
         self.ticks += 1
         self.reap(now)
         self.admit(now)
-        self.scheduler.plan(now)
+        self._charge()
+        if not self.clairvoyant:
+            self.scheduler.plan(now)
         self.launch_due(now)
+        if self.inputs.power_limit_w is not None:
+            self._split_power()
         self._sample(now)
         wake = self.scheduler.next_start_s()
         if wake is not None and wake > now and wake not in self._wakes:
@@ -134,7 +168,10 @@ class SimDaemon:
             jobs.append(self._queued(i, self._duration[i]))
             i += 1
         self._next = i
-        if jobs:
+        if self.clairvoyant:
+            for job in jobs:
+                self.scheduler.add_planned(job, self._oracle.get(job.id) or Decision(now))
+        elif jobs:
             self.scheduler.add(jobs)
         if i < self.n and self._arrival_wake != i:
             self._arrival_wake = i  # one wake-up per arrival, however many ticks pass
@@ -154,10 +191,65 @@ class SimDaemon:
             duration_s=remaining_s,
             deadline_s=self._deadline[i],
             interruptible=self._interruptible[i],
+            min_gpus=self._min_gpus[i],
+            max_gpus=self._max_gpus[i],
+            model=self._model(i),
         )
 
-    def _allocate(self, job: QueuedJob):
-        return self.alloc.allocate(("job", job.id), job.gpus)
+    def _context(self, now: float) -> dict:
+        running = [
+            Commitment(a.job.id, a.gpus, a.power_w, now, a.end_s) for a in self._running.values()
+        ]
+        inp = self.inputs
+        return {
+            "expected_load": self._recent_load(now),
+            "committed": running,
+            "total_gpus": self.alloc.total_gpus,
+            "budget": self.ledger.state(now) if self.ledger is not None else None,
+            "price": self._price,
+            "objective": inp.objective,
+            "power_limit_w": inp.power_limit_w,
+            "slot_s": inp.slot_s,
+        }
+
+    def _recent_load(self, now: float) -> float:
+        """GPU time submitted over the last deferral window, as a share of the cluster's."""
+        window = self.inputs.max_defer_s
+        lo = self._load_from
+        while lo < self._next and self._submit[lo] < now - window:
+            lo += 1
+        self._load_from = lo
+        demand = self._gpu_s_cum[self._next] - self._gpu_s_cum[lo]
+        span = min(window, max(now - self._submit[0], 3600.0))
+        return float(demand / (span * self.alloc.total_gpus))
+
+    def _charge(self) -> None:
+        """Charge the power stretches recorded since the last pass to the ledger."""
+        ex = self.executor
+        if self.ledger is None:
+            return
+        for att in self._running.values():
+            ex.progress(att.handle)  # closes each running stretch at now
+        carbon = self.inputs.carbon
+        for k in range(self._seg_seen, len(ex.seg_start)):
+            self.ledger.record(ex.seg_start[k], ex.seg_end[k], ex.seg_power_w[k], carbon)
+        self._seg_seen = len(ex.seg_start)
+
+    def _piece(self, decision: Decision, now: float) -> int:
+        """Index of the interval of ``decision`` that a launch at ``now`` runs in."""
+        if not decision.intervals:
+            return 0
+        for k, (_, b) in enumerate(decision.intervals):
+            if b > now + 1e-6:
+                return k
+        return len(decision.intervals) - 1
+
+    def _width(self, job: QueuedJob, decision: Decision, now: float) -> int:
+        gpus = decision.piece_config(self._piece(decision, now))[0]
+        return gpus or job.gpus
+
+    def _allocate(self, job: QueuedJob, decision: Decision):
+        return self.alloc.allocate(("job", job.id), self._width(job, decision, self.loop.now))
 
     def _model(self, i: int) -> JobModel:
         model = self._models.get(i)
@@ -167,6 +259,7 @@ class SimDaemon:
                 full_duration_s=self._duration[i],
                 ref_gpus=self._gpus[i],
                 curve=self.inputs.curve,
+                throughput_table=self._tables[i],
                 host_w_per_gpu=cfg.host_w_per_gpu,
                 pue=cfg.pue,
             )
@@ -174,30 +267,55 @@ class SimDaemon:
         return model
 
     def _launch(self, job: QueuedJob, decision: Decision, allocation, now: float) -> None:
-        i, width = job.id, job.gpus
+        i = job.id
+        piece = self._piece(decision, now)
+        gpus, cap, _ = decision.piece_config(piece)
+        width = gpus or job.gpus
         model = self._model(i)
         self._attempt_id += 1
         att_id = self._attempt_id
-        self.executor.prepare(
-            att_id,
-            Workload(
-                work=1.0,
-                done=float(self.done[i]),
-                rate=lambda f: model.throughput(width, f),
-                power_w=lambda f: model.power_w(width, f),
-            ),
+        work = Workload(
+            work=1.0,
+            done=float(self.done[i]),
+            rate=lambda f: model.throughput(width, f),
+            power_w=lambda f: model.power_w(width, f),
+            cap_fraction=cap,
         )
-        gpus = [g for _, part in allocation.parts for g in part]
-        spec = LaunchSpec(i, att_id, ["simulated"], "", {}, gpus, "", "")
+        self.executor.prepare(att_id, work)
+        gpu_ids = [g for _, part in allocation.parts for g in part]
+        spec = LaunchSpec(i, att_id, ["simulated"], "", {}, gpu_ids, "", "")
         handle = self.executor.launch(spec)
         if self.first_start[i] != self.first_start[i]:  # NaN: its first start
             self.first_start[i] = now
+        if decision.forced:
+            self.forced += 1
+            if self.ledger is not None:
+                self.ledger.note_forced(now)
+        end = now + (1.0 - float(self.done[i])) / work.rate(cap)
         event = None
-        if decision.intervals:
-            end = next((b for _, b in decision.intervals if b > now), None)
-            if end is not None:
-                event = self.loop.schedule(end, lambda: self._suspend(att_id), priority=0)
-        self._running[att_id] = _Attempt(job, ("job", i), handle, decision, event)
+        if decision.intervals and piece < len(decision.intervals) - 1:
+            stop = decision.intervals[piece][1]
+            if stop < end:
+                event = self.loop.schedule(stop, lambda: self._suspend(att_id), priority=0)
+                end = stop
+        attempt = _Attempt(job, ("job", i), handle, decision, event, width, work.power_w(cap), end)
+        self._running[att_id] = attempt
+
+    def _split_power(self) -> None:
+        """Cap running jobs so that together they stay under the site's power limit."""
+        atts = list(self._running.values())
+        if not atts:
+            return
+        caps, _ = split_power(
+            [(self._model(a.job.id), a.gpus) for a in atts], self.inputs.power_limit_w
+        )
+        for att, cap in zip(atts, caps, strict=True):
+            planned = att.decision.piece_config(self._piece(att.decision, self.loop.now))[1]
+            cap = min(cap, planned)
+            load = self.executor._runs[att.handle.attempt_id].load
+            if abs(load.cap_fraction - cap) > 1e-9:
+                self.executor.set_power_cap(att.handle, cap)
+                att.power_w = load.power_w(cap)
 
     def _suspend(self, att_id: int) -> None:
         att = self._running.get(att_id)
@@ -209,11 +327,30 @@ class SimDaemon:
         i = att.job.id
         remaining = self._duration[i] * (1.0 - self.done[i])
         job = self._queued(i, remaining)
-        rest = tuple((a, b) for a, b in (att.decision.intervals or ()) if a >= now)
-        if rest and sum(b - a for a, b in rest) >= remaining - 1e-6:
-            self.scheduler.add_planned(job, Decision(rest[0][0], rest))
+        d = att.decision
+        keep = [k for k, (a, _) in enumerate(d.intervals or ()) if a >= now - 1e-6]
+        rest = tuple(d.intervals[k] for k in keep)
+        # enough planned time left, at the rate of each piece's configuration?
+        enough = (
+            sum(
+                (b - a) * self._model(i).throughput(*self._piece_rate_args(d, k, job))
+                for k, (a, b) in zip(keep, rest, strict=True)
+            )
+            >= (1.0 - self.done[i]) - 1e-6
+        )
+        if rest and enough:
+            configs = tuple(d.configs[k] for k in keep) if d.configs else None
+            self.scheduler.add_planned(
+                job, replace(d, start_s=rest[0][0], intervals=rest, configs=configs, forced=False)
+            )
+        elif self.clairvoyant:
+            self.scheduler.add_planned(job, Decision(now, gpus=att.gpus))
         else:
             self.scheduler.add([job])  # fell behind: plan the rest again
+
+    def _piece_rate_args(self, d: Decision, k: int, job: QueuedJob) -> tuple[int, float]:
+        gpus, cap, _ = d.piece_config(k)
+        return gpus or job.gpus, cap
 
     def _sample(self, now: float) -> None:
         if now < self._next_sample:
@@ -229,6 +366,9 @@ class SimDaemon:
     # -- run ----------------------------------------------------------------------------
     def run(self) -> RunResult:
         started = time.perf_counter()
+        solver = None
+        if self.clairvoyant:
+            solver = self._plan_whole_run()
         self.loop.schedule(self._submit[0])
         self.loop.run(after=self.tick)
         unfinished = int(np.isnan(self.finish).sum())
@@ -248,4 +388,24 @@ class SimDaemon:
             fragmentation=float(np.mean(self._frag)) if self._frag else 0.0,
             wall_s=time.perf_counter() - started,
             ticks=self.ticks,
+            forced=self.forced,
+            replans=self.scheduler.replans,
+            ledger=self.ledger,
+            solver=solver,
         )
+
+    def _plan_whole_run(self) -> dict:
+        """The clairvoyant policy's one plan: every job with its arrival, the actual
+        signal, the empty cluster."""
+        from grid.forecasters import StepForecaster
+
+        first = self._submit[0]
+        jobs = [self._queued(i, self._duration[i]) for i in range(self.n)]
+        snapshot = Snapshot(first, jobs, StepForecaster(self.inputs.carbon))
+        snapshot.max_defer_s = self.inputs.max_defer_s
+        for key, value in self._context(first).items():
+            setattr(snapshot, key, value)
+        if self._price is not None:
+            snapshot.price = self._price
+        self._oracle = self.policy.plan(snapshot)
+        return dict(getattr(self.policy, "last", {}) or {})

@@ -11,6 +11,7 @@ import numpy as np
 
 from orchestrator.errors import GridDataError, SpecError
 from orchestrator.sim.deadlines import DeadlineRule
+from orchestrator.sim.elastic import elastic_ranges, scaling_tables
 from orchestrator.sim.scenario import ClusterConfig, Scenario, resolve_path
 from orchestrator.sim.traces import TraceJobs, read_trace, shift_onto
 from orchestrator.timeparse import parse_duration_s
@@ -34,6 +35,14 @@ class SimInputs:
     curve: object  # orchestrator.perfmodel.PowerCurve
     cluster: ClusterConfig
     max_defer_s: float
+    min_gpus: np.ndarray = None  # elastic range per job (equal to gpus: not elastic)
+    max_gpus: np.ndarray = None
+    tables: list = field(default_factory=list)  # per job: GPU count -> throughput, or None
+    budget: object | None = None  # orchestrator.budget.Budget
+    objective: str = "carbon"
+    power_limit_w: float | None = None
+    slot_s: float = 900.0
+    time_limit_s: float = 30.0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -73,6 +82,8 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     if not largest_fit.all():
         notes.append(f"{int((~largest_fit).sum())} jobs wider than the cluster were left out")
         jobs = jobs.take(np.flatnonzero(largest_fit))
+    if scenario.jobs.skip_jobs:
+        jobs = jobs.take(np.arange(min(scenario.jobs.skip_jobs, len(jobs)), len(jobs)))
     if scenario.jobs.max_jobs:
         jobs = jobs.head(scenario.jobs.max_jobs)
     if not len(jobs):
@@ -92,6 +103,14 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     if price is not None:
         price = price.extended(horizon)
     cfg = scenario.cluster
+    planning = _planning(scenario, price is not None)
+    min_gpus, max_gpus = elastic_ranges(jobs.gpus, scenario.jobs.elastic, scenario.seed, total)
+    tables: list = []
+    if scenario.jobs.elastic > 0 and jobs.names:
+        folder = _scaling_folder(scenario.jobs.scaling, base)
+        tables = scaling_tables(jobs.names, folder)
+        known = sum(t is not None for t in tables)
+        notes.append(f"{known} of {len(jobs)} jobs scale by the ElasticFlow tables")
     return SimInputs(
         scenario=scenario,
         carbon=carbon,
@@ -106,8 +125,50 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         curve=curve_for(cfg.gpu),
         cluster=cfg,
         max_defer_s=max_defer_s,
+        min_gpus=min_gpus,
+        max_gpus=max_gpus,
+        tables=tables,
         notes=notes,
+        **planning,
     )
+
+
+def _planning(scenario: Scenario, has_price: bool) -> dict:
+    from orchestrator.budget import Budget
+
+    kind, _, weight = scenario.objective.strip().lower().partition(":")
+    if kind not in ("carbon", "cost", "mix"):
+        raise SpecError(f"unknown objective {scenario.objective!r}; use carbon, cost or mix:W")
+    if kind == "mix":
+        try:
+            ok = 0.0 <= float(weight or 0.5) <= 1.0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise SpecError(f"objective {scenario.objective!r}: W is the carbon weight, 0-1")
+    if kind != "carbon" and not has_price:
+        raise SpecError(f"objective {scenario.objective!r} needs a price signal (--price)")
+    return {
+        "budget": Budget.parse(scenario.budget) if scenario.budget else None,
+        "objective": scenario.objective.strip().lower(),
+        "power_limit_w": scenario.power_limit_w,
+        "slot_s": parse_duration_s(scenario.slot),
+        "time_limit_s": parse_duration_s(scenario.time_limit),
+    }
+
+
+def _scaling_folder(text: str | None, base: Path) -> Path | None:
+    import os
+
+    if text:
+        folder = Path(os.path.expandvars(os.path.expanduser(text)))
+        folder = folder if folder.is_absolute() else base / folder
+        if not folder.is_dir():
+            raise SpecError(f"no such folder of scaling tables: {folder}")
+        return folder
+    root = Path(os.environ.get("GRIDSHIFT_SHARED_DATA", "../shared/data"))
+    folder = root / "perf" / "elasticflow-a100"
+    return folder if folder.is_dir() else None
 
 
 def build_topology(cfg: ClusterConfig) -> ClusterTopology:

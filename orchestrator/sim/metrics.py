@@ -47,8 +47,22 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
         "suspensions": run.suspensions,
         "job_hours_beyond_signal": round(float(np.sum(beyond)) / 3600, 1),
         "forecast": run.forecast,
+        "forced_starts": run.forced,
         "wall_s": round(run.wall_s, 2),
     }
+    if run.ledger is not None:
+        over = run.ledger.over_g()
+        out["budget"] = {
+            "per_period_kg": round(run.ledger.budget.grams / 1000, 3),
+            "period": run.ledger.budget.period,
+            "periods": len(run.ledger.spent_g),
+            "periods_over": len(over),
+            "over_kg": round(sum(over.values()) / 1000, 3),
+            "max_period_kg": round(max(run.ledger.spent_g.values(), default=0) / 1000, 3),
+            "forced_starts": sum(run.ledger.forced.values()),
+        }
+    if run.solver:
+        out["solver"] = run.solver
     return out
 
 

@@ -35,6 +35,12 @@ class Outcome:
                 "gpus": inp.total_gpus,
                 "deadline_rule": s.jobs.deadline_rule,
                 "interruptible": s.jobs.interruptible,
+                "elastic": s.jobs.elastic,
+                "skip_jobs": s.jobs.skip_jobs,
+                "objective": inp.objective,
+                "budget": str(inp.budget) if inp.budget is not None else None,
+                "power_limit_w": inp.power_limit_w,
+                "slot_s": inp.slot_s,
                 "forecast": s.forecast,
                 "seed": s.seed,
                 "timezone": s.timezone,
@@ -63,6 +69,9 @@ def simulate(
     span = max(1.0, float(inputs.jobs.submit_s[-1] - inputs.jobs.submit_s[0]))
     first = float(inputs.jobs.submit_s[0])
     for policy in policies:
+        if hasattr(policy, "time_limit_s"):  # optimal, oracle
+            clairvoyant = getattr(policy, "clairvoyant", False)
+            policy.time_limit_s = inputs.time_limit_s * (10 if clairvoyant else 1)
         report = None
         if progress is not None:
             name = policy.name

@@ -2,16 +2,22 @@
 flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad input.
 
     name = "lab, last quarter"
-    policies = ["fifo", "lowest-window", "lowest-slots"]
+    policies = ["fifo", "lowest-window", "lowest-slots", "budget"]
     forecast = "perfect"              # perfect | naive | noise:0.1
+    objective = "carbon"              # carbon | cost | mix:0.5 (with a price signal)
+    budget = "40kg/day"               # optional: kg per day, week or month, or a total
+    power_limit_w = 20000             # optional: the site's limit on the jobs' draw
+    slot = "15m"                      # the planners' slot
     seed = 0
     timezone = "Europe/Berlin"        # deadline rules read clock times here
 
     [jobs]
     source = "synthetic:count=400&days=14"   # or a trace path (Philly, Tiresias, specs)
     max_jobs = 0                      # the first N jobs in arrival order (0: all)
+    skip_jobs = 0                     # ... after leaving out this many
     deadline_rule = "within:24h"      # none | within:D | next-workday | semi-weekly
     interruptible = 0.3               # share of jobs that may be suspended
+    elastic = 0.2                     # share that may run on half to double their GPUs
 
     [grid]
     source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
@@ -77,8 +83,11 @@ class JobsConfig(BaseModel):
 
     source: str = "synthetic"
     max_jobs: int = Field(default=0, ge=0)
+    skip_jobs: int = Field(default=0, ge=0)  # leave out the first N in arrival order
     deadline_rule: str = "within:24h"
     interruptible: float = Field(default=0.0, ge=0.0, le=1.0)
+    elastic: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run on ½-2× GPUs
+    scaling: str | None = None  # folder of ElasticFlow tables (default: the shared data's)
 
 
 class GridConfig(BaseModel):
@@ -99,6 +108,11 @@ class Scenario(BaseModel):
     seed: int = 0
     timezone: str = "UTC"
     max_defer: str = "24h"
+    objective: str = "carbon"  # carbon | cost | mix:W
+    budget: str | None = None  # e.g. 20kg/day, 150kg/week, 500kg (the whole run)
+    power_limit_w: float | None = Field(default=None, gt=0)  # the site's limit on jobs' draw
+    slot: str = "15m"  # the planners' slot
+    time_limit: str = "30s"  # optimal's solver limit per replan (oracle: 10× this)
     jobs: JobsConfig = Field(default_factory=JobsConfig)
     grid: GridConfig = Field(default_factory=GridConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
