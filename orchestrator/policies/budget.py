@@ -23,11 +23,13 @@ speed, whatever the carbon: its decision is marked ``forced``.
 from __future__ import annotations
 
 import itertools
+from collections import deque
+from dataclasses import replace
 
 import numpy as np
 
 from orchestrator.policies.base import Decision, Plan, Policy, Snapshot, register
-from orchestrator.policies.problem import J_PER_KWH, Problem, job_configs
+from orchestrator.policies.problem import J_PER_KWH, Problem, full_power
 
 LAMBDA_MAX = 1e9  # seconds per gram: carbon dominates completion time
 BISECT_STEPS = 30
@@ -61,7 +63,29 @@ def heuristic(problem: Problem) -> Result:
         lambdas = np.minimum(lambdas, LAMBDA_MAX)
         result = greedy(problem, periods.cost(lambdas), (periods, lambdas))
     result.periods = periods
+    _mark_budget_breaks(problem, periods, result)
     return result
+
+
+def _mark_budget_breaks(problem: Problem, periods: Periods, result: Result) -> None:
+    """Where a period still goes over, mark the jobs that spend in it although they have
+    to (no option meeting their deadline spends nothing there): the plan's report of a
+    deadline that broke the budget."""
+    over = np.flatnonzero(periods.over(result.carbon_by_period))
+    if not len(over):
+        return
+    for j, (c, s, intervals, forced) in result.choice.items():
+        if forced or s is None:
+            continue
+        for i in over:
+            if periods.grams[i, j, c, s] <= 0:
+                continue
+            avoidable = np.where(problem.meets[j], periods.grams[i, j], np.inf).min() <= 0
+            if not avoidable:
+                job_id = problem.jobs[j].id
+                result.plan[job_id] = replace(result.plan[job_id], forced=True)
+                result.choice[j] = (c, s, intervals, True)
+                break
 
 
 class Periods:
@@ -137,14 +161,22 @@ class Result:
 
 
 def greedy(problem: Problem, cost: np.ndarray, budget) -> Result:
-    """Place the jobs least slack first, each at its cheapest option that fits."""
+    """Place the jobs in ``placement_order``, each at its cheapest option that fits. A
+    job that finds no room to meet its deadline bumps jobs with more slack that were
+    placed before it (at most four times each) and they are placed again after it."""
     p = problem
     periods, lambdas = budget if budget is not None else (None, None)
     result = Result(len(periods.bounds) if periods else 0)
     free_g, free_w = p.free_gpus.copy(), p.free_w.copy()
     room = free_g - p.reserved  # what the queue may plan on, leaving room for arrivals
     jobs = p.jobs
-    for j in placement_order(p):
+    order = placement_order(p)
+    todo = deque(order)
+    placed: dict[int, tuple] = {}  # job -> (config, intervals)
+    bumps: dict[int, int] = {}
+    slack = p.latest - np.nanmin(np.where(p.has, p.run_s, np.nan), axis=1)
+    while todo:
+        j = todo.popleft()
         fits = p.fits(j, room, free_w)
         options = np.where(fits & p.meets[j], cost[j], np.inf)
         c, s, best = _cheapest(options, p.end[j])
@@ -153,28 +185,36 @@ def greedy(problem: Problem, cost: np.ndarray, budget) -> Result:
             alt = _lowest_slots(p, j, room, free_w, periods, lambdas)
             if alt is not None and alt[2] < best - 1e-9 * max(1.0, abs(best)):
                 c, intervals, best = alt[0], alt[1], alt[2]
+        victims: list[int] = []
+        if not np.isfinite(best):
+            # room taken by plans of jobs with more slack: bump them, if that makes room
+            alone = np.where(p.fits(j, p.free_gpus, p.free_w) & p.meets[j], cost[j], np.inf)
+            c, s, best = _cheapest(alone, p.end[j])
+            if np.isfinite(best):
+                cfg = p.configs[j][c]
+                span = (float(p.start[j, c, s]), float(p.end[j, c, s]))
+                victims = _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room)
+                if victims is None:
+                    best, victims = np.inf, []
         forced = not np.isfinite(best)
         if forced:  # the deadline guard: the earliest start that fits, full speed
-            ok = p.fits(j, free_g, free_w)[0] & p.exists[j, 0]
-            s = int(np.argmax(ok)) if ok.any() else 0
-            c = 0
+            c, s = 0, -1
+            start = _earliest_fit(p, j, p.configs[j][0], free_g, free_w)
+            intervals = ((start, start + p.configs[j][0].run_s),)
         cfg = p.configs[j][c]
-        split = intervals is not None
-        if not split:
+        split = intervals is not None and not forced
+        if intervals is None:
             start = float(p.start[j, c, s])
             intervals = ((start, start + cfg.run_s),)
-            if periods is not None:
-                result.carbon_by_period += periods.grams[:, j, c, s]
-        elif periods is not None:
-            for a, b in intervals:
-                for i, (pa, pb) in enumerate(periods.bounds):
-                    lo, hi = max(a, pa), min(b, pb)
-                    if hi > lo:
-                        grams = cfg.power_w * float(p.carbon.integral(lo, hi)) / J_PER_KWH
-                        result.carbon_by_period[i] += grams
         p.reserve(free_g, free_w, cfg.gpus, cfg.power_w, intervals)
         p.reserve(room, None, cfg.gpus, 0.0, intervals)
+        placed[j] = (cfg, intervals)
         result.choice[j] = (c, None if split else s, intervals, forced)
+        todo.extendleft(reversed(victims))
+    for j, (c, s, intervals, forced) in result.choice.items():
+        cfg = p.configs[j][c]
+        split = s is None
+        on_grid = s is not None and s >= 0
         result.plan[jobs[j].id] = Decision(
             intervals[0][0],
             intervals if split else None,
@@ -184,7 +224,68 @@ def greedy(problem: Problem, cost: np.ndarray, budget) -> Result:
             power_w=cfg.power_w,
             forced=forced,
         )
+        if periods is None:
+            continue
+        if on_grid:
+            result.carbon_by_period += periods.grams[:, j, c, s]
+            continue
+        for a, b in intervals:
+            for i, (pa, pb) in enumerate(periods.bounds):
+                lo, hi = max(a, pa), min(b, pb)
+                if hi > lo:
+                    grams = cfg.power_w * float(p.carbon.integral(lo, hi)) / J_PER_KWH
+                    result.carbon_by_period[i] += grams
     return result
+
+
+def _earliest_fit(p: Problem, j: int, cfg, free_g, free_w) -> float:
+    """The first start (now, or a slot boundary) from which ``cfg`` finds its GPUs and
+    watts in every slot of the horizon it covers; the horizon's end if none."""
+    bad = (free_g < cfg.gpus - 1e-9) | (free_w < cfg.power_w - 1e-6)
+    cum = np.concatenate(([0], np.cumsum(bad)))
+    m = max(1, int(np.ceil(cfg.run_s / p.slot - 1e-9)))
+    k = np.arange(int(p.rk[j]), p.K)
+    ok = (cum[np.minimum(k + m, p.K)] - cum[k]) == 0
+    if not ok.any():
+        return float(p.t[-1])
+    first = int(k[np.argmax(ok)])
+    return float(max(p.t[first], p.release[j]))
+
+
+def _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room) -> list[int] | None:
+    """Take placed jobs with more slack than job j off the plan until j's option fits.
+    Returns them, or None (and nothing changes) when that cannot make room."""
+    a, b = p.slot_range(*span)
+
+    def short() -> bool:
+        return bool(
+            (free_g[a:b] < cfg.gpus - 1e-9).any() or (free_w[a:b] < cfg.power_w - 1e-6).any()
+        )
+
+    candidates = []
+    for v, (_, pieces) in placed.items():
+        if bumps.get(v, 0) >= 4 or slack[v] < slack[j]:
+            continue
+        if any(p.slot_range(x, y)[0] < b and p.slot_range(x, y)[1] > a for x, y in pieces):
+            candidates.append(v)
+    candidates.sort(key=lambda v: -slack[v])
+    taken: list[tuple] = []
+    for v in candidates:
+        if not short():
+            break
+        vcfg, pieces = placed.pop(v)
+        p.reserve(free_g, free_w, -vcfg.gpus, -vcfg.power_w, pieces)
+        p.reserve(room, None, -vcfg.gpus, 0.0, pieces)
+        taken.append((v, vcfg, pieces))
+    if short():
+        for v, vcfg, pieces in taken:  # undo
+            placed[v] = (vcfg, pieces)
+            p.reserve(free_g, free_w, vcfg.gpus, vcfg.power_w, pieces)
+            p.reserve(room, None, vcfg.gpus, 0.0, pieces)
+        return None
+    for v, _, _ in taken:
+        bumps[v] = bumps.get(v, 0) + 1
+    return [v for v, _, _ in taken]
 
 
 def placement_order(p: Problem) -> list[int]:
@@ -291,7 +392,7 @@ class BudgetFifo(Policy):
         paused = False
         queue = sorted(snapshot.jobs, key=lambda j: (-j.priority, j.submitted_s, j.id))
         for job in queue:
-            cfg = job_configs(job, 1)[0]
+            cfg = full_power(job)
             g = grams(cfg.power_w, now, now + cfg.run_s)
             latest = job.latest_finish_s(snapshot.max_defer_s) - cfg.run_s
             if not paused and spend + g <= state.budget.grams:

@@ -25,6 +25,8 @@ it every job of the trace, with its arrival, and the actual signal, once.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from orchestrator.policies.base import Decision, Plan, Policy, Snapshot, register
@@ -43,6 +45,7 @@ class Optimal(Policy):
     clairvoyant = False
     time_limit_s = 30.0
     max_configs = MAX_CONFIGS
+    min_slot_s = 0.0  # a coarser grid than the snapshot's, for a whole-run programme
 
     def __init__(self, time_limit_s: float | None = None) -> None:
         if time_limit_s is not None:
@@ -55,6 +58,8 @@ class Optimal(Policy):
     def plan(self, snapshot: Snapshot) -> Plan:
         if not snapshot.jobs:
             return {}
+        if self.min_slot_s and snapshot.slot_s < self.min_slot_s:
+            snapshot = replace(snapshot, slot_s=self.min_slot_s)
         problem = Problem(snapshot, self.max_configs, self.horizon_s(snapshot))
         warm = heuristic(problem)
         model = Model(problem, warm)
@@ -74,6 +79,7 @@ class Oracle(Optimal):
     clairvoyant = True
     replan_every_s = float("inf")
     time_limit_s = 300.0
+    min_slot_s = 3600.0  # whole runs are long: hourly slots (grid signals are hourly)
 
     def horizon_s(self, snapshot: Snapshot) -> float | None:
         return None  # the whole run

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -50,6 +51,14 @@ def widths(job: QueuedJob) -> list[int]:
     return sorted(out)
 
 
+def full_power(job: QueuedJob) -> Config:
+    """The job as submitted: its requested width, uncapped."""
+    run = float(job.duration_s or 0.0)
+    if job.model is None or run <= 0:
+        return Config(job.gpus, 1.0, run, job.gpus * DEFAULT_GPU_W)
+    return Config(job.gpus, 1.0, run, job.model.power_w(job.gpus, 1.0))
+
+
 def job_configs(job: QueuedJob, max_configs: int = MAX_CONFIGS) -> list[Config]:
     """The job's Pareto configurations; the first is always its requested width at full
     power (what ``fifo`` runs, and what the deadline guard falls back to)."""
@@ -57,27 +66,61 @@ def job_configs(job: QueuedJob, max_configs: int = MAX_CONFIGS) -> list[Config]:
     model = job.model
     if model is None or run <= 0:
         return [Config(job.gpus, 1.0, run, job.gpus * DEFAULT_GPU_W)]
-    curve = model.curve
+    table = tuple(sorted(model.throughput_table.items())) if model.throughput_table else None
+    shape = _shapes(
+        model.curve,
+        job.gpus,
+        job.min_gpus or job.gpus,
+        job.max_gpus or job.gpus,
+        model.efficiency,
+        table,
+        model.host_w_per_gpu,
+        model.pue,
+        model.power_scale,
+        max_configs,
+    )
+    return [Config(n, f, run * factor, watts) for n, f, factor, watts in shape]
+
+
+@lru_cache(maxsize=4096)
+def _shapes(curve, gpus, lo, hi, efficiency, table, host_w, pue, power_scale, max_configs):
+    """(GPUs, cap, run-time factor, watts) of the Pareto configurations of every job of
+    this shape (they differ only in length)."""
+    from orchestrator.perfmodel import JobModel
+
+    model = JobModel(
+        1.0,
+        gpus,
+        curve,
+        efficiency=efficiency,
+        throughput_table=dict(table) if table else None,
+        host_w_per_gpu=host_w,
+        pue=pue,
+        power_scale=power_scale,
+    )
     caps = {1.0, round(curve.min_fraction, 3)}
     f = 1.0 - CAP_STEP
     while f > curve.min_fraction:
         caps.add(round(f, 3))
         f -= CAP_STEP
-    ref_rate = model.throughput(job.gpus, 1.0)
+    ref_rate = model.throughput(gpus, 1.0)
+    probe = QueuedJob(0, gpus, 0.0, min_gpus=lo, max_gpus=hi)
     every = [
-        Config(n, f, run * ref_rate / model.throughput(n, f), model.power_w(n, f))
-        for n in widths(job)
+        Config(n, f, ref_rate / model.throughput(n, f), model.power_w(n, f))
+        for n in widths(probe)
         for f in sorted(caps, reverse=True)
     ]
-    ref = every[[(c.gpus, c.cap) for c in every].index((job.gpus, 1.0))]
+    ref = every[[(c.gpus, c.cap) for c in every].index((gpus, 1.0))]
     kept = [ref] + [c for c in every if c is not ref and not _dominated(c, every)]
-    if len(kept) > max_configs:  # the reference, the most frugal, evenly between by speed
+    if max_configs < 3:
+        kept = [ref, min(kept, key=lambda c: c.energy_j)][:max_configs]
+    elif len(kept) > max_configs:  # the reference, the most frugal, evenly between by speed
         rest = sorted(kept[1:], key=lambda c: c.run_s)
         frugal = min(rest, key=lambda c: c.energy_j)
         rest.remove(frugal)
         pick = np.linspace(0, len(rest) - 1, max_configs - 2).round().astype(int)
         kept = [ref, *[rest[i] for i in sorted(set(pick.tolist()))], frugal]
-    return kept
+    return tuple((c.gpus, c.cap, c.run_s, c.power_w) for c in kept)
 
 
 def _dominated(c: Config, every: list[Config]) -> bool:

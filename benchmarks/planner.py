@@ -1,0 +1,227 @@
+"""The carbon-budget planner against its baselines and its reference (issue 6). Prints JSON.
+
+Quality: 2,000 consecutive Philly jobs (from the 69,000th in arrival order: the first
+stretch of the trace whose load, 64 % of 256 GPUs, a 256-GPU cluster can carry; the
+trace's first jobs would queue for weeks) on 256 A40 GPUs, moved onto DE-LU 2023 and GB
+2023 hourly carbon intensity, deadlines within 24 h, half the jobs interruptible.
+
+- ``oracle_capture_perfect`` / ``_noisy``: (fifo − budget) / (fifo − oracle) carbon, with
+  ``budget`` planning on the actual signal / on it plus noise of 10 % of its mean; the
+  oracle always plans on the actual signal, knowing every arrival. The least over grids.
+- ``jct_speedup_vs_budget_fifo``: ``budget-fifo`` with a daily budget of 80 % of fifo's
+  carbon per day emits C; ``budget`` with a daily budget that makes it emit at most C
+  (the same budget first, then scaled down until it does); the ratio of their mean job
+  completion times. The least over grids.
+
+Speed: one replan of 1,000 queued jobs (from the same sample, all submitted now) over a
+48 h horizon in 15-minute slots on 256 GPUs: ``replan_s_budget`` (without and with a
+budget: the larger), ``replan_s_optimal`` (at its 30 s limit, best found).
+
+    python benchmarks/planner.py [--grids DE-LU,GB] [--jobs 2000] [--quick]
+
+Each simulation runs in its own process, two at a time. Data come from
+``$GRIDSHIFT_SHARED_DATA`` (default ../shared/data); without them: {"skipped": reason}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+SKIP = 69_000
+GPUS = 256
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("GRIDSHIFT_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+def scenario(grid: str, jobs: int, policy: str, forecast: str, budget: str | None) -> dict:
+    data = data_dir()
+    return {
+        "name": f"Philly {SKIP}+{jobs} on {grid} 2023",
+        "policies": [policy],
+        "forecast": forecast,
+        "budget": budget,
+        "jobs": {
+            "source": str(data / "jobs" / "philly.csv"),
+            "skip_jobs": SKIP,
+            "max_jobs": jobs,
+            "deadline_rule": "within:24h",
+            "interruptible": 0.5,
+        },
+        "grid": {"source": f"csv:{data / 'grid/carbon' / grid / f'{grid}_2023_hourly.csv'}"},
+        "cluster": {"gpus": GPUS, "gpu": "a40"},
+    }
+
+
+def one(spec: dict) -> dict:
+    from orchestrator.sim.runner import simulate
+    from orchestrator.sim.scenario import Scenario
+
+    outcome = simulate(Scenario.model_validate(spec), ROOT)
+    (policy,) = spec["policies"]
+    result = dict(outcome.results[policy])
+    run = outcome.runs[policy]
+    result["days"] = round(
+        (float(run.finish_s.max()) - float(outcome.inputs.jobs.submit_s.min())) / 86400, 3
+    )
+    return result
+
+
+def run(spec: dict) -> dict:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--one", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode:
+        raise SystemExit(f"{spec['policies']}: {proc.stderr.strip().splitlines()[-1:]}")
+    return json.loads(proc.stdout)
+
+
+def keep(m: dict) -> dict:
+    keys = ("carbon_kg", "energy_kwh", "avg_jct_h", "p95_jct_h", "deadline_misses",
+            "forced_starts", "suspensions", "wall_s", "budget", "solver")  # fmt: skip
+    return {k: m[k] for k in keys if k in m}
+
+
+def quality(grid: str, jobs: int, pool: ThreadPoolExecutor) -> dict:
+    spec = lambda p, f="perfect", b=None: scenario(grid, jobs, p, f, b)  # noqa: E731
+    fifo, perfect, noisy, oracle = pool.map(
+        run,
+        [spec("fifo"), spec("budget"), spec("budget", "noise:0.1"), spec("oracle")],
+    )
+    saving = fifo["carbon_kg"] - oracle["carbon_kg"]
+    out = {
+        "fifo": keep(fifo),
+        "budget_perfect": keep(perfect),
+        "budget_noisy": keep(noisy),
+        "oracle": keep(oracle),
+        "oracle_capture_perfect": round((fifo["carbon_kg"] - perfect["carbon_kg"]) / saving, 4),
+        "oracle_capture_noisy": round((fifo["carbon_kg"] - noisy["carbon_kg"]) / saving, 4),
+    }
+    per_day_kg = 0.8 * fifo["carbon_kg"] / fifo["days"]
+    budget = f"{per_day_kg:.3f}kg/day"
+    bfifo = run(spec("budget-fifo", b=budget))
+    target = bfifo["carbon_kg"]
+    tries = []
+    scale = 1.0
+    for _ in range(4):  # budget's daily budget, scaled until it emits no more than C
+        b = f"{per_day_kg * scale:.3f}kg/day"
+        result = run(spec("budget", b=b))
+        tries.append({"budget": b, "carbon_kg": result["carbon_kg"]})
+        if result["carbon_kg"] <= target * 1.001:
+            break
+        scale *= 0.97 * target / result["carbon_kg"]
+    out["budget_fifo"] = keep(bfifo) | {"daily_budget": budget}
+    out["budget_at_equal_carbon"] = keep(result) | {"daily_budget": b, "tries": tries}
+    out["jct_speedup_vs_budget_fifo"] = round(bfifo["avg_jct_h"] / result["avg_jct_h"], 3)
+    return out
+
+
+def replan_speed(quick: bool) -> dict:
+    import numpy as np
+
+    from grid.forecasters import StepForecaster
+    from orchestrator.budget import Budget, Ledger
+    from orchestrator.perfmodel import JobModel, curve_for
+    from orchestrator.policies.base import QueuedJob, Snapshot, resolve_policy
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.scenario import Scenario
+
+    spec = scenario("DE-LU", 1000, "fifo", "perfect", None)
+    inputs = prepare(Scenario.model_validate(spec), ROOT)
+    jobs_in = inputs.jobs
+    now = float(jobs_in.submit_s[-1])
+    curve = curve_for("a40")
+    jobs = [
+        QueuedJob(
+            i,
+            int(jobs_in.gpus[i]),
+            now,
+            duration_s=float(jobs_in.duration_s[i]),
+            deadline_s=now + float(jobs_in.duration_s[i]) + 86400,
+            interruptible=bool(inputs.interruptible[i]),
+            model=JobModel(float(jobs_in.duration_s[i]), int(jobs_in.gpus[i]), curve),
+        )
+        for i in range(len(jobs_in))
+    ]
+    forecast = StepForecaster(inputs.carbon)
+
+    def snap(budget: bool) -> Snapshot:
+        s = Snapshot(now, jobs, forecast, total_gpus=GPUS, slot_s=900.0, horizon_s=48 * 3600.0)
+        if budget:
+            ledger = Ledger(Budget.parse("150kg/day"))
+            s.budget = ledger.state(now)
+        return s
+
+    out: dict = {"jobs": len(jobs), "horizon_h": 48, "slot_min": 15, "gpus": GPUS}
+    times = []
+    for budget in (False, True):
+        policy = resolve_policy("budget")
+        started = time.perf_counter()
+        policy.plan(snap(budget))
+        times.append(time.perf_counter() - started)
+    out["replan_s_budget_no_budget"] = round(times[0], 3)
+    out["replan_s_budget_with_budget"] = round(times[1], 3)
+    out["replan_s_budget"] = round(max(times), 3)
+    if not quick:
+        policy = resolve_policy("optimal")
+        started = time.perf_counter()
+        policy.plan(snap(False))
+        out["replan_s_optimal"] = round(time.perf_counter() - started, 3)
+        out["optimal_solver"] = policy.last
+    del np
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--grids", default="DE-LU,GB")
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--quick", action="store_true", help="replan speed of budget only")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(one(json.loads(args.one))))
+        return
+    if not (data_dir() / "jobs" / "philly.csv").is_file():
+        print(json.dumps({"skipped": f"no Philly trace under {data_dir()}"}))
+        return
+    out: dict = {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}",
+        "scenario": {
+            "jobs": f"philly.csv, {args.jobs} jobs from the {SKIP:,}th in arrival order",
+            "gpus": GPUS,
+            "gpu": "a40",
+            "deadline_rule": "within:24h",
+            "interruptible": 0.5,
+            "grids": args.grids.split(","),
+        },
+    }
+    out["speed"] = replan_speed(args.quick)
+    out["replan_s_budget"] = out["speed"]["replan_s_budget"]
+    out["replan_s_optimal"] = out["speed"].get("replan_s_optimal")
+    if not args.quick:
+        with ThreadPoolExecutor(2) as pool:
+            grids = {g: quality(g, args.jobs, pool) for g in args.grids.split(",")}
+        out["grids"] = grids
+        for key in ("oracle_capture_perfect", "oracle_capture_noisy", "jct_speedup_vs_budget_fifo"):
+            out[key] = min(g[key] for g in grids.values())
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
