@@ -310,3 +310,97 @@ def test_a_joint_planner_replans_all_on_its_timer_and_new_jobs_in_between():
     sched.invalidate()
     sched.plan(130.0)  # a new forecast: everything again
     assert seen == [([1], 0), ([2], 1), ([1, 2], 0), ([1, 2], 0)]
+
+
+# -- in the simulator and on the command line ---------------------------------------------
+def _whatif(**extra):
+    from orchestrator.sim.scenario import Scenario
+
+    return Scenario.model_validate(
+        {
+            "policies": ["fifo", "budget", "budget-fifo"],
+            "jobs": {"source": "synthetic:count=120&days=3", "interruptible": 0.5, "elastic": 0.3},
+            "grid": {"source": "synthetic:days=10"},
+            "cluster": {"gpus": 32, "gpu": "a40"},
+            **extra,
+        }
+    )
+
+
+def test_simulated_budgets_hold_unless_a_deadline_forced_them():
+    from orchestrator.sim.runner import simulate
+    from tests.conftest import ROOT
+
+    free = simulate(_whatif(policies=["fifo"]), ROOT)
+    days = free.results["fifo"]["makespan_h"] / 24
+    per_day = 0.7 * free.results["fifo"]["carbon_kg"] / days
+    outcome = simulate(_whatif(budget=f"{per_day:.3f}kg/day"), ROOT)
+    fifo, budget, bfifo = (outcome.results[p] for p in ("fifo", "budget", "budget-fifo"))
+    for m in (budget, bfifo):
+        b = m["budget"]
+        assert b["periods_over"] == 0 or b["forced_starts"] > 0
+        assert m["energy_kwh"] > 0 and m["jobs"] == 120
+    assert budget["carbon_kg"] < fifo["carbon_kg"]
+    assert budget["avg_jct_h"] < bfifo["avg_jct_h"]  # spends where it buys time
+    assert fifo["budget"]["periods_over"] > 0  # fifo is charged too: it breaks the budget
+
+
+def test_the_oracle_and_a_site_power_limit_in_a_what_if_run():
+    from orchestrator.sim.engine import SimDaemon
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.runner import make_forecaster, simulate
+    from tests.conftest import ROOT
+
+    scenario = _whatif(policies=["fifo", "budget", "oracle"])
+    scenario.jobs.source = "synthetic:count=40&days=2"
+    outcome = simulate(scenario, ROOT)
+    fifo, budget, oracle = (outcome.results[p] for p in ("fifo", "budget", "oracle"))
+    assert oracle["carbon_kg"] < fifo["carbon_kg"] and budget["carbon_kg"] < fifo["carbon_kg"]
+    assert oracle["solver"]["status"] in ("Optimal", "Time limit reached")
+    peaks = []
+    for limit in (None, 1200.0):
+        limited = _whatif(policies=["fifo"], power_limit_w=limit)
+        limited.jobs.source = "synthetic:count=40&days=2"
+        inputs = prepare(limited, ROOT)
+        forecaster = make_forecaster("perfect", inputs, 0)
+        run = SimDaemon(inputs, resolve_policy("fifo"), forecaster).run()
+        times = np.concatenate((run.seg_start_s, run.seg_end_s))
+        delta = np.concatenate((run.seg_power_w, -run.seg_power_w))
+        order = np.lexsort((delta, times))  # ends before starts at the same time
+        draw = np.cumsum(delta[order])
+        peaks.append(draw.max())
+        if limit:  # over the limit only while the jobs are all at their lowest caps
+            floor = inputs.curve.power_w(inputs.curve.min_fraction)
+            over = draw > limit + 1e-6
+            assert (~over).mean() > 0.9
+            assert floor > 0
+    assert peaks[1] < peaks[0]
+
+
+def test_gridshift_plan_shows_each_job_against_running_now(cli):
+    from datetime import UTC, datetime
+
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    for i in range(3):
+        cli.submit("--gpus", "1-2", "--duration", "2h", "--within", "20h", "--name", f"t{i}",
+                   "--", "true")  # fmt: skip
+    cli.submit("--", "true")  # no estimate
+    grid = f"synthetic:start={day}&days=3"
+    data = cli.json("plan", "--grid", grid)
+    assert set(data) == {"policy", "now", "objective", "budget", "gpus", "running", "jobs"}
+    rows = {r["id"]: r for r in data["jobs"]}
+    assert len(rows) == 4 and not rows[4]["estimated"] and rows[4]["wait_h"] == 0
+    for r in (rows[1], rows[2], rows[3]):
+        assert r["carbon_kg"] <= r["now_full_power"]["carbon_kg"] + 1e-9
+        assert r["carbon_saving_pct"] >= 0 and 0 < r["cap"] <= 1 and r["gpus"] in (1, 2)
+    table = cli.run("plan", "--grid", grid, "--budget", "1kg/day").stdout
+    assert "t0" in table and "SAVING" in table
+    for args, message in (
+        (["--policy", "oracle"], "only in simulate"),
+        (["--budget", "x"], "invalid budget"),
+        (["--objective", "cost"], "needs a price signal"),
+        (["--grid", "synthetic:start=1999-01-01&days=1"], "no forecast"),
+    ):
+        proc = cli.run("plan", "--grid", grid, *args, check=False)
+        assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1

@@ -159,6 +159,11 @@ def test_simulate_flags_without_a_file_and_plots(cli, tmp_path):
         (["--interruptible", "2"], "--interruptible"),
         (["--gpus", "8", "--cluster", "c.toml"], "not both"),
         (["--jobs", "synthetic:count=-1"], "count"),
+        (["--budget", "lots"], "invalid budget"),
+        (["--objective", "speed"], "unknown objective"),
+        (["--objective", "cost"], "needs a price signal"),
+        (["--elastic", "1.5"], "--elastic"),
+        (["--slot", "soon"], "invalid duration"),
     ],
 )
 def test_simulate_bad_input_gets_one_line_and_exit_2(cli, args, message):

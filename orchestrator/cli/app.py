@@ -16,6 +16,7 @@ from orchestrator.cli.grid_cmd import grid_app
 from orchestrator.cli.listing import ls, show
 from orchestrator.cli.logs import logs
 from orchestrator.cli.nodes import nodes
+from orchestrator.cli.plan import plan
 from orchestrator.cli.simulate import simulate
 from orchestrator.cli.submit import HELP as SUBMIT_HELP
 from orchestrator.cli.submit import submit
@@ -52,6 +53,7 @@ app.command()(logs)
 app.command()(nodes)
 app.command()(daemon)
 app.command()(simulate)
+app.command()(plan)
 app.add_typer(grid_app, name="grid")
 
 
