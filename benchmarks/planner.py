@@ -79,6 +79,7 @@ def one(spec: dict) -> dict:
 
 
 def run(spec: dict) -> dict:
+    started = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, __file__, "--one", json.dumps(spec)],
         capture_output=True,
@@ -87,7 +88,15 @@ def run(spec: dict) -> dict:
     )
     if proc.returncode:
         raise SystemExit(f"{spec['policies']}: {proc.stderr.strip().splitlines()[-1:]}")
-    return json.loads(proc.stdout)
+    result = json.loads(proc.stdout)
+    took = time.perf_counter() - started
+    print(  # progress, on stderr: the JSON goes to stdout at the end
+        f"{spec['name']}: {spec['policies'][0]} ({spec['forecast']}, budget {spec['budget']}):"
+        f" {result['carbon_kg']} kg, JCT {result['avg_jct_h']} h, {took:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
+    return result
 
 
 def keep(m: dict) -> dict:
