@@ -95,9 +95,12 @@ def test_simulate_example_prints_a_table_and_json(cli):
     assert "lowest-window" in table and "vs fifo" in table and "%" in table
     data = cli.json("simulate", example)
     assert set(data) == {"scenario", "policies"}
-    assert list(data["policies"]) == ["fifo", "lowest-window", "lowest-slots"]
+    assert list(data["policies"]) == ["fifo", "lowest-window", "lowest-slots", "budget"]
     for metrics in data["policies"].values():
         assert set(metrics) >= KEYS
+    carbon = {p: m["carbon_kg"] for p, m in data["policies"].items()}
+    assert carbon["budget"] < carbon["lowest-slots"] < carbon["fifo"]  # caps as well as shifts
+    assert data["policies"]["budget"]["deadline_misses"] == 0
     assert data["scenario"]["gpus"] == 32 and data["scenario"]["jobs"] == 600
 
 
