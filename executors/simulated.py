@@ -184,6 +184,13 @@ class SimulatedExecutor(Executor):
         run.ended_at, run.exit_code, run.detail = self.timeline.now, exit_code, detail
         self._ended.append(handle)
 
+    def cap_of(self, handle: Handle) -> tuple[float, float] | None:
+        """(cap fraction, watts) an attempt runs at now; None when unknown or ended."""
+        run = self._runs.get(handle.attempt_id)
+        if run is None or run.ended_at is not None:
+            return None
+        return run.load.cap_fraction, run.power_w
+
     def forget(self, attempt_id: int) -> None:
         """Drop an ended attempt's state (the simulator has recorded it)."""
         self._runs.pop(attempt_id, None)

@@ -186,15 +186,18 @@ def test_optimal_never_worse_than_budget_and_oracle_never_worse_than_optimal(cas
     s, _ = _case(case)
     problem = Problem(s)
     budget = score(problem, resolve_policy("budget").plan(s))
-    optimal_policy = resolve_policy("optimal")
-    optimal = score(problem, optimal_policy.plan(s))
-    assert optimal[0] <= budget[0] + 1e-6
-    assert optimal[1] <= budget[1] * (1 + 1e-9) + 1e-9
+    optimal = score(problem, resolve_policy("optimal").plan(s))
+    # (missed deadlines, grams over budget, objective): never worse, in that order
+    assert optimal[:2] <= budget[:2]
+    if optimal[:2] == budget[:2]:
+        assert optimal[2] <= budget[2] * (1 + 1e-9) + 1e-9
     # the oracle knows the signal; optimal plans on a forecast 30 % off (a seeded noise)
     noisy = Snapshot(**{**s.__dict__, "forecast": NoisySteps(s.forecast.actual, 0.3, seed=1)})
     guessed = score(problem, resolve_policy("optimal").plan(noisy))
     oracle = score(problem, resolve_policy("oracle").plan(s))
-    assert oracle[1] <= guessed[1] * (1 + 1e-3) + 1e-9
+    assert oracle[0] <= guessed[0]
+    if oracle[0] == guessed[0]:
+        assert oracle[2] <= guessed[2] * (1 + 1e-3) + 1e-9
 
 
 def test_the_budget_holds_by_deferring_into_the_next_period():

@@ -34,6 +34,7 @@ from orchestrator.policies.budget import Result, heuristic
 from orchestrator.policies.problem import J_PER_KWH, MAX_CONFIGS, Problem
 
 PENALTY_PER_G = 1e7  # completion seconds per gram over a budget: only when forced
+PENALTY_LATE = 1e12  # a start that breaks a deadline: only where none can be kept
 
 
 @register
@@ -85,12 +86,13 @@ class Oracle(Optimal):
         return None  # the whole run
 
 
-def score(problem: Problem, plan: Plan) -> tuple[float, float]:
-    """(grams over the budget, objective) of a plan, by the problem's forecast: what
-    ``optimal`` and ``budget`` are compared on. The objective: the total of the objective
-    signal with no budget, else the sum of completion times."""
+def score(problem: Problem, plan: Plan) -> tuple[int, float, float]:
+    """How a plan fares by the problem's forecast, worst first: (jobs that miss their
+    latest finish, grams over the budget, objective). The objective is the total of the
+    objective signal with no budget, else the sum of completion times. ``optimal`` and
+    ``budget`` are compared on it, as a tuple: deadlines come first."""
     snap = problem.snapshot
-    over, total = 0.0, 0.0
+    over, total, late = 0.0, 0.0, 0
     periods = None
     if snap.budget is not None:
         from orchestrator.policies.budget import Periods
@@ -101,6 +103,7 @@ def score(problem: Problem, plan: Plan) -> tuple[float, float]:
         d = plan[job.id]
         pieces = d.intervals or ((d.start_s, d.end_s),)
         watts = [d.piece_config(i)[2] or 0.0 for i in range(len(pieces))]
+        late += int(pieces[-1][1] > job.latest_finish_s(snap.max_defer_s) + 1e-6)
         if periods is None:
             total += sum(
                 w * float(problem.obj.integral(a, b))
@@ -116,7 +119,7 @@ def score(problem: Problem, plan: Plan) -> tuple[float, float]:
     if periods is not None:
         over = float(np.clip(spent - periods.left, 0, None).sum())
         over = 0.0 if over < 1e-6 * max(1.0, float(np.abs(periods.left).sum())) else over
-    return over, total
+    return late, over, total
 
 
 class _Builder:
@@ -162,7 +165,10 @@ class Model:
         self.free_g, self.free_w = p.free_gpus.copy(), p.free_w.copy()
         self.fixed: dict[int, tuple] = {}
         for j, (c, _s, intervals, forced) in warm.choice.items():
-            if forced:  # nothing meets its deadline: keep the guard's decision
+            # The heuristic found no room for it to meet its deadline. If an option could,
+            # the programme looks for room (its forced start stays a penalised choice);
+            # if none could even on an empty cluster, the guard's decision stands.
+            if forced and not p.meets[j].any():
                 cfg = p.configs[j][c]
                 p.reserve(self.free_g, self.free_w, cfg.gpus, cfg.power_w, intervals)
                 self.fixed[j] = warm.choice[j]
@@ -194,6 +200,9 @@ class Model:
         cols = b.columns(cost, 1.0, True)
         self.blocks.append(("start", j, cols, cs, ss))
         b.add(cols, one, 1.0)
+        c_w, _, intervals, forced = self.warm.choice[j]
+        if forced:  # its forced start, at a price that any deadline-keeping plan beats
+            self._late_column(j, one, p.configs[j][c_w], intervals)
         k0 = p.k[j, cs, ss]
         m = np.ceil((p.end[j, cs, ss] - (p.now + k0 * p.slot)) / p.slot - 1e-9)
         m = np.clip(np.maximum(m, 1).astype(np.int64), 0, np.maximum(p.K - k0, 0))
@@ -206,6 +215,27 @@ class Model:
             grams = self.periods.grams[i, j, cs, ss]
             nz = grams > 0
             b.add(cols[nz], self.budget_row + i, grams[nz])
+
+    def _late_column(self, j: int, one: int, cfg, intervals) -> None:
+        p, b = self.p, self.b
+        ((a_s, e_s),) = intervals
+        if self.periods is not None:
+            cost = e_s - p.jobs[j].submitted_s
+        else:
+            cost = cfg.power_w * float(p.obj.integral(a_s, e_s))
+        col = b.columns([cost + PENALTY_LATE], 1.0, True)
+        self.blocks.append(("late", j, col))
+        b.add(col, one, 1.0)
+        lo, hi = p.slot_range(a_s, e_s)
+        rows = np.arange(lo, hi)
+        b.add(np.repeat(col, len(rows)), rows, float(cfg.gpus))
+        if self.watts:
+            b.add(np.repeat(col, len(rows)), rows + p.K, cfg.power_w)
+        for i, (pa, pb) in enumerate(self.periods.bounds if self.periods is not None else ()):
+            lo_t, hi_t = max(a_s, pa), min(e_s, pb)
+            if hi_t > lo_t:
+                grams = cfg.power_w * float(p.carbon.integral(lo_t, hi_t)) / J_PER_KWH
+                b.add(col, self.budget_row + i, grams)
 
     def _slots_block(self, j: int, one: int) -> None:
         """A job that may be suspended: the seconds it runs in each slot before its
@@ -303,7 +333,11 @@ class Model:
         for block in self.blocks:
             j = block[1]
             c_w, s_w, intervals, _ = self.warm.choice[j]
-            if block[0] == "start":
+            if block[0] == "late":
+                x[block[2][0]] = 1.0
+            elif block[0] == "start":
+                if self.warm.choice[j][3]:
+                    continue  # forced: its late column holds it
                 _, _, cols, cs, ss = block
                 hit = np.flatnonzero((cs == c_w) & (ss == (s_w if s_w is not None else -1)))
                 if s_w is None or not len(hit):
@@ -327,8 +361,12 @@ class Model:
         for block in self.blocks:
             j = block[1]
             job = p.jobs[j]
+            if block[0] == "late":
+                continue  # the warm (forced) decision, already in the plan
             if block[0] == "start":
                 _, _, cols, cs, ss = block
+                if not len(cols) or x[cols].max() < 0.5:
+                    continue  # its late column was chosen
                 i = int(np.argmax(x[cols]))
                 c, s = int(cs[i]), int(ss[i])
                 cfg = p.configs[j][c]

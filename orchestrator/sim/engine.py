@@ -312,10 +312,10 @@ class SimDaemon:
         for att, cap in zip(atts, caps, strict=True):
             planned = att.decision.piece_config(self._piece(att.decision, self.loop.now))[1]
             cap = min(cap, planned)
-            load = self.executor._runs[att.handle.attempt_id].load
-            if abs(load.cap_fraction - cap) > 1e-9:
+            current = self.executor.cap_of(att.handle)
+            if current is not None and abs(current[0] - cap) > 1e-9:
                 self.executor.set_power_cap(att.handle, cap)
-                att.power_w = load.power_w(cap)
+                att.power_w = self.executor.cap_of(att.handle)[1]
 
     def _suspend(self, att_id: int) -> None:
         att = self._running.get(att_id)

@@ -49,6 +49,8 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
         "forecast": run.forecast,
         "forced_starts": run.forced,
         "wall_s": round(run.wall_s, 2),
+        "budget": None,  # with a budget: how each period fared
+        "solver": run.solver or None,  # oracle: what its one solve reported
     }
     if run.ledger is not None:
         over = run.ledger.over_g()
@@ -61,8 +63,6 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
             "max_period_kg": round(max(run.ledger.spent_g.values(), default=0) / 1000, 3),
             "forced_starts": sum(run.ledger.forced.values()),
         }
-    if run.solver:
-        out["solver"] = run.solver
     return out
 
 
