@@ -109,32 +109,12 @@ class Periods:
             for c in p.snapshot.committed:
                 s_c, e_c = np.clip(max(c.start_s, p.now), a, b), np.clip(c.end_s, a, b)
                 self.left[i] -= c.power_w * float(p.carbon.integral(s_c, e_c)) / J_PER_KWH
-        self.left -= self._arrivals(cuts)
         jobs = p.jobs
         submitted = np.array([j.submitted_s for j in jobs])[:, None, None]
         self.jct = np.where(p.exists, p.end - submitted, np.inf)
         # the slot each slot-grid index falls in, for interruptible jobs' slot costs
         mids = (p.t[:-1] + p.t[1:]) / 2
         self.slot_period = np.searchsorted(cuts[1:-1], mids, side="right")
-
-    def _arrivals(self, cuts: list[float]) -> np.ndarray:
-        """Grams each period should keep for jobs not yet submitted: the GPUs the problem
-        keeps free for them (``Problem.reserved``) at the queue's typical frugal draw per
-        GPU. This paces the budget: the queue cannot spend a period that later arrivals
-        will need."""
-        p = self.problem
-        out = np.zeros(len(self.bounds))
-        if not p.reserved.any():
-            return out
-        per_gpu_w = float(
-            np.median([min(c.energy_j for c in cs) / cs[0].run_s / cs[0].gpus
-                       if cs[0].run_s > 0 else cs[0].power_w / cs[0].gpus
-                       for cs in p.configs])
-        )  # fmt: skip
-        grams = p.reserved * per_gpu_w * p.slot_carbon  # per slot
-        period = np.searchsorted(cuts[1:-1], (p.t[:-1] + p.t[1:]) / 2, side="right")
-        np.add.at(out, period, grams)
-        return out
 
     def cost(self, lambdas: np.ndarray) -> np.ndarray:
         return self.jct + np.tensordot(lambdas, self.grams, axes=1)
@@ -309,17 +289,22 @@ def _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room) -> list[i
 
 
 def placement_order(p: Problem) -> list[int]:
-    """Jobs that must start within two slots first (by latest start), then the ones hard
-    to fit (in one piece, then the biggest in GPU-seconds), then the rest."""
+    """Jobs that must start within two slots first (by latest start). Then, minimising
+    the objective, the ones hard to fit (in one piece, then the biggest in GPU-seconds)
+    and the rest; under a budget, where the aim is completion time, the smallest first."""
     jobs = p.jobs
     fastest = np.nanmin(np.where(p.has, p.run_s, np.nan), axis=1)
     latest_start = p.latest - fastest
     urgent = latest_start <= p.now + 2 * p.slot
     size = np.array([j.gpus * (j.duration_s or 0.0) for j in jobs])
 
+    shortest_first = p.snapshot.budget is not None
+
     def key(j: int):
         if urgent[j]:
             return (0, latest_start[j], 0.0)
+        if shortest_first:
+            return (1, size[j], jobs[j].submitted_s)
         return (1 + int(jobs[j].interruptible), -size[j], jobs[j].submitted_s)
 
     return sorted(range(len(jobs)), key=key)
