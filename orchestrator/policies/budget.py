@@ -2,8 +2,9 @@
 ``budget-fifo``, what a lab does by hand.
 
 ``budget`` plans every queued job together on the slot grid of ``Problem``. Jobs are placed
-one by one, least slack first, into the capacity left by running jobs and by the jobs
-placed before them; each takes its cheapest option that meets its latest finish:
+one by one (``placement_order``: those that must start now first) into the capacity left
+by running jobs and by the jobs placed before them, keeping room in later slots for the
+load expected to arrive; each takes its cheapest option that meets its latest finish:
 
 - with no budget, the cheapest in the objective (carbon, cost or a mix): it waits for low
   slots, runs at the power cap where a joule buys the most work, and for a job that may be
@@ -112,7 +113,7 @@ class Periods:
         jobs = p.jobs
         submitted = np.array([j.submitted_s for j in jobs])[:, None, None]
         self.jct = np.where(p.exists, p.end - submitted, np.inf)
-        # the slot each slot-grid index falls in, for interruptible jobs' slot costs
+        # the period each slot falls in, for the slot costs of jobs that may be suspended
         mids = (p.t[:-1] + p.t[1:]) / 2
         self.slot_period = np.searchsorted(cuts[1:-1], mids, side="right")
 
