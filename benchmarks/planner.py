@@ -196,11 +196,19 @@ def replan_speed(quick: bool) -> dict:
     out["replan_s_budget_with_budget"] = round(times[1], 3)
     out["replan_s_budget"] = round(max(times), 3)
     if not quick:
+        from orchestrator.policies.milp import score
+        from orchestrator.policies.problem import Problem
+
         policy = resolve_policy("optimal")
         started = time.perf_counter()
-        policy.plan(snap(False))
+        plan = policy.plan(snap(False))
         out["replan_s_optimal"] = round(time.perf_counter() - started, 3)
         out["optimal_solver"] = policy.last
+        # both plans priced on the same forecast: the carbon each expects, in kg
+        problem = Problem(snap(False))
+        heuristic = resolve_policy("budget").plan(snap(False))
+        out["replan_planned_kg_budget"] = round(score(problem, heuristic)[2] / 1000, 3)
+        out["replan_planned_kg_optimal"] = round(score(problem, plan)[2] / 1000, 3)
     del np
     return out
 

@@ -333,39 +333,42 @@ def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas):
     edges_a = np.maximum(p.t[first:last], p.release[j])
     edges_b = p.t[first + 1 : last + 1]
     lengths = edges_b - edges_a
+    if periods is None:
+        per_s = p.slot_obj[first:last] / p.slot
+    else:
+        per_s = lambdas[periods.slot_period[first:last]] * p.slot_carbon[first:last] / p.slot
+    index = np.arange(len(lengths))
     best = None
     for c, cfg in enumerate(p.configs[j]):
         ok = (free_g[first:last] >= cfg.gpus - 1e-9) & (free_w[first:last] >= cfg.power_w - 1e-6)
         if lengths[ok].sum() < cfg.run_s - 1e-6:
             continue
-        if periods is None:
-            per_s = p.slot_obj[first:last] / p.slot
-        else:
-            period = periods.slot_period[first:last]
-            per_s = lambdas[period] * p.slot_carbon[first:last] / p.slot
         price = np.where(ok, per_s * cfg.power_w, np.inf)
         order = np.argsort(price, kind="stable")
         taken = np.cumsum(lengths[order])
         count = int(np.searchsorted(taken, cfg.run_s - 1e-6)) + 1
-        chosen = np.sort(order[:count])
         surplus = float(taken[count - 1]) - cfg.run_s
-        pieces = [[float(edges_a[i]), float(edges_b[i])] for i in chosen]
         cut = int(order[count - 1])
-        for piece in pieces:
-            if piece[0] == float(edges_a[cut]):
-                piece[1] -= surplus
-        cost = float(np.sum(price[chosen] * lengths[chosen])) - price[cut] * surplus
-        merged: list[list[float]] = []
-        for a, b in pieces:
-            if merged and abs(merged[-1][1] - a) < 1e-6:
-                merged[-1][1] = b
-            else:
-                merged.append([a, b])
-        if periods is not None:
-            cost += merged[-1][1] - job.submitted_s  # completion time
+        chosen = order[:count]
+        cost = float(np.dot(price[chosen], lengths[chosen])) - price[cut] * surplus
+        if periods is not None:  # + completion time: the end of the latest slot used
+            end = edges_b[chosen.max()] - (surplus if cut == chosen.max() else 0.0)
+            cost += float(end) - job.submitted_s
         if best is None or cost < best[2]:
-            best = (c, tuple((a, b) for a, b in merged), cost)
-    return best
+            best = (c, (np.sort(chosen), cut, surplus), cost)
+    if best is None:
+        return None
+    c, (chosen, cut, surplus), cost = best
+    ends = edges_b[chosen].copy()
+    ends[index[: len(chosen)][chosen == cut]] -= surplus  # the partly needed slot: its start
+    starts = edges_a[chosen]
+    breaks = np.flatnonzero(np.abs(starts[1:] - ends[:-1]) > 1e-6)  # merge touching slots
+    first_i = np.concatenate(([0], breaks + 1))
+    last_i = np.concatenate((breaks, [len(chosen) - 1]))
+    intervals = tuple(
+        (float(starts[a]), float(ends[b])) for a, b in zip(first_i, last_i, strict=True)
+    )
+    return c, intervals, cost
 
 
 @register
