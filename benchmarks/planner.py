@@ -17,7 +17,7 @@ trace's first jobs would queue for weeks) on 256 A40 GPUs, moved onto DE-LU 2023
 
 Speed: one replan of 1,000 queued jobs (from the same sample, all submitted now) over a
 48 h horizon in 15-minute slots on 256 GPUs: ``replan_s_budget`` (without and with a
-budget: the larger), ``replan_s_optimal`` (at its 30 s limit, best found).
+budget: the larger; each the median of five), ``replan_s_optimal`` (30 s limit, best found).
 
     python benchmarks/planner.py [--grids DE-LU,GB] [--jobs 2000] [--quick]
 
@@ -188,10 +188,13 @@ def replan_speed(quick: bool) -> dict:
     out: dict = {"jobs": len(jobs), "horizon_h": 48, "slot_min": 15, "gpus": GPUS}
     times = []
     for budget in (False, True):
-        policy = resolve_policy("budget")
-        started = time.perf_counter()
-        policy.plan(snap(budget))
-        times.append(time.perf_counter() - started)
+        runs = []
+        for _ in range(5):  # the median of five: this VM's timings vary by ±30 %
+            policy = resolve_policy("budget")
+            started = time.perf_counter()
+            policy.plan(snap(budget))
+            runs.append(time.perf_counter() - started)
+        times.append(sorted(runs)[2])
     out["replan_s_budget_no_budget"] = round(times[0], 3)
     out["replan_s_budget_with_budget"] = round(times[1], 3)
     out["replan_s_budget"] = round(max(times), 3)

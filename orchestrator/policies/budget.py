@@ -33,7 +33,7 @@ from orchestrator.policies.base import Decision, Plan, Policy, Snapshot, registe
 from orchestrator.policies.problem import J_PER_KWH, Problem, full_power
 
 LAMBDA_MAX = 1e9  # seconds per gram: carbon dominates completion time
-BISECT_STEPS = 30
+BISECT_STEPS = 16  # log10 λ over 15 decades to within 0.001
 
 
 @register
