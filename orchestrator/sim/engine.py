@@ -88,7 +88,6 @@ class SimDaemon:
         self.executor = SimulatedExecutor(self.loop)
         self.alloc = ClusterAllocator(inputs.topology)
         self.scheduler = Scheduler(policy, forecaster, inputs.max_defer_s, self._context)
-        self.forecaster = forecaster
         self.ledger = Ledger(inputs.budget) if inputs.budget is not None else None
         self._price = None
         if inputs.price is not None:
