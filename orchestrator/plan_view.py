@@ -12,9 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import numpy as np
+
+from orchestrator.budget import J_PER_KWH
 from orchestrator.policies.base import Commitment, Decision, Policy, QueuedJob, Snapshot
 
-J_PER_KWH = 3.6e6
 DEFAULT_RUNNING_S = 3600.0  # a running job without an estimate holds its GPUs this long
 
 
@@ -123,14 +125,18 @@ def _row(job: QueuedJob, d: Decision, name, snap: Snapshot, inp: PlanInputs) -> 
 
 
 def _account(pieces, watts, inp: PlanInputs) -> dict:
-    carbon = inp.carbon.window(inp.now_s, inp.now_s, pieces[-1][1])
-    energy_j = sum(w * (b - a) for w, (a, b) in zip(watts, pieces, strict=True))
-    grams = sum(w * float(carbon.integral(a, b)) for w, (a, b) in zip(watts, pieces, strict=True))
+    starts, ends = np.array(pieces, dtype=float).T
+    watts = np.asarray(watts, dtype=float)
+
+    def joules_times(forecast) -> float:  # Σ watts × ∫ signal over each piece
+        series = forecast.window(inp.now_s, inp.now_s, float(ends[-1]))
+        return float(np.dot(watts, series.integral(starts, ends)))
+
+    energy_j = float(np.dot(watts, ends - starts))
+    grams = joules_times(inp.carbon)
     cost = None
     if inp.price is not None:
-        price = inp.price.window(inp.now_s, inp.now_s, pieces[-1][1])
-        cost = sum(w * float(price.integral(a, b)) for w, (a, b) in zip(watts, pieces, strict=True))
-        cost = round(cost / (J_PER_KWH * 1000), 4)
+        cost = round(joules_times(inp.price) / (J_PER_KWH * 1000), 4)
     return {
         "energy_kwh": round(energy_j / J_PER_KWH, 4),
         "carbon_kg": round(grams / J_PER_KWH / 1000, 5),

@@ -400,6 +400,7 @@ def test_gridshift_plan_shows_each_job_against_running_now(cli):
         (["--policy", "oracle"], "only in simulate"),
         (["--budget", "x"], "invalid budget"),
         (["--objective", "cost"], "needs a price signal"),
+        (["--objective", "mix:7", "--price", "synthetic:quantity=price"], "carbon weight"),
         (["--grid", "synthetic:start=1999-01-01&days=1"], "no forecast"),
     ):
         proc = cli.run("plan", "--grid", grid, *args, check=False)

@@ -39,17 +39,13 @@ def plan(
     from orchestrator.inventory import resolve_nodes
     from orchestrator.perfmodel import curve_for
     from orchestrator.plan_view import PlanInputs, build_snapshot, plan_rows
-    from orchestrator.policies.base import resolve_policy
+    from orchestrator.policies.base import check_objective, resolve_policy
     from orchestrator.timeparse import parse_duration_s, utc_now
 
     chosen = resolve_policy(policy)
     if getattr(chosen, "clairvoyant", False):
         raise SpecError(f"{chosen.name} needs every future job: it runs only in simulate")
-    kind = objective.strip().lower().partition(":")[0]
-    if kind not in ("carbon", "cost", "mix"):
-        raise SpecError(f"unknown objective {objective!r}; use carbon, cost or mix:W")
-    if kind != "carbon" and not price:
-        raise SpecError(f"objective {objective!r} needs a price signal (--price)")
+    objective = check_objective(objective, bool(price))
     slot_s = parse_duration_s(slot)
     parsed_budget = Budget.parse(budget) if budget else None
     now = _when(at) if at else utc_now()
@@ -75,7 +71,7 @@ def plan(
         state = BudgetState(parsed_budget, start, end, 0.0)
     inputs = PlanInputs(
         now.timestamp(), queued, running, total, curve, carbon, price_fc, state,
-        objective.strip().lower(), slot_s,
+        objective, slot_s,
     )  # fmt: skip
     rows = plan_rows(chosen, build_snapshot(inputs, largest), inputs)
     data = {

@@ -19,6 +19,25 @@ from orchestrator.errors import SpecError
 DEFAULT_MAX_DEFER_S = 24 * 3600.0  # how long a job without a deadline may be deferred
 
 
+def check_objective(text: str, has_price: bool) -> str:
+    """``carbon``, ``cost`` or ``mix:W`` (W: carbon's weight, 0-1), normalised; one clear
+    SpecError otherwise, or when it needs a price signal that is not there."""
+    objective = text.strip().lower()
+    kind, _, weight = objective.partition(":")
+    if kind not in ("carbon", "cost", "mix"):
+        raise SpecError(f"unknown objective {text!r}; use carbon, cost or mix:W")
+    if kind == "mix":
+        try:
+            ok = 0.0 <= float(weight or 0.5) <= 1.0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise SpecError(f"objective {text!r}: W is the carbon weight, 0-1")
+    if kind != "carbon" and not has_price:
+        raise SpecError(f"objective {text!r} needs a price signal (--price)")
+    return objective
+
+
 @dataclass(slots=True)
 class QueuedJob:
     id: int

@@ -29,8 +29,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from orchestrator.budget import J_PER_KWH
 from orchestrator.policies.base import Decision, Plan, Policy, Snapshot, register
-from orchestrator.policies.problem import J_PER_KWH, Problem, full_power
+from orchestrator.policies.problem import Problem, full_power
 
 LAMBDA_MAX = 1e9  # seconds per gram: carbon dominates completion time
 BISECT_STEPS = 16  # log10 λ over 15 decades to within 0.001
@@ -116,6 +117,19 @@ class Periods:
         # the period each slot falls in, for the slot costs of jobs that may be suspended
         mids = (p.t[:-1] + p.t[1:]) / 2
         self.slot_period = np.searchsorted(cuts[1:-1], mids, side="right")
+
+    def spend(self, pieces, watts) -> np.ndarray:
+        """Grams each period gets from running ``pieces`` ((start, end) pairs) at
+        ``watts`` (one value, or one per piece)."""
+        carbon = self.problem.carbon
+        watts = np.broadcast_to(np.asarray(watts, dtype=float), (len(pieces),))
+        out = np.zeros(len(self.bounds))
+        for w, (a, b) in zip(watts, pieces, strict=True):
+            for i, (pa, pb) in enumerate(self.bounds):
+                lo, hi = max(a, pa), min(b, pb)
+                if hi > lo:
+                    out[i] += w * float(carbon.integral(lo, hi)) / J_PER_KWH
+        return out
 
     def cost(self, lambdas: np.ndarray) -> np.ndarray:
         return self.jct + np.tensordot(lambdas, self.grams, axes=1)
@@ -229,13 +243,8 @@ def greedy(problem: Problem, cost: np.ndarray, budget) -> Result:
             continue
         if on_grid:
             result.carbon_by_period += periods.grams[:, j, c, s]
-            continue
-        for a, b in intervals:
-            for i, (pa, pb) in enumerate(periods.bounds):
-                lo, hi = max(a, pa), min(b, pb)
-                if hi > lo:
-                    grams = cfg.power_w * float(p.carbon.integral(lo, hi)) / J_PER_KWH
-                    result.carbon_by_period[i] += grams
+        else:
+            result.carbon_by_period += periods.spend(intervals, cfg.power_w)
     return result
 
 

@@ -32,7 +32,7 @@ import numpy as np
 
 from orchestrator.policies.base import Decision, Plan, Policy, Snapshot, register
 from orchestrator.policies.budget import Result, heuristic
-from orchestrator.policies.problem import J_PER_KWH, MAX_CONFIGS, Problem
+from orchestrator.policies.problem import MAX_CONFIGS, Problem
 
 PENALTY_PER_G = 1e7  # completion seconds per gram over a budget: only when forced
 PENALTY_LATE = 1e12  # a start that breaks a deadline: only where none can be kept
@@ -124,11 +124,7 @@ def score(problem: Problem, plan: Plan) -> tuple[int, float, float]:
             )
             continue
         total += pieces[-1][1] - job.submitted_s
-        for i, (pa, pb) in enumerate(periods.bounds):
-            for w, (a, b) in zip(watts, pieces, strict=True):
-                lo, hi = max(a, pa), min(b, pb)
-                if hi > lo:
-                    spent[i] += w * float(problem.carbon.integral(lo, hi)) / J_PER_KWH
+        spent += periods.spend(pieces, watts)
     if periods is not None:
         over = float(np.clip(spent - periods.left, 0, None).sum())
         over = 0.0 if over < 1e-6 * max(1.0, float(np.abs(periods.left).sum())) else over
@@ -244,11 +240,10 @@ class Model:
         b.add(np.repeat(col, len(rows)), rows, float(cfg.gpus))
         if self.watts:
             b.add(np.repeat(col, len(rows)), rows + p.K, cfg.power_w)
-        for i, (pa, pb) in enumerate(self.periods.bounds if self.periods is not None else ()):
-            lo_t, hi_t = max(a_s, pa), min(e_s, pb)
-            if hi_t > lo_t:
-                grams = cfg.power_w * float(p.carbon.integral(lo_t, hi_t)) / J_PER_KWH
-                b.add(col, self.budget_row + i, grams)
+        if self.periods is not None:
+            grams = self.periods.spend(intervals, cfg.power_w)
+            nz = np.flatnonzero(grams)
+            b.add(np.repeat(col, len(nz)), self.budget_row + nz, grams[nz])
 
     def _slots_block(self, j: int, one: int) -> None:
         """A job that may be suspended: the seconds it runs in each slot before its

@@ -19,9 +19,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from orchestrator.budget import J_PER_KWH
 from orchestrator.policies.base import QueuedJob, Snapshot
 
-J_PER_KWH = 3.6e6
 DEFAULT_GPU_W = 350.0  # facility draw per GPU of a job without a model (300 W + host)
 CAP_STEP = 0.05
 MAX_CONFIGS = 5  # per job: enough to shrink, cap and widen; few enough for the MILP

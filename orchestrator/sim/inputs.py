@@ -135,22 +135,12 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
 
 def _planning(scenario: Scenario, has_price: bool) -> dict:
     from orchestrator.budget import Budget
+    from orchestrator.policies.base import check_objective
 
-    kind, _, weight = scenario.objective.strip().lower().partition(":")
-    if kind not in ("carbon", "cost", "mix"):
-        raise SpecError(f"unknown objective {scenario.objective!r}; use carbon, cost or mix:W")
-    if kind == "mix":
-        try:
-            ok = 0.0 <= float(weight or 0.5) <= 1.0
-        except ValueError:
-            ok = False
-        if not ok:
-            raise SpecError(f"objective {scenario.objective!r}: W is the carbon weight, 0-1")
-    if kind != "carbon" and not has_price:
-        raise SpecError(f"objective {scenario.objective!r} needs a price signal (--price)")
+    objective = check_objective(scenario.objective, has_price)
     return {
         "budget": Budget.parse(scenario.budget) if scenario.budget else None,
-        "objective": scenario.objective.strip().lower(),
+        "objective": objective,
         "power_limit_w": scenario.power_limit_w,
         "slot_s": parse_duration_s(scenario.slot),
         "time_limit_s": parse_duration_s(scenario.time_limit),

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from orchestrator.budget import J_PER_KWH
 from orchestrator.sim.engine import RunResult
 from orchestrator.sim.inputs import SimInputs
-
-J_PER_KWH = 3.6e6
 
 
 def metrics(inputs: SimInputs, run: RunResult) -> dict:
