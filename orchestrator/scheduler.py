@@ -20,7 +20,14 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from orchestrator.policies.base import Commitment, Decision, Policy, QueuedJob, Snapshot
+from orchestrator.policies.base import (
+    DEFAULT_MAX_DEFER_S,
+    Commitment,
+    Decision,
+    Policy,
+    QueuedJob,
+    Snapshot,
+)
 
 # (job, its decision) -> an allocation, or None: it does not fit now
 Allocate = Callable[[QueuedJob, Decision], object | None]
@@ -160,6 +167,32 @@ class Scheduler:
             del entries[job_id]
             started.append((entry.job, entry.decision, allocation))
         return started
+
+    def blocked_latest_start_s(self) -> float | None:
+        """When the blocked head of the queue must start at the latest to finish by its
+        latest finish at full speed (the deadline guard makes room for it by then)."""
+        job = self.blocked()
+        if job is None or job.duration_s is None:
+            return None
+        max_defer = DEFAULT_MAX_DEFER_S if self.max_defer_s is None else self.max_defer_s
+        return job.latest_finish_s(max_defer) - job.duration_s
+
+    def decision_of(self, job_id: int) -> Decision | None:
+        entry = self._entries.get(job_id)
+        return None if entry is None else entry.decision
+
+    def launch_out_of_order(
+        self, job_id: int, allocate: Allocate
+    ) -> tuple[QueuedJob, Decision, object] | None:
+        """Start one queued job ahead of its turn (the deadline guard's), if it fits."""
+        entry = self._entries.get(job_id)
+        if entry is None:
+            return None
+        allocation = allocate(entry.job, entry.decision)
+        if allocation is None:
+            return None
+        del self._entries[job_id]  # its heap items go stale
+        return entry.job, entry.decision, allocation
 
     def blocked(self) -> QueuedJob | None:
         """The due job at the head of the queue that did not fit, if any."""

@@ -8,12 +8,16 @@
   else the racks with the most idle nodes first.
 - ``fragmentation(k)``: free GPUs that cannot serve a request of ``k`` (the largest
   waiting); ``idle_nodes()``: nodes with every GPU free.
+- ``make_room(k, movable)``: which of the ``movable`` allocations (jobs that may be
+  suspended) to release so that a request of ``k`` fits, releasing as few GPUs as it can:
+  the deadline guard's choice of whom to suspend.
 
 Pure and in memory: no clock, no I/O. Built for speed (see benchmarks/placement.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -137,14 +141,60 @@ class ClusterAllocator:
     def allocations(self) -> dict[object, Allocation]:
         return {key: self._allocation(key) for key in self._held}
 
+    def make_room(self, k: int, movable: Iterable[object]) -> list[object] | None:
+        """Allocations among ``movable`` (keys) whose release lets a request of ``k`` GPUs
+        fit, releasing as few GPUs as it can; None when releasing them all would not do.
+        Nothing changes: the caller releases them (suspends their jobs) and allocates."""
+        movable = {key for key in movable if key in self._held}
+        size = {key: sum(m.bit_count() for _, m in self._held[key]) for key in movable}
+        if k <= self.max_node_gpus:  # one node: the cheapest set of its movable holders
+            on_node: dict[int, list[tuple[int, object, int]]] = {}
+            for key in movable:
+                for i, mask in self._held[key]:
+                    on_node.setdefault(i, []).append((size[key], key, mask))
+            best: tuple[int, list[object]] | None = None
+            for i, items in on_node.items():
+                if self._size[i] < k:
+                    continue
+                free, keys, cost = self._free[i], [], 0
+                for n, key, mask in sorted(items, key=lambda x: x[0]):
+                    if self._fits(i, free, k):
+                        break
+                    free, cost = free | mask, cost + n
+                    keys.append(key)
+                if self._fits(i, free, k) and (best is None or cost < best[0]):
+                    best = (cost, keys)
+            return None if best is None else best[1]
+        # wider than a node: whole nodes whose every holder may move, the least used first
+        holders: dict[int, set[object]] = {}
+        for key, parts in self._held.items():
+            for i, _ in parts:
+                holders.setdefault(i, set()).add(key)
+        clearable = sorted(
+            (sum(size[key] for key in holders.get(i, ())), i)
+            for i in range(len(self._size))
+            if holders.get(i, set()) <= movable
+        )
+        total, out = 0, set()
+        for _, i in clearable:
+            if total >= k:
+                break
+            total += self._size[i]
+            out |= holders.get(i, set())
+        return sorted(out, key=str) if total >= k else None
+
     # -- internals ----------------------------------------------------------------------
     def _pick(self, i: int, k: int) -> int:
         if k > self._size[i]:
             return 0
+        return self._fits(i, self._free[i], k)
+
+    def _fits(self, i: int, free: int, k: int) -> int:
+        """A buddy block of ``k`` GPUs inside the free mask ``free`` of node ``i`` (0: none)."""
         tab = self._table[i]
         if tab is not None:
-            return tab[self._free[i]][k]
-        return _choose_cached(self._size[i], self._free[i], k)
+            return tab[free][k]
+        return _choose_cached(self._size[i], free, k)
 
     def _take(self, i: int, mask: int) -> None:
         old = self._count[i]

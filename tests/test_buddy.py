@@ -129,3 +129,26 @@ def test_fragmentation_and_idle_nodes():
     assert alloc.idle_nodes() == 1
     with pytest.raises(PlacementError):
         alloc.allocate("huge", 17)
+
+
+def test_make_room_releases_the_fewest_movable_gpus():
+    alloc = _cluster([8, 8])
+    for i in range(6):
+        alloc.allocate(f"a{i}", 1)  # fills n0 from the fullest node: six on n0
+    alloc.allocate("pinned", 2)  # n0's last two
+    for i in range(3):
+        alloc.allocate(f"b{i}", 1)  # n1
+    movable = [f"a{i}" for i in range(6)] + [f"b{i}" for i in range(3)]
+    assert alloc.allocate("urgent", 8) is None
+    victims = alloc.make_room(8, movable)
+    assert sorted(victims) == ["b0", "b1", "b2"], "n1 needs three released, n0 cannot clear"
+    assert alloc.allocate("check", 1) is not None  # nothing was released by asking
+    alloc.free("check")
+    for key in victims:
+        alloc.free(key)
+    assert alloc.allocate("urgent", 8) is not None
+    # a job wider than a node needs whole nodes, every holder of which may move
+    alloc.free("urgent")
+    assert alloc.make_room(16, movable) is None  # "pinned" holds n0
+    assert sorted(alloc.make_room(16, [*movable, "pinned"]), key=str)[0] == "a0"
+    assert alloc.make_room(4, []) is None

@@ -6,6 +6,7 @@ than ``budget`` and ``oracle`` never worse than ``optimal``; the ledger, the pow
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import numpy as np
@@ -406,3 +407,33 @@ def test_gridshift_plan_shows_each_job_against_running_now(cli):
         proc = cli.run("plan", "--grid", grid, *args, check=False)
         assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_deadline_guard_suspends_jobs_with_slack_to_start_an_urgent_one(tmp_path):
+    from orchestrator.sim.engine import SimDaemon
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.runner import make_forecaster
+    from orchestrator.sim.scenario import Scenario
+
+    # sixteen 1-GPU jobs fill both 8-GPU nodes for 10 h; then an 8-GPU job arrives that
+    # must start within the hour: only suspending eight of the others lets it meet that
+    long = {"submit": "2023-03-01T00:00:00", "duration": "10h", "gpus": 1, "within": "48h"}
+    rows = [long | {"interruptible": True} for _ in range(16)]
+    rows.append({"submit": "2023-03-01T00:10:00", "duration": "2h", "gpus": 8, "within": "3h"})
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scenario = Scenario.model_validate(
+        {
+            "policies": ["fifo"],
+            "jobs": {"source": str(trace)},
+            "grid": {"source": "synthetic:days=5&start=2023-03-01"},
+            "cluster": {"gpus": 16, "gpus_per_node": 8, "gpu": "a40"},
+        }
+    )
+    inputs = prepare(scenario, tmp_path)
+    run = SimDaemon(inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0)).run()
+    urgent = 16
+    assert run.guard_suspensions == 8
+    assert run.finish_s[urgent] <= inputs.deadline_s[urgent] + 1e-6
+    assert run.first_start_s[urgent] - inputs.jobs.submit_s[urgent] <= 3600 + 1e-6
+    assert np.all(run.finish_s <= inputs.deadline_s + 1e-6), "the suspended ones catch up"

@@ -208,7 +208,7 @@ def test_a_job_that_must_start_now_starts_now_and_fifo_always_does():
     free = QueuedJob(2, 1, 0.0, duration_s=1800, deadline_s=7200.0)
     assert resolve_policy("lowest-window").plan(Snapshot(0.0, [free], fc))[2].start_s == 1800
     assert Fifo().plan(Snapshot(5.0, [free], fc))[2] == Decision(5.0)
-    with pytest.raises(SpecError, match="known: fifo"):
+    with pytest.raises(SpecError, match="known: budget, budget-fifo, fifo, lowest-slots"):
         resolve_policy("greenest")
 
 

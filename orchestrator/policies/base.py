@@ -145,7 +145,7 @@ def policy_names() -> list[str]:
     import orchestrator.policies.budget
     import orchestrator.policies.milp  # noqa: F401
 
-    return list(_REGISTRY)
+    return sorted(_REGISTRY)  # import order varies: a stable list for messages
 
 
 def resolve_policy(name: str) -> Policy:

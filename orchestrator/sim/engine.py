@@ -38,6 +38,8 @@ from placement.cluster import ClusterAllocator
 
 SAMPLE_S = 900.0  # fragmentation is sampled at most this often (simulated seconds)
 PROGRESS_EVERY = 2000  # ticks between progress reports
+GUARD_ROUNDS = 8  # urgent jobs the deadline guard makes room for in one pass, at most
+GUARD_SLACK_S = 3600.0  # the slack a job keeps after the guard suspends it, at least
 
 
 @dataclass
@@ -55,6 +57,7 @@ class RunResult:
     wall_s: float
     ticks: int
     forced: int = 0  # starts a deadline forced against the budget or the objective
+    guard_suspensions: int = 0  # jobs the deadline guard suspended to make room
     replans: int = 0
     ledger: Ledger | None = None
     solver: dict | None = None  # what the oracle's solve reported
@@ -123,6 +126,7 @@ class SimDaemon:
         self._next_sample = -np.inf
         self._frag: list[float] = []
         self.suspensions = 0
+        self.guard_suspensions = 0
         self.ticks = 0
 
     # -- the pass -----------------------------------------------------------------------
@@ -134,13 +138,13 @@ class SimDaemon:
         if not self.clairvoyant:
             self.scheduler.plan(now)
         self.launch_due(now)
+        self.guard_deadlines(now)
         if self.inputs.power_limit_w is not None:
             self._split_power()
         self._sample(now)
         wake = self.scheduler.next_start_s()
-        if wake is not None and wake > now and wake not in self._wakes:
-            self._wakes.add(wake)
-            self.loop.schedule(wake)
+        if wake is not None and wake > now:
+            self._wake(wake)
         if self.progress is not None and self.ticks % PROGRESS_EVERY == 0:
             self.progress(now)
 
@@ -179,6 +183,49 @@ class SimDaemon:
     def launch_due(self, now: float) -> None:
         for job, decision, allocation in self.scheduler.launchable(now, self._allocate):
             self._launch(job, decision, allocation, now)
+
+    def guard_deadlines(self, now: float) -> None:
+        """The deadline guard: while the blocked head of the queue must start within a slot
+        to meet its deadline, suspend running jobs that may be suspended and can spare the
+        time (the fewest GPUs that make room for it), and launch again."""
+        for _ in range(GUARD_ROUNDS):
+            latest = self.scheduler.blocked_latest_start_s()
+            if latest is None:
+                return
+            if now < latest - self.inputs.slot_s:
+                self._wake(latest - self.inputs.slot_s)  # look again then
+                return
+            head = self.scheduler.blocked()
+            width = self._width(head, self.scheduler.decision_of(head.id), now)
+            movable = {
+                a.key: a
+                for a in self._running.values()
+                if a.job.interruptible and self._slack_s(a.job.id, now) >= GUARD_SLACK_S
+            }
+            victims = self.alloc.make_room(width, movable)
+            if not victims:
+                return
+            for key in victims:
+                self.guard_suspensions += 1
+                self.executor.signal(movable[key].handle, signal.SIGTERM)
+            self.reap(now)  # they go back to the queue, behind the urgent job
+            started = self.scheduler.launch_out_of_order(head.id, self._allocate)
+            if started is not None:
+                self._launch(*started, now)
+            self.scheduler.plan(now)
+            self.launch_due(now)
+
+    def _wake(self, at: float) -> None:
+        if at not in self._wakes:
+            self._wakes.add(at)
+            self.loop.schedule(at)
+
+    def _slack_s(self, i: int, now: float) -> float:
+        """How long job i could still wait and finish by its deadline at full speed."""
+        latest = self._deadline[i]
+        if latest is None:
+            latest = self._submit[i] + self.inputs.max_defer_s + self._duration[i]
+        return latest - now - self._duration[i] * (1.0 - float(self.done[i]))
 
     # -- parts --------------------------------------------------------------------------
     def _queued(self, i: int, remaining_s: float) -> QueuedJob:
@@ -388,6 +435,7 @@ class SimDaemon:
             wall_s=time.perf_counter() - started,
             ticks=self.ticks,
             forced=self.forced,
+            guard_suspensions=self.guard_suspensions,
             replans=self.scheduler.replans,
             ledger=self.ledger,
             solver=solver,

@@ -44,6 +44,7 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
         "jobs": len(jobs),
         "fragmentation": round(run.fragmentation, 4),
         "suspensions": run.suspensions,
+        "guard_suspensions": run.guard_suspensions,
         "job_hours_beyond_signal": round(float(np.sum(beyond)) / 3600, 1),
         "forecast": run.forecast,
         "forced_starts": run.forced,
