@@ -11,9 +11,10 @@ trace's first jobs would queue for weeks) on 256 A40 GPUs, moved onto DE-LU 2023
   the lower of its plan's (as if run exactly) and what running its plan gave; the
   ``_vs_executed`` keys use the latter only. The least over grids.
 - ``jct_speedup_vs_budget_fifo``: ``budget-fifo`` with a daily budget of 80 % of fifo's
-  carbon per day emits C; ``budget`` with a daily budget that makes it emit at most C
-  (the same budget first, then scaled down until it does); the ratio of their mean job
-  completion times. The least over grids.
+  carbon per day emits C; ``budget`` with a daily budget that makes it emit C (the same
+  budget first, then scaled until it emits between 98 % and 100 % of C; of the runs that
+  emit no more than C, the one with the least completion time); the ratio of their mean
+  job completion times. The least over grids.
 
 Speed: one replan of 1,000 queued jobs (from the same sample, all submitted now) over a
 48 h horizon in 15-minute slots on 256 GPUs: ``replan_s_budget`` (without and with a
@@ -135,14 +136,20 @@ def quality(grid: str, jobs: int, pool: ThreadPoolExecutor) -> dict:
     bfifo = run(spec("budget-fifo", b=budget))
     target = bfifo["carbon_kg"]
     tries = []
-    scale = 1.0
-    for _ in range(4):  # budget's daily budget, scaled until it emits no more than C
+    scale, best = 1.0, None
+    for _ in range(5):  # budget's daily budget, scaled until it emits C (within 2 %, not more)
         b = f"{per_day_kg * scale:.3f}kg/day"
         result = run(spec("budget", b=b))
-        tries.append({"budget": b, "carbon_kg": result["carbon_kg"]})
-        if result["carbon_kg"] <= target * 1.001:
+        result["daily_budget"] = b
+        tries.append({"budget": b} | {k: result[k] for k in ("carbon_kg", "avg_jct_h")})
+        under = result["carbon_kg"] <= target * 1.001
+        if under and (best is None or result["avg_jct_h"] < best["avg_jct_h"]):
+            best = result
+        if under and result["carbon_kg"] >= target * 0.98:
             break
-        scale *= 0.97 * target / result["carbon_kg"]
+        scale *= (0.99 if not under else 1.0) * target / result["carbon_kg"]
+    result = best if best is not None else result
+    b = result["daily_budget"]
     out["budget_fifo"] = keep(bfifo) | {"daily_budget": budget}
     out["budget_at_equal_carbon"] = keep(result) | {"daily_budget": b, "tries": tries}
     out["jct_speedup_vs_budget_fifo"] = round(bfifo["avg_jct_h"] / result["avg_jct_h"], 3)
