@@ -11,6 +11,12 @@ at the end of each but the last (SIGTERM: it checkpoints and leaves its GPUs) an
 with the rest of its plan; if it fell behind (it waited for GPUs), the policy plans its
 remaining work again. Each attempt runs on the GPU count and power cap its plan says.
 
+The deadline guard: when the job at the head of the queue cannot start and must start
+within a slot to meet its deadline, the jobs that may be suspended and have an hour of
+slack to spare are suspended, the fewest GPUs' worth that make room for it
+(``ClusterAllocator.make_room``), and it starts ahead of them (not under the oracle,
+which plans once and could not place them again).
+
 With a budget, a ledger charges what ran to its periods before every plan; with a site
 power limit, running jobs' caps are split under it after every launch (PowerGrad). A
 clairvoyant policy (``oracle``) plans the whole trace once, before the first arrival.
@@ -187,7 +193,10 @@ class SimDaemon:
     def guard_deadlines(self, now: float) -> None:
         """The deadline guard: while the blocked head of the queue must start within a slot
         to meet its deadline, suspend running jobs that may be suspended and can spare the
-        time (the fewest GPUs that make room for it), and launch again."""
+        time (the fewest GPUs that make room for it), and launch again. Not under a
+        clairvoyant policy: its one plan cannot take back what the guard would move."""
+        if self.clairvoyant:
+            return
         for _ in range(GUARD_ROUNDS):
             latest = self.scheduler.blocked_latest_start_s()
             if latest is None:
