@@ -28,9 +28,9 @@ MAX_CONFIGS = 5  # per job: enough to shrink, cap and widen; few enough for the 
 MAX_HORIZON_S = 14 * 86400.0
 # Share of the expected arrivals' load kept free in later slots (the plan's room for jobs
 # not yet submitted). Arrivals are planned in turn and the deadline guard suspends jobs to
-# start an urgent one, so the plan need not hold room for all of it: on the benchmark's
-# Philly sample (README, "Planner benchmark") 1.0 cost 26-30 kg more than 0.5 with no fewer
-# missed deadlines, and 0 missed several times more.
+# start an urgent one, so the plan need not hold room for all of it. On the benchmark's
+# DE-LU sample (README, "Planner benchmark") 1.0 emitted 26 kg more than 0.5 and missed 2
+# deadlines instead of 54 (the oracle misses 71); before the guard, 0 missed 479.
 ARRIVAL_ROOM = 0.5
 
 
