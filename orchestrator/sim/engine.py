@@ -209,7 +209,7 @@ class SimDaemon:
             movable = {
                 a.key: a
                 for a in self._running.values()
-                if a.job.interruptible and self._slack_s(a.job.id, now) >= GUARD_SLACK_S
+                if a.job.interruptible and self._slack_s(a.job, now) >= GUARD_SLACK_S
             }
             victims = self.alloc.make_room(width, movable)
             if not victims:
@@ -229,12 +229,11 @@ class SimDaemon:
             self._wakes.add(at)
             self.loop.schedule(at)
 
-    def _slack_s(self, i: int, now: float) -> float:
-        """How long job i could still wait and finish by its deadline at full speed."""
-        latest = self._deadline[i]
-        if latest is None:
-            latest = self._submit[i] + self.inputs.max_defer_s + self._duration[i]
-        return latest - now - self._duration[i] * (1.0 - float(self.done[i]))
+    def _slack_s(self, job: QueuedJob, now: float) -> float:
+        """How long a running job could still wait and finish by its latest finish (the
+        planner's rule) at full speed."""
+        remaining = self._duration[job.id] * (1.0 - float(self.done[job.id]))
+        return job.latest_finish_s(self.inputs.max_defer_s) - now - remaining
 
     # -- parts --------------------------------------------------------------------------
     def _queued(self, i: int, remaining_s: float) -> QueuedJob:
