@@ -33,7 +33,8 @@ class LaunchSpec:
     run_as_uid: int | None = None  # None: run as the executor's own user
     run_as_gid: int | None = None
     log_gid: int | None = None  # group that may read the log (shared queues)
-    gpu_backend: str = "none"  # "nvml", "fake", "fake:<power_w>" or "none"
+    gpu_backend: str = "none"  # "nvml", "fake[:<power_w>[@<state>]]" or "none"
+    power_sample_s: float | None = None  # energy samples in the power log (None: default)
 
 
 @dataclass(frozen=True)

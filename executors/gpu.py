@@ -1,16 +1,18 @@
 """The GPU control boundary: what gridshift asks of GPUs, with units in the names.
 
 ``NvmlGpuControl`` talks to NVML through ``pynvml`` (package ``nvidia-ml-py``);
-``FakeGpuControl`` stands in on machines without GPUs (laptops, CI) and in tests.
+``FakeGpuControl`` (``executors.fakegpu``) stands in on machines without GPUs (laptops,
+CI) and in tests.
 Optional features are asked with ``supports_*`` first: energy counters need Volta or
 newer, power limits need privileges.
 """
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+
+from executors.errors import GpuControlError
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,24 @@ class GpuControl(ABC):
     def energy_j(self, index: int) -> float:
         """Energy the GPU consumed since the driver loaded, in joules (monotonic)."""
 
+    # -- power limits (optional: they need privileges) ----------------------------------
+    def supports_power_limit(self, index: int) -> bool:
+        """Whether this process may change the GPU's power limit."""
+        return False
+
+    def power_limit_w(self, index: int) -> float:
+        raise GpuControlError(f"GPU {index}: power limits are not available here")
+
+    def default_power_limit_w(self, index: int) -> float:
+        raise GpuControlError(f"GPU {index}: power limits are not available here")
+
+    def power_limit_range_w(self, index: int) -> tuple[float, float]:
+        """The (minimum, maximum) limit the GPU accepts."""
+        raise GpuControlError(f"GPU {index}: power limits are not available here")
+
+    def set_power_limit_w(self, index: int, limit_w: float) -> None:
+        raise GpuControlError(f"GPU {index}: power limits are not available here")
+
     def devices(self) -> list[GpuInfo]:
         return [self.info(i) for i in range(self.device_count())]
 
@@ -47,50 +67,10 @@ class GpuControl(ABC):
         """Release the backend (NVML shutdown)."""
 
 
-class FakeGpuControl(GpuControl):
-    """Pretend GPUs. With ``power_w`` set each draws that constant power, so energy
-    counters advance with the wall clock (used to exercise the accounting path);
-    without it the fake has no energy counters and energy stays unmeasured."""
-
-    kind = "fake"
-
-    def __init__(
-        self, count: int, model: str = "fake-gpu", power_w: float | None = None, clock=time.time
-    ) -> None:
-        self._count = count
-        self._model = model
-        self._power_w = power_w
-        self._clock = clock
-
-    def device_count(self) -> int:
-        return self._count
-
-    def info(self, index: int) -> GpuInfo:
-        self._check(index)
-        return GpuInfo(index=index, uuid=f"GPU-fake-{index:04d}", model=self._model)
-
-    def supports_energy_counter(self, index: int) -> bool:
-        self._check(index)
-        return self._power_w is not None
-
-    def energy_j(self, index: int) -> float:
-        from executors.errors import GpuControlError
-
-        self._check(index)
-        if self._power_w is None:
-            raise GpuControlError("fake GPUs without power_w have no energy counter")
-        return self._power_w * self._clock()
-
-    def _check(self, index: int) -> None:
-        if not 0 <= index < self._count:
-            from executors.errors import GpuControlError
-
-            raise GpuControlError(f"no GPU {index} (this host has {self._count})")
-
-
 def gpu_control_for(backend: str) -> GpuControl | None:
-    """Build the control named by a launch spec's ``gpu_backend``: ``nvml``,
-    ``fake``, ``fake:<power_w>`` or ``none``."""
+    """Build the control named by a launch spec's ``gpu_backend``: ``nvml``, ``fake``,
+    ``fake:<power_w>``, ``fake:<power_w>@<state file>`` (fakes whose power limits persist
+    in that file, shared by the daemon and the job monitors) or ``none``."""
     if backend == "none":
         return None
     if backend == "nvml":
@@ -98,8 +78,13 @@ def gpu_control_for(backend: str) -> GpuControl | None:
 
         return NvmlGpuControl()
     if backend.startswith("fake"):
-        _, _, power = backend.partition(":")
-        return FakeGpuControl(count=1024, power_w=float(power) if power else None)
+        from executors.fakegpu import FakeGpuControl
+
+        _, _, rest = backend.partition(":")
+        power, _, state = rest.partition("@")
+        return FakeGpuControl(
+            count=1024, power_w=float(power) if power else None, state_path=state or None
+        )
     raise ValueError(f"unknown GPU backend {backend!r}")
 
 

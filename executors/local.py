@@ -41,6 +41,7 @@ class LocalExecutor(Executor):
                     "run_as_gid": spec.run_as_gid,
                     "log_gid": spec.log_gid,
                     "gpu_backend": spec.gpu_backend,
+                    "power_sample_s": spec.power_sample_s,
                 },
             )
             err = open(run_dir / "monitor.err", "ab")  # noqa: SIM115 - handed to the child

@@ -23,6 +23,7 @@ class NvmlGpuControl(GpuControl):
         except pynvml.NVMLError as exc:
             raise GpuControlError(f"NVML unavailable: {exc}") from exc
         self._energy_support: dict[int, bool] = {}
+        self._limit_support: dict[int, bool] = {}
 
     def _handle(self, index: int):
         try:
@@ -67,6 +68,46 @@ class NvmlGpuControl(GpuControl):
             return self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle(index)) / 1000.0
         except self._nvml.NVMLError as exc:
             raise GpuControlError(f"GPU {index} energy counter: {exc}") from exc
+
+    # -- power limits (NVML works in milliwatts; setting needs root) ----------------------
+    def supports_power_limit(self, index: int) -> bool:
+        """Tried, not guessed: set the limit to what it is. NO_PERMISSION (not root) and
+        NOT_SUPPORTED (the board has no settable limit) both say no."""
+        if index not in self._limit_support:
+            handle = self._handle(index)
+            try:
+                current = self._nvml.nvmlDeviceGetPowerManagementLimit(handle)
+                self._nvml.nvmlDeviceSetPowerManagementLimit(handle, current)
+                self._limit_support[index] = True
+            except self._nvml.NVMLError:
+                self._limit_support[index] = False
+        return self._limit_support[index]
+
+    def power_limit_w(self, index: int) -> float:
+        return self._milliwatts(index, "nvmlDeviceGetPowerManagementLimit") / 1000.0
+
+    def default_power_limit_w(self, index: int) -> float:
+        return self._milliwatts(index, "nvmlDeviceGetPowerManagementDefaultLimit") / 1000.0
+
+    def power_limit_range_w(self, index: int) -> tuple[float, float]:
+        low, high = self._milliwatts(index, "nvmlDeviceGetPowerManagementLimitConstraints")
+        return low / 1000.0, high / 1000.0
+
+    def set_power_limit_w(self, index: int, limit_w: float) -> None:
+        try:
+            self._nvml.nvmlDeviceSetPowerManagementLimit(self._handle(index), round(limit_w * 1000))
+        except self._nvml.NVMLError as exc:
+            raise GpuControlError(f"GPU {index}: cannot set power limit: {exc}") from exc
+
+    def power_w(self, index: int) -> float:
+        """The board's present draw."""
+        return self._milliwatts(index, "nvmlDeviceGetPowerUsage") / 1000.0
+
+    def _milliwatts(self, index: int, call: str):
+        try:
+            return getattr(self._nvml, call)(self._handle(index))
+        except self._nvml.NVMLError as exc:
+            raise GpuControlError(f"GPU {index}: {call}: {exc}") from exc
 
     def link_levels(self, indices: list[int]) -> list[list[int]] | None:
         """NVML topology levels between GPUs (0 same board, 10 one PCIe switch, 20 several

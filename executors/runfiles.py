@@ -3,7 +3,8 @@
 ``spec.json`` (written before the monitor starts), ``claim`` (created exactly once, with
 O_EXCL: either by the monitor, ``started <pid> <ticks>``, or by a recovering daemon,
 ``abandoned``), ``job.json`` (the job's pid and start time) and ``exit.json`` (exit code,
-end time, energy). JSON files are written to a temporary name, synced, then renamed.
+end time, energy) and ``power.log`` (energy samples over the run, where GPUs count it).
+JSON files are written to a temporary name, synced, then renamed.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 SPEC, CLAIM, JOB, EXIT, PROGRESS = "spec.json", "claim", "job.json", "exit.json", "progress"
+POWER = "power.log"
 
 
 def write_json(path: Path, data: dict[str, Any], mode: int = 0o600) -> None:
@@ -81,3 +83,21 @@ def parse_progress(text: str) -> tuple[float, float | None] | None:
     if done < 0 or (total is not None and total <= 0):
         return None
     return done, total
+
+
+def read_power_log(path: Path, offset: int = 0) -> tuple[list[tuple[float, float]], int]:
+    """Samples ``(t_s, joules since start)`` from byte ``offset`` on, and the offset after
+    the last whole line (a line being written is left for the next read)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    samples = []
+    for line in data[:end].splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            samples.append((float(parts[0]), float(parts[1])))
+    return samples, offset + end

@@ -15,15 +15,41 @@ import pwd
 import signal
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 from executors import procs, runfiles
 from executors.gpu import GpuControl, gpu_control_for
 
+DEFAULT_SAMPLE_S = 5.0  # seconds between energy samples in the power log
+
 
 def _now_iso() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _iso(t_s: float) -> str:
+    return datetime.fromtimestamp(t_s, UTC).isoformat()
+
+
+class PowerLog:
+    """``power.log``: one line per sample, ``<epoch s> <joules since start>``, appended and
+    flushed, so the daemon (or one restarted after a crash) integrates power × intensity
+    over the run from it. Only where the GPUs have energy counters."""
+
+    def __init__(self, path: Path, start: list[float] | None) -> None:
+        self._start = sum(start) if start is not None else None
+        self._fh = open(path, "a", buffering=1) if start is not None else None  # noqa: SIM115
+
+    def sample(self, t_s: float, reading: list[float] | None) -> None:
+        if self._fh is None or reading is None:
+            return
+        self._fh.write(f"{t_s:.3f} {max(0.0, sum(reading) - self._start):.3f}\n")
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
 
 
 def _energy_reading(ctl: GpuControl | None, indices: list[int]) -> list[float] | None:
@@ -90,7 +116,6 @@ def run(run_dir: Path) -> int:
         ctl = gpu_control_for(spec["gpu_backend"])
     except Exception:
         ctl = None
-    energy_start = _energy_reading(ctl, gpus)
     try:
         identity = _identity_kwargs(spec)  # KeyError: the user no longer exists
         child = subprocess.Popen(
@@ -118,18 +143,31 @@ def run(run_dir: Path) -> int:
         )
         return 0
     os.close(log_fd)
+    started_s = time.time()
+    energy_start = _energy_reading(ctl, gpus)
     ident = procs.identify(child.pid)
     runfiles.write_json(
         run_dir / runfiles.JOB,
         {
             "pid": child.pid,
             "start_ticks": ident.start_ticks if ident else 0,
-            "started_at": _now_iso(),
+            "started_at": _iso(started_s),
         },
     )
-    returncode = child.wait()
-    ended_at = _now_iso()
+    meter = PowerLog(run_dir / runfiles.POWER, energy_start)
+    meter.sample(started_s, energy_start)
+    every_s = float(spec.get("power_sample_s") or DEFAULT_SAMPLE_S)
+    while True:
+        try:
+            returncode = child.wait(timeout=every_s)
+            break
+        except subprocess.TimeoutExpired:
+            meter.sample(time.time(), _energy_reading(ctl, gpus))
+    ended_s = time.time()
     energy_end = _energy_reading(ctl, gpus)
+    meter.sample(ended_s, energy_end)
+    meter.close()
+    ended_at = _iso(ended_s)
     energy_j = None
     if energy_start is not None and energy_end is not None:
         energy_j = max(0.0, sum(energy_end) - sum(energy_start))

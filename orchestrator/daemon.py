@@ -1,8 +1,12 @@
-"""The daemon: one lock per queue, a recovery pass, then ``tick(now)`` in a loop.
+"""The daemon: one lock per queue, a recovery pass, then ``tick(now)`` driven by
+APScheduler (3.x) with the grid refresh on a timer of its own.
 
-``tick`` does one pass (reap, stop cancelled jobs, launch what is due) and returns the
-seconds until the next wake-up. Stopping the daemon (SIGTERM, SIGINT) leaves running jobs
-running: their monitors record how they end, and the next daemon picks them up.
+``tick`` does one pass: reap ended attempts and account running ones, stop cancelled jobs,
+suspend jobs whose planned piece ended, queue due cron occurrences, plan and launch what is
+due (with its power cap), run the deadline guard, and record the daemon's health. It
+returns the seconds until the next pass. Stopping the daemon (SIGTERM, SIGINT) leaves
+running jobs running: their monitors record how they end, and the next daemon picks them
+up; every GPU goes back to its default power limit until then.
 """
 
 from __future__ import annotations
@@ -13,16 +17,22 @@ import os
 import signal
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from executors.base import Executor
+from executors.errors import GpuControlError
+from executors.gpu import GpuControl
 from executors.local import LocalExecutor
+from orchestrator import cron
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.db import Database
-from orchestrator.dispatch import Dispatcher
-from orchestrator.errors import ConfigError, DaemonError
+from orchestrator.dispatch import FAKE_GPU_STATE, Dispatcher
+from orchestrator.errors import ConfigError, DaemonError, GridshiftError
+from orchestrator.guard import suspend_due
+from orchestrator.health import HealthWriter
 from orchestrator.inventory import resolve_nodes, sync_inventory
 from orchestrator.ownership import current_user, prepare_home
+from orchestrator.powercaps import PowerCaps
 from orchestrator.settings import Settings
 
 log = logging.getLogger("gridshift.daemon")
@@ -93,7 +103,13 @@ class Daemon:
                 )
         from executors.gpu import detect_link_levels
         from orchestrator.inventory import topology
+        from orchestrator.live import build_live
 
+        cfg = self.settings.daemon
+        self.planner, self.policy_name = build_live(self.settings, nodes)
+        self.caps = PowerCaps(*self._gpu_control(nodes), wanted=cfg.power_caps)
+        if self.planner is not None and not self.caps.enabled:
+            self.planner.without_caps()
         self.dispatcher = Dispatcher(
             topology=topology(nodes, link_levels=detect_link_levels),
             settings=self.settings,
@@ -102,21 +118,64 @@ class Daemon:
             nodes=nodes,
             user=current_user(),
             log_gid=layout.log_gid,
+            planner=self.planner,
+            caps=self.caps,
+            suspend_mode=cfg.suspend,
+            power_sample_s=cfg.seconds("power_sample"),
         )
         self.lock = DaemonLock(self.settings.home / "daemon.lock")
+        self.health = HealthWriter(self)
+        self.metrics = None
+        self._scheduler = None
 
+    def _gpu_control(self, nodes) -> tuple[GpuControl | None, int]:
+        """This host's GPU control (the local nodes'), and how many GPUs it has."""
+        local = [n for n in nodes if n.executor == "local" and n.gpu_count]
+        if not local:
+            return None, 0
+        count = max(n.gpu_count for n in local)
+        if any(n.fake for n in local):
+            from executors.fakegpu import FakeGpuControl
+
+            state = self.settings.home / FAKE_GPU_STATE
+            return FakeGpuControl(count, power_w=self.settings.fake_gpu_power_w,
+                                  state_path=state), count  # fmt: skip
+        try:
+            from executors.nvml import NvmlGpuControl
+
+            return NvmlGpuControl(), count
+        except GpuControlError:
+            return None, count
+
+    # -- the pass -----------------------------------------------------------------------
     def tick(self, now: datetime) -> float:
         """One pass. Returns the seconds until the next one is due."""
         d = self.dispatcher
         d.reap(now)
         d.stop_cancelled(self.clock.now())
+        if self.planner is not None:
+            suspend_due(d, self.clock.now())
+        largest = max((n.gpu_count for n in d.nodes), default=0)
+        cron.materialise(self.db, self.clock.now(), largest)
         # A fresh reading: a dependency reaped above may have ended after ``now``, and a
         # job that waited for it must not be recorded as starting before it finished.
         d.launch_due(self.clock.now())
+        self.health.write(self.clock.now())
+        if self.metrics is not None:
+            self.metrics.update(self.health.data)
         return float(self.interval_s)
+
+    def refresh_signal(self) -> None:
+        """The grid timer: fetch the signal (cache first) for the next plans."""
+        now = self.clock.now()
+        for feed in (self.planner.feed, self.planner.price):
+            if feed is not None and not feed.refresh(now):
+                log.warning("grid source failed: %s", feed.last_error or "no data")
 
     def stop(self, *_args) -> None:
         self._stop.set()
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
 
     def run(self, *, until_idle: bool = False) -> None:
         self.lock.acquire()
@@ -126,20 +185,71 @@ class Daemon:
             with self.db.write() as session:
                 sync_inventory(session, self.dispatcher.nodes, now)
             self.dispatcher.recover(now)
-            gpus = sum(n.gpu_count for n in self.dispatcher.nodes)
-            log.info(
-                "serving %s (%d node(s), %d GPU(s))",
-                self.db.safe_url,
-                len(self.dispatcher.nodes),
-                gpus,
-            )
-            while not self._stop.is_set():
-                wait = self.tick(self.clock.now())
-                if until_idle and self.dispatcher.pending_count() == 0:
-                    log.info("queue is idle; exiting")
-                    break
-                self.clock.sleep(wait, self._stop)
+            self.dispatcher.reconcile_caps()
+            self._announce()
+            if self.planner is not None:
+                self.refresh_signal()
+            if self.settings.daemon.metrics_port:
+                from orchestrator.metrics import Metrics
+
+                self.metrics = Metrics(self.settings.daemon.metrics_port)
+            self._loop(until_idle)
         finally:
+            self.dispatcher.restore_caps()
+            self.health.write(self.clock.now(), stopped=True)
             for sig, handler in old.items():
                 signal.signal(sig, handler)
             self.lock.release()
+
+    def _loop(self, until_idle: bool) -> None:
+        """APScheduler drives the pass and the grid timer, one at a time."""
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.blocking import BlockingScheduler
+
+        sched = BlockingScheduler(
+            timezone=UTC,
+            executors={"default": ThreadPoolExecutor(1)},  # one job at a time, in order
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        )
+        self._scheduler = sched
+        failure: list[BaseException] = []
+
+        def _pass() -> None:
+            try:
+                self.tick(self.clock.now())
+                if until_idle and self.dispatcher.pending_count() == 0:
+                    log.info("queue is idle; exiting")
+                    self.stop()
+            except GridshiftError as exc:
+                log.error("%s", exc)  # a store or grid hiccup: the next pass tries again
+            except BaseException as exc:  # a bug: stop, and let the caller see it
+                failure.append(exc)
+                self.stop()
+
+        start = datetime.now(UTC)
+        sched.add_job(_pass, "interval", seconds=self.interval_s, next_run_time=start, id="tick")
+        if self.planner is not None and self.planner.feed is not None:
+            refresh_s = self.settings.daemon.seconds("refresh") or min(self.planner.slot_s, 900.0)
+            sched.add_job(self.refresh_signal, "interval", seconds=refresh_s, id="grid")
+        if self._stop.is_set():
+            return
+        sched.start()
+        if failure:
+            raise failure[0]
+
+    def _announce(self) -> None:
+        d = self.dispatcher
+        gpus = sum(n.gpu_count for n in d.nodes)
+        log.info("serving %s (%d node(s), %d GPU(s))", self.db.safe_url, len(d.nodes), gpus)
+        if self.planner is not None:
+            p = self.planner
+            log.info(
+                "policy %s, slot %gs, suspend by %s%s%s",
+                p.policy.name,
+                p.slot_s,
+                d.suspend_mode,
+                f", budget {p.budget}" if p.budget else "",
+                f", signal {p.feed.chain.spec}" if p.feed else "",
+            )
+        if gpus and not self.caps.enabled:
+            log.warning("planning without power caps: %s", self.caps.reason)

@@ -74,19 +74,37 @@ class Database:
 
     # -- schema -------------------------------------------------------------------------
     def ensure_schema(self) -> None:
-        """Create missing tables; safe when many processes do it at once."""
+        """Create missing tables, and add the nullable columns a newer gridshift added to
+        existing ones (the only schema change it makes); safe when many processes do it at
+        once."""
         with self._translate():
-            if self._has_schema():
+            if not self._missing():
                 return
             with self._writer.begin() as conn:
                 if not self.is_sqlite:
                     conn.execute(text("SELECT pg_advisory_xact_lock(774411)"))
                 SQLModel.metadata.create_all(conn)
+                for table in SQLModel.metadata.sorted_tables:
+                    existing = {c["name"] for c in inspect(conn).get_columns(table.name)}
+                    for column in table.columns:
+                        if column.name in existing:
+                            continue
+                        kind = column.type.compile(dialect=conn.dialect)
+                        conn.execute(
+                            text(f'ALTER TABLE "{table.name}" ADD COLUMN "{column.name}" {kind}')
+                        )
 
-    def _has_schema(self) -> bool:
+    def _missing(self) -> bool:
         with self._reader.connect() as conn:
-            names = set(inspect(conn).get_table_names())
-        return {t.name for t in SQLModel.metadata.sorted_tables} <= names
+            found = inspect(conn)
+            names = set(found.get_table_names())
+            for table in SQLModel.metadata.sorted_tables:
+                if table.name not in names:
+                    return True
+                columns = {c["name"] for c in found.get_columns(table.name)}
+                if any(c.name not in columns for c in table.columns):
+                    return True
+        return False
 
     # -- transactions -------------------------------------------------------------------
     @contextmanager

@@ -10,22 +10,26 @@ found started or provably never started and requeued. No job ever runs twice at 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session, col, select
 
 from executors.base import Executor, Handle, LaunchSpec, PollResult, RunStatus
+from orchestrator.accounting import Accountant
 from orchestrator.calibration import learn
 from orchestrator.db import Database
 from orchestrator.errors import ExecutorError, translate
 from orchestrator.inventory import ResolvedNode, topology
+from orchestrator.live import LivePlanner
 from orchestrator.models import Attempt, Job
 from orchestrator.ownership import User
-from orchestrator.policies.base import Policy, QueuedJob
+from orchestrator.policies.base import Decision, Policy, QueuedJob
 from orchestrator.policies.baselines import Fifo
+from orchestrator.powercaps import PowerCaps
 from orchestrator.scheduler import Scheduler
 from orchestrator.settings import Settings
 from orchestrator.states import FINAL, JobState, transition
@@ -35,6 +39,7 @@ from placement.topology import ClusterTopology
 
 log = logging.getLogger("gridshift.daemon")
 ACTOR = "daemon"
+FAKE_GPU_STATE = "fake-gpus.json"  # the fake GPUs' power limits, under GRIDSHIFT_HOME
 
 
 @dataclass
@@ -47,10 +52,31 @@ class Dispatcher:
     log_gid: int | None = None
     topology: ClusterTopology | None = None
     policy: Policy = field(default_factory=Fifo)
+    planner: LivePlanner | None = None  # None: fifo, no signal
+    caps: PowerCaps | None = None
+    suspend_mode: str = "signal"  # signal (SIGTERM, requeue) | stop (SIGSTOP/SIGCONT)
+    power_sample_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.topology is None:
             self.topology = topology(self.nodes)
+        feed = self.planner.feed if self.planner else None
+        price = self.planner.price if self.planner else None
+        self.accountant = Accountant(
+            carbon=feed.integral if feed is not None else _no_signal,
+            price=price.integral if price is not None else _no_signal,
+            modelled_power_w=self._modelled_power_w,
+        )
+        self._last_written: dict[int, float] = {}
+
+    def _modelled_power_w(self, att: Attempt) -> float:
+        """GPU draw where no counter measures it: the GPU type's curve at the cap."""
+        from orchestrator.perfmodel import curve_for
+
+        node = next((n for n in self.nodes if n.name == att.node), None)
+        model = next((g.model for g in node.gpus), None) if node and node.gpus else None
+        curve = self.planner.curve if self.planner else curve_for(model)
+        return curve.power_w(att.cap or 1.0) * len(att.gpu_ids)
 
     # -- recovery -----------------------------------------------------------------------
     def recover(self, now: datetime) -> None:
@@ -86,21 +112,54 @@ class Dispatcher:
                     log.info("job %s: reattached after restart", job.id)
                 session.add(att)
 
+    # -- power caps -----------------------------------------------------------------------
+    def reconcile_caps(self) -> None:
+        """At start: GPUs of running jobs to their caps, every other GPU to its default
+        (a daemon killed mid-run could not restore them)."""
+        if self.caps is None or not self.caps.enabled:
+            return
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt).where(col(Attempt.state).in_(["running", "stopped"]))
+            ).all()
+        self.caps.reconcile({g: a.cap for a in rows for g in a.gpu_ids})
+
+    def restore_caps(self) -> None:
+        """At stop: every GPU back to its default limit (running jobs run on uncapped
+        until a daemon starts again)."""
+        if self.caps is not None and self.caps.enabled:
+            self.caps.reconcile({})
+
     # -- reap ---------------------------------------------------------------------------
     def reap(self, now: datetime) -> int:
-        """Record attempts that ended. Returns how many ended."""
+        """Record attempts that ended, and account those still running. Returns how many
+        ended."""
         with self.db.read() as session:
-            running = session.exec(select(Attempt).where(Attempt.state == "running")).all()
+            live = session.exec(
+                select(Attempt).where(col(Attempt.state).in_(["running", "stopped"]))
+            ).all()
         ended = 0
-        for attempt in running:
+        for attempt in live:
             handle = Handle.from_dict(attempt.handle)
             result = self.executor.poll(handle)
             self._record_progress(attempt, self.executor.progress(handle), now)
             if result.status is RunStatus.RUNNING:
+                self._account_running(attempt, now)
                 continue
             self._record_end(attempt.id, result, now)
             ended += 1
         return ended
+
+    def _account_running(self, att: Attempt, now: datetime) -> None:
+        totals = self.accountant.measure(att, now.timestamp())
+        every = self.power_sample_s or 5.0
+        if totals is None or now.timestamp() - self._last_written.get(att.id, 0.0) < every:
+            return
+        self._last_written[att.id] = now.timestamp()
+        with self.db.write() as session:
+            row = session.get(Attempt, att.id)
+            if row.state in ("running", "stopped"):
+                self.accountant.write(session, row, totals, now)
 
     def _record_progress(self, attempt: Attempt, progress, now: datetime) -> None:
         if progress is None or progress == (attempt.progress_done, attempt.progress_total):
@@ -116,25 +175,49 @@ class Dispatcher:
             att = session.get(Attempt, attempt_id)
             job = session.get(Job, att.job_id)
             ended_at = result.ended_at or now
+            started = _run_started_at(att)
+            if started is not None:  # the monitor's own clock: the job's real start
+                att.started_at = started
             att.finished_at, att.exit_code, att.signal = ended_at, result.exit_code, result.signal
-            att.energy_j, att.detail = result.energy_j, result.detail
+            att.detail = result.detail
             att.state = "exited" if result.status is RunStatus.EXITED else "lost"
             session.add(att)
+            totals = self.accountant.measure(att, now.timestamp(), ended_at.timestamp())
+            if totals is not None:
+                self.accountant.write(session, att, totals, now)
+            self.accountant.forget(att.id)
+            self._last_written.pop(att.id, None)
             job.exit_code = result.exit_code
-            if result.energy_j is not None:
-                job.energy_j = (job.energy_j or 0.0) + result.energy_j
             job.finished_at = ended_at
+            checkpointed = att.suspend_sent_at is not None
             if job.cancel_requested_at is not None:
                 to, reason = JobState.CANCELLED, "cancelled by request"
             elif result.status is RunStatus.LOST:
                 to, reason = JobState.LOST, result.detail or "vanished"
+            elif checkpointed and result.exit_code == 0:
+                to, reason = JobState.QUEUED, _suspended_reason(att, ended_at)
+                if job.state != JobState.SUSPENDED.value:
+                    transition(session, job, JobState.SUSPENDED, at=ended_at, actor=ACTOR,
+                               reason=reason)  # fmt: skip
+                job.finished_at = None
+            elif checkpointed:
+                to = JobState.FAILED
+                reason = (
+                    f"{_exit_reason(result)} after SIGTERM to suspend it (a job that may be "
+                    "suspended checkpoints and exits 0)"
+                )
             elif result.exit_code == 0:
                 to, reason = JobState.COMPLETED, None
             else:
                 to, reason = JobState.FAILED, _exit_reason(result)
             transition(session, job, to, at=ended_at, actor=ACTOR, reason=reason)
+            if to is JobState.QUEUED:
+                job.finished_at = None
+                session.add(job)
             if to is JobState.COMPLETED:
                 learn(session, job, att, now)
+        if self.caps is not None:
+            self.caps.restore(att.gpu_ids)
         log.info("job %s: %s%s", job.id, to, f" ({reason})" if reason else "")
 
     # -- cancel -------------------------------------------------------------------------
@@ -146,12 +229,15 @@ class Dispatcher:
             rows = session.exec(
                 select(Attempt)
                 .join(Job, col(Job.id) == col(Attempt.job_id))
-                .where(Attempt.state == "running")
+                .where(col(Attempt.state).in_(["running", "stopped"]))
                 .where(col(Job.cancel_requested_at).is_not(None))
             ).all()
         for att in rows:
             if att.kill_sent_at is not None:
                 continue
+            if att.state == "stopped":  # a stopped job must run to hear its SIGTERM
+                with contextlib.suppress(Exception):
+                    self.executor.signal(Handle.from_dict(att.handle), signal.SIGCONT)
             if att.term_sent_at is None:
                 sig, field = signal.SIGTERM, "term_sent_at"
             elif now - att.term_sent_at >= grace:
@@ -170,10 +256,11 @@ class Dispatcher:
 
     # -- schedule and launch ------------------------------------------------------------
     def launch_due(self, now: datetime) -> int:
-        """Start queued jobs in priority, then submission order, while GPUs allow.
-        Strict order: the first job that does not fit waits, and so do those behind it
-        (no job is starved by narrower ones). Jobs still waiting for a dependency step
-        aside. Returns how many started."""
+        """Plan the waiting jobs, then start (or resume) those that are due while GPUs
+        allow. Strict order: the first due job that does not fit waits, and so do those
+        behind it (no job is starved by narrower ones); the deadline guard makes room for
+        it when it must start. Jobs still waiting for a dependency step aside. Returns how
+        many started."""
         with self.db.read() as session:
             queued = list(
                 session.exec(
@@ -182,14 +269,20 @@ class Dispatcher:
                     .order_by(col(Job.priority).desc(), col(Job.id))
                 ).all()
             )
-            if not queued:
-                return 0
+            stopped = {
+                a.job_id: a
+                for a in session.exec(select(Attempt).where(Attempt.state == "stopped")).all()
+            }
+            stopped_jobs = [session.get(Job, i) for i in stopped]
+            running = self._running_rows(session)
             deps = dependencies(session, [j.id for j in queued])
             dep_ids = {d for ds in deps.values() for d in ds}
             dep_state = dict(
                 session.exec(select(Job.id, Job.state).where(col(Job.id).in_(dep_ids))).all()
             )
             alloc = self._allocator(session)
+            remaining = self._remaining_s(session, [*queued, *stopped_jobs])
+            spent = self._spent_g(session, now)
         largest = alloc.max_node_gpus
         eligible: dict[int, Job] = {}
         for job in queued:
@@ -220,34 +313,80 @@ class Dispatcher:
                 )
                 continue
             eligible[job.id] = job
-        # The decision core the simulator drives too: plan, then due jobs in strict order.
-        scheduler = Scheduler(self.policy)
-        scheduler.add(_queued_view(job, largest) for job in eligible.values())
+        for job in stopped_jobs:
+            if job.cancel_requested_at is None:
+                eligible[job.id] = job
         now_s = now.timestamp()
-        scheduler.plan(now_s)
+        if self.planner is not None:
+            scheduler = self.planner.schedule(
+                now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
+                spent,
+            )  # fmt: skip
+        else:  # the decision core the simulator drives too: plan, then due jobs in order
+            scheduler = Scheduler(self.policy)
+            scheduler.add(_queued_view(job, largest) for job in eligible.values())
+            scheduler.plan(now_s)
 
-        def allocate(view: QueuedJob, _decision):
-            if view.gpus == 0:  # a CPU-only job: the first node, no GPUs
+        def allocate(view: QueuedJob, decision: Decision):
+            held = stopped.get(view.id)
+            if held is not None:  # a stopped job resumes on the GPUs it holds
+                return (held.node, list(held.gpu_ids))
+            width = _width(view, decision, now_s)
+            if width == 0:  # a CPU-only job: the first node, no GPUs
                 return (self.nodes[0].name, [])
-            allocation = alloc.allocate(("job", view.id), view.gpus)
+            allocation = alloc.allocate(("job", view.id), width)
             if allocation is None:
                 return None
             (node, gpu_tuple), *_ = allocation.parts
             return (node, list(gpu_tuple))
 
         started = 0
-        for view, _plan, (node, gpus) in scheduler.launchable(now_s, allocate):
-            if self._launch(eligible[view.id], node, gpus, now):
+        for view, decision, (node, gpus) in scheduler.launchable(now_s, allocate):
+            if view.id in stopped:
+                started += self._resume(stopped[view.id], decision, now)
+            elif self._launch(eligible[view.id], node, gpus, now, decision):
                 started += 1
             elif gpus:
                 alloc.free(("job", view.id))
+        if self.planner is not None:
+            from orchestrator.guard import guard_deadlines, note_plans
+
+            note_plans(self, scheduler, eligible, now)
+            guard_deadlines(self, scheduler, alloc, now)
         return started
+
+    def _running_rows(self, session: Session) -> list:
+        rows = session.exec(
+            select(Attempt, Job)
+            .join(Job, col(Job.id) == col(Attempt.job_id))
+            .where(Attempt.state == "running")
+        ).all()
+        return [(job, len(att.gpu_ids), att.started_at or job.started_at) for att, job in rows]
+
+    def _remaining_s(self, session: Session, jobs: list[Job]) -> dict[int, float]:
+        """Run time left of jobs that ran before (suspended and requeued): from their last
+        progress report when it has a total, else their duration less the time they ran."""
+        out = {}
+        for job in jobs:
+            if job.attempts and job.duration_s:
+                out[job.id] = _remaining_run_s(session, job)
+        return out
+
+    def _spent_g(self, session: Session, now: datetime) -> float:
+        if self.planner is None:
+            return 0.0
+        window = self.planner.budget_window(now)
+        if window is None:
+            return 0.0
+        from orchestrator.accounting import spent_g
+
+        return spent_g(session, *window)
 
     def _allocator(self, session: Session) -> ClusterAllocator:
         """Buddy allocation over the cluster, holding what running attempts hold."""
         alloc = ClusterAllocator(self.topology)
         rows = session.exec(
-            select(Attempt).where(col(Attempt.state).in_(["launching", "running"]))
+            select(Attempt).where(col(Attempt.state).in_(["launching", "running", "stopped"]))
         ).all()
         for att in rows:
             if att.gpu_ids:
@@ -261,8 +400,18 @@ class Dispatcher:
                 transition(session, job, JobState.FAILED, at=now, actor=ACTOR, reason=reason)
         log.info("job %s: failed (%s)", job_id, reason)
 
-    def _launch(self, queued: Job, node_name: str, gpus: list[int], now: datetime) -> bool:
+    def _launch(
+        self,
+        queued: Job,
+        node_name: str,
+        gpus: list[int],
+        now: datetime,
+        decision: Decision | None = None,
+    ) -> bool:
         node = next(n for n in self.nodes if n.name == node_name)
+        cap, until = _piece_cap_until(decision, now.timestamp())
+        if self.caps is None or not self.caps.enabled or not gpus:
+            cap = None
         with self.db.write() as session:  # transaction 1: planned + launching attempt
             job = session.get(Job, queued.id)
             if job.state != JobState.QUEUED.value:
@@ -277,6 +426,8 @@ class Dispatcher:
                 gpu_ids=gpus,
                 run_dir="",
                 run_as_uid=self._run_as(job),
+                cap=cap,
+                planned_until=until if job.interruptible else None,
             )
             session.add(att)
             session.flush()
@@ -291,9 +442,13 @@ class Dispatcher:
             )
         spec = self._launch_spec(job, att, node)
         try:
+            if cap is not None:  # before the job draws: it starts under its cap
+                self.caps.apply(gpus, cap)
             handle = self.executor.launch(spec)
         except Exception as exc:
             err = translate(exc) or ExecutorError(str(exc))
+            if self.caps is not None:
+                self.caps.restore(gpus)
             with self.db.write() as session:
                 row, job = session.get(Attempt, att.id), session.get(Job, job.id)
                 row.state, row.finished_at, row.detail = "failed", now, str(err)
@@ -311,8 +466,30 @@ class Dispatcher:
         with self.db.write() as session:  # transaction 2: running
             row, job = session.get(Attempt, att.id), session.get(Job, job.id)
             _mark_running(session, row, job, handle, now)
-        log.info("job %s: running on %s GPUs %s", job.id, node_name, _gpu_list(gpus) or "-")
+        capped = f" capped at {100 * cap:.0f}%" if cap else ""
+        log.info(
+            "job %s: running on %s GPUs %s%s", job.id, node_name, _gpu_list(gpus) or "-", capped
+        )
         return True
+
+    def _resume(self, att: Attempt, decision: Decision, now: datetime) -> int:
+        """SIGCONT a stopped job on the GPUs it kept, under its new piece's cap."""
+        cap, until = _piece_cap_until(decision, now.timestamp())
+        try:
+            if self.caps is not None and self.caps.enabled:
+                self.caps.apply(att.gpu_ids, cap)
+            self.executor.signal(Handle.from_dict(att.handle), signal.SIGCONT)
+        except Exception as exc:  # logged; the next pass tries again
+            log.warning("job %s: cannot resume: %s", att.job_id, translate(exc) or exc)
+            return 0
+        with self.db.write() as session:
+            row, job = session.get(Attempt, att.id), session.get(Job, att.job_id)
+            row.state, row.stopped_at, row.planned_until = "running", None, until
+            row.cap = cap if self.caps is not None and self.caps.enabled else None
+            session.add(row)
+            transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason="resumed")
+        log.info("job %s: resumed (SIGCONT)", att.job_id)
+        return 1
 
     def _run_as(self, job: Job) -> int | None:
         return job.uid if self.user.is_root and job.uid != self.user.uid else None
@@ -328,7 +505,8 @@ class Dispatcher:
         )
         if node.fake:
             power = self.settings.fake_gpu_power_w
-            backend = f"fake:{power}" if power else "fake"
+            state = self.settings.home / FAKE_GPU_STATE
+            backend = f"fake:{power}@{state}" if power else f"fake:@{state}"
         else:
             backend = "nvml" if node.gpu_source == "nvml" else "none"
         return LaunchSpec(
@@ -343,6 +521,7 @@ class Dispatcher:
             run_as_uid=att.run_as_uid,
             log_gid=self.log_gid,
             gpu_backend=backend,
+            power_sample_s=self.power_sample_s,
         )
 
     # -- idleness -----------------------------------------------------------------------
@@ -383,6 +562,75 @@ def _queued_view(job: Job, largest: int) -> QueuedJob:
         deadline_s=job.deadline.timestamp() if job.deadline else None,
         interruptible=job.interruptible,
     )
+
+
+def _piece_index(decision: Decision, now_s: float) -> int:
+    """The interval of ``decision`` a start at ``now_s`` runs in."""
+    for k, (_, b) in enumerate(decision.intervals or ()):
+        if b > now_s + 1e-6:
+            return k
+    return max(0, len(decision.intervals or ()) - 1)
+
+
+def _width(view: QueuedJob, decision: Decision, now_s: float) -> int:
+    gpus = decision.piece_config(_piece_index(decision, now_s))[0]
+    return min(gpus, view.gpus) if gpus else view.gpus
+
+
+def _piece_cap_until(
+    decision: Decision | None, now_s: float
+) -> tuple[float | None, datetime | None]:
+    """The cap of the piece a start at ``now_s`` runs in (None: uncapped), and when that
+    piece ends if more follow (the job is suspended then)."""
+    if decision is None:
+        return None, None
+    k = _piece_index(decision, now_s)
+    cap = decision.piece_config(k)[1]
+    until = None
+    if decision.intervals and k < len(decision.intervals) - 1:
+        until = datetime.fromtimestamp(decision.intervals[k][1], UTC)
+    return (cap if cap < 1.0 - 1e-9 else None), until
+
+
+def _remaining_run_s(session: Session, job: Job) -> float:
+    """A requeued job's run time left at full speed: from its last progress report with a
+    total, else its duration less the time its attempts ran."""
+    atts = session.exec(
+        select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
+    ).all()
+    last = atts[-1] if atts else None
+    if last is not None and last.progress_total and last.progress_done is not None:
+        share = min(1.0, last.progress_done / last.progress_total)
+        return max(1.0, job.duration_s * (1.0 - share))
+    ran = sum(
+        (a.finished_at - a.started_at).total_seconds()
+        for a in atts
+        if a.finished_at and a.started_at
+    )
+    return max(1.0, job.duration_s - ran)
+
+
+def _run_started_at(att: Attempt) -> datetime | None:
+    """When the monitor started the job (its job.json), or None."""
+    from pathlib import Path
+
+    from executors import runfiles
+
+    data = runfiles.read_json(Path(att.run_dir) / runfiles.JOB) if att.run_dir else None
+    if not data or "started_at" not in data:
+        return None
+    return datetime.fromisoformat(data["started_at"])
+
+
+def _suspended_reason(att: Attempt, at: datetime) -> str:
+    done = ""
+    if att.progress_total and att.progress_done is not None:
+        done = f" at {100 * att.progress_done / att.progress_total:.0f}%"
+    return f"checkpointed{done} and exited; requeued with its progress"
+
+
+def _no_signal(_t0: float, _t1: float) -> None:
+    return None
 
 
 def _gpu_list(gpus: list[int]) -> str:

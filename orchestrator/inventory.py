@@ -9,7 +9,8 @@ from datetime import datetime
 
 from sqlmodel import Session, delete
 
-from executors.gpu import FakeGpuControl, GpuInfo, detect_gpus
+from executors.fakegpu import FakeGpuControl
+from executors.gpu import GpuInfo, detect_gpus
 from orchestrator.models import Gpu, Node
 from orchestrator.settings import NodeConfig, Settings
 from placement.topology import ClusterTopology, NodeTopology, order_from_link_levels

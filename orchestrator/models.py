@@ -57,10 +57,15 @@ class Job(SQLModel, table=True):
     exit_code: int | None = None
     node: str | None = None
     gpu_ids: list[int] = _json(list)
-    energy_j: float | None = None  # measured GPU energy; null when not measurable
+    energy_j: float | None = None  # over its attempts: measured, else modelled
     carbon_g: float | None = None
+    cost: float | None = None  # in the price signal's currency
+    energy_modelled: bool | None = None  # some of energy_j is modelled, not measured
     cancel_requested_at: datetime | None = _utc()
     attempts: int = 0
+    planned_start: datetime | None = _utc()  # the daemon's plan for a queued job
+    plan_note: str | None = None  # why it waits, in words
+    cron_id: int | None = Field(default=None, index=True)  # the template it came from
 
 
 class Dependency(SQLModel, table=True):
@@ -91,6 +96,52 @@ class Attempt(SQLModel, table=True):
     term_sent_at: datetime | None = _utc()
     kill_sent_at: datetime | None = _utc()
     detail: str | None = None
+    cap: float | None = None  # power-cap fraction applied to its GPUs (None: uncapped)
+    planned_until: datetime | None = _utc()  # the end of its planned piece: suspend then
+    suspend_sent_at: datetime | None = _utc()  # SIGTERM sent to checkpoint (signal mode)
+    stopped_at: datetime | None = _utc()  # SIGSTOP sent (stop mode); None once resumed
+    carbon_g: float | None = None
+    cost: float | None = None
+    energy_modelled: bool | None = None  # no energy counter: energy_j is the model's
+    accounted_until: datetime | None = _utc()
+
+
+class Usage(SQLModel, table=True):
+    """What one attempt used on one UTC day (budgets and reports add these up). Rewritten
+    whole from the attempt's power log, never added to: each run is counted once."""
+
+    attempt_id: int = Field(foreign_key="attempt.id", primary_key=True)
+    day: datetime = Field(sa_column=Column(UTCDateTime(), primary_key=True))
+    job_id: int = Field(index=True)
+    energy_j: float = 0.0
+    carbon_g: float = 0.0
+    cost: float | None = None
+
+
+class CronTemplate(SQLModel, table=True):
+    """A recurring job: each occurrence of ``cron`` queues the job with a deadline of the
+    occurrence plus ``window_s``."""
+
+    id: int | None = Field(default=None, primary_key=True)
+    cron: str
+    window_s: float
+    spec: dict[str, Any] = _json(dict)  # the submission's fields (as in a sweep file)
+    env: dict[str, str] = _json(dict)  # the submitting shell's environment
+    user: str
+    uid: int
+    created_at: datetime = _utc(nullable=False)
+    last_fire: datetime | None = _utc()  # the latest occurrence turned into a job
+    removed_at: datetime | None = _utc()
+
+
+class Health(SQLModel, table=True):
+    """The daemon's last word on itself, for ``gridshift status`` (one row)."""
+
+    id: int = Field(default=1, primary_key=True)
+    pid: int
+    started_at: datetime = _utc(nullable=False)
+    last_tick: datetime = _utc(nullable=False)
+    data: dict[str, Any] = _json(dict)
 
 
 class Event(SQLModel, table=True):

@@ -32,32 +32,36 @@ class PlanInputs:
     budget: object | None = None  # BudgetState
     objective: str = "carbon"
     slot_s: float = 900.0
+    remaining_s: dict | None = None  # job id -> run time left (after a suspension)
 
 
-def model_for(job, curve):
+def model_for(job, curve, duration_s: float | None = None):
     from orchestrator.perfmodel import JobModel
 
-    if not job.duration_s:
+    duration_s = duration_s or job.duration_s
+    if not duration_s:
         return None
-    return JobModel(job.duration_s, job.gpus_max, curve)
+    return JobModel(duration_s, job.gpus_max, curve)
 
 
 def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
     jobs = []
+    left = inp.remaining_s or {}
     for job in inp.queued:
         width = min(job.gpus_max, largest_node)
+        duration = left.get(job.id, job.duration_s)
         jobs.append(
             QueuedJob(
                 id=job.id,
                 gpus=width,
                 submitted_s=job.submitted_at.timestamp(),
                 priority=job.priority,
-                duration_s=job.duration_s,
+                duration_s=duration,
                 deadline_s=job.deadline.timestamp() if job.deadline else None,
                 interruptible=job.interruptible,
                 min_gpus=min(job.gpus_min, width),
                 max_gpus=width,
-                model=model_for(job, inp.curve),
+                model=model_for(job, inp.curve, duration),
             )
         )
     committed = []
@@ -65,8 +69,9 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
         model = model_for(job, inp.curve)
         power = model.power_w(gpus) if model else gpus * 350.0
         elapsed = inp.now_s - started.timestamp()
-        left = (job.duration_s - elapsed) if job.duration_s else DEFAULT_RUNNING_S
-        end = inp.now_s + max(left, inp.slot_s)
+        total = left.get(job.id, job.duration_s)
+        left_s = (total - elapsed) if total else DEFAULT_RUNNING_S
+        end = inp.now_s + max(left_s, inp.slot_s)
         committed.append(Commitment(job.id, gpus, power, inp.now_s, end))
     snap = Snapshot(inp.now_s, jobs, inp.carbon)
     snap.committed = committed

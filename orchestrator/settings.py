@@ -69,6 +69,66 @@ class GridSettings(BaseModel):
     carbon_aware: ProviderSettings = Field(default_factory=ProviderSettings)
 
 
+def _duration(value: str | None) -> str | None:
+    if value is not None:
+        from orchestrator.timeparse import parse_duration_s
+
+        try:
+            parse_duration_s(value)
+        except Exception as exc:
+            raise ValueError(str(exc)) from None
+    return value
+
+
+class DaemonSettings(BaseModel):
+    """``[daemon]``: what the carbon-aware daemon plans with (each also a daemon option)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grid: list[str] = Field(default_factory=list, description="carbon signal; default: grid.source")
+    price: str | None = Field(default=None, description="price signal, for cost and accounts")
+    policy: str | None = Field(
+        default=None, description="default: budget with a grid signal, fifo without"
+    )
+    slot: str = Field(default="15m", description="planning slot, 1s to 1h")
+    budget: str | None = Field(default=None, description="carbon budget, e.g. 20kg/day")
+    objective: str = "carbon"
+    suspend: Literal["signal", "stop"] = "signal"
+    refresh: str | None = Field(
+        default=None, description="grid refresh timer; default: the slot, at most 15m"
+    )
+    signal_max_age: str = Field(
+        default="6h", description="plan on cached data this long after the source fails"
+    )
+    fallback: Literal["run-now", "deadline-only"] = "deadline-only"
+    power_caps: bool = True
+    power_sample: str = Field(default="5s", description="energy samples in each power log")
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+
+    @field_validator("slot", "refresh", "signal_max_age", "power_sample", mode="after")
+    @classmethod
+    def _durations(cls, value: str | None) -> str | None:
+        return _duration(value)
+
+    @field_validator("budget", mode="after")
+    @classmethod
+    def _budget(cls, value: str | None) -> str | None:
+        if value is not None:
+            from orchestrator.budget import Budget
+
+            try:
+                Budget.parse(value)
+            except Exception as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    def seconds(self, name: str) -> float | None:
+        from orchestrator.timeparse import parse_duration_s
+
+        value = getattr(self, name)
+        return None if value is None else parse_duration_s(value)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="GRIDSHIFT_", env_nested_delimiter="__", extra="forbid"
@@ -88,6 +148,7 @@ class Settings(BaseSettings):
     )
     cancel_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL")
     daemon_interval_s: float = Field(default=1.0, gt=0)
+    daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     grid: GridSettings = Field(default_factory=GridSettings)
 
     @field_validator("home", mode="after")

@@ -1,13 +1,15 @@
 """The job state machine: the only place that changes a job's state.
 
     queued → planned → running → completed | failed
-    running → suspended → queued
+    running → suspended → queued         (--suspend signal: it checkpointed and exited)
+    running → suspended → running        (--suspend stop: SIGSTOP, then SIGCONT)
     running → lost → queued (retry)
     any non-final state → cancelled
 
 Also allowed, each for a stated reason: queued → failed (a dependency failed, or no node
 could ever hold the job), planned → queued (a launch that a crash interrupted before the
-job started), planned → failed (the launch itself failed). An illegal transition raises
+job started), planned → failed (the launch itself failed), suspended → completed | failed |
+lost (a stopped job's process ended while stopped, e.g. killed). An illegal transition raises
 ``StateError``. Every transition adds one row to the events table, in the caller's
 transaction, so the state change and its event commit together or not at all.
 """
@@ -48,7 +50,16 @@ ALLOWED: dict[JobState, frozenset[JobState]] = {
     JobState.RUNNING: frozenset(
         {JobState.COMPLETED, JobState.FAILED, JobState.SUSPENDED, JobState.LOST, JobState.CANCELLED}
     ),
-    JobState.SUSPENDED: frozenset({JobState.QUEUED, JobState.CANCELLED}),
+    JobState.SUSPENDED: frozenset(
+        {
+            JobState.QUEUED,
+            JobState.RUNNING,
+            JobState.COMPLETED,
+            JobState.FAILED,
+            JobState.LOST,
+            JobState.CANCELLED,
+        }
+    ),
     JobState.LOST: frozenset({JobState.QUEUED, JobState.CANCELLED}),
     JobState.COMPLETED: frozenset(),
     JobState.FAILED: frozenset(),

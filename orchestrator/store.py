@@ -26,51 +26,56 @@ def submit(
                 f"{where}needs {spec.gpus_min} GPUs; the largest node has {largest_node_gpus}"
             )
 
-    def _insert(session: Session) -> list[Job]:
-        wanted = {a for spec in specs for a in spec.after}
-        if wanted:
-            found = set(session.exec(select(Job.id).where(col(Job.id).in_(wanted))).all())
-            missing = sorted(wanted - found)
-            if missing:
-                raise NotFoundError(f"--after: no job {', '.join(map(str, missing))}")
-        jobs = []
-        for spec in specs:
-            job = Job(
-                name=spec.name,
-                state=JobState.QUEUED.value,
-                user=user.name,
-                uid=user.uid,
-                command=spec.command,
-                workdir=spec.workdir,
-                env=spec.env,
-                gpus_min=spec.gpus_min,
-                gpus_max=spec.gpus_max,
-                duration_s=spec.duration_s,
-                deadline=spec.deadline,
-                interruptible=spec.interruptible,
-                priority=spec.priority,
-                labels=spec.labels,
-                submitted_at=now,
-            )
-            session.add(job)
-            jobs.append(job)
-        session.flush()  # assigns ids
-        for spec, job in zip(specs, jobs, strict=True):
-            for after_id in sorted(set(spec.after)):
-                session.add(Dependency(job_id=job.id, after_id=after_id))
-            session.add(
-                Event(
-                    job_id=job.id,
-                    at=now,
-                    from_state=None,
-                    to_state=JobState.QUEUED.value,
-                    reason="submitted",
-                    actor=user.name,
-                )
-            )
-        return jobs
+    return db.write_retrying(lambda session: insert_jobs(session, specs, user=user, now=now))
 
-    return db.write_retrying(_insert)
+
+def insert_jobs(
+    session: Session, specs: list[JobSpec], *, user: User, now: datetime, cron_id: int | None = None
+) -> list[Job]:
+    """Queue ``specs`` in the caller's transaction."""
+    wanted = {a for spec in specs for a in spec.after}
+    if wanted:
+        found = set(session.exec(select(Job.id).where(col(Job.id).in_(wanted))).all())
+        missing = sorted(wanted - found)
+        if missing:
+            raise NotFoundError(f"--after: no job {', '.join(map(str, missing))}")
+    jobs = []
+    for spec in specs:
+        job = Job(
+            name=spec.name,
+            state=JobState.QUEUED.value,
+            user=user.name,
+            uid=user.uid,
+            command=spec.command,
+            workdir=spec.workdir,
+            env=spec.env,
+            gpus_min=spec.gpus_min,
+            gpus_max=spec.gpus_max,
+            duration_s=spec.duration_s,
+            deadline=spec.deadline,
+            interruptible=spec.interruptible,
+            priority=spec.priority,
+            labels=spec.labels,
+            submitted_at=now,
+            cron_id=cron_id,
+        )
+        session.add(job)
+        jobs.append(job)
+    session.flush()  # assigns ids
+    for spec, job in zip(specs, jobs, strict=True):
+        for after_id in sorted(set(spec.after)):
+            session.add(Dependency(job_id=job.id, after_id=after_id))
+        session.add(
+            Event(
+                job_id=job.id,
+                at=now,
+                from_state=None,
+                to_state=JobState.QUEUED.value,
+                reason="submitted" if cron_id is None else f"queued by cron template {cron_id}",
+                actor=user.name,
+            )
+        )
+    return jobs
 
 
 def get_job(session: Session, job_id: int, *, lock: bool = False) -> Job:
@@ -130,7 +135,7 @@ def cancel(db: Database, job_ids: list[int], *, user: User, now: datetime) -> li
             state = JobState(job.state)
             if state in FINAL:
                 outcome.append((job.id, f"already {state}"))
-            elif state in (JobState.PLANNED, JobState.RUNNING):
+            elif state in (JobState.PLANNED, JobState.RUNNING) or _holds_gpus(session, job):
                 if job.cancel_requested_at is None:
                     job.cancel_requested_at = now
                     session.add(job)
@@ -150,6 +155,14 @@ def cancel(db: Database, job_ids: list[int], *, user: User, now: datetime) -> li
     return db.write_retrying(_cancel)
 
 
+def attempts(session: Session, job_id: int) -> list[Attempt]:
+    return list(
+        session.exec(
+            select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number))
+        ).all()
+    )
+
+
 def latest_progress(session: Session, job_ids: list[int]) -> dict[int, tuple]:
     """The progress report of each job's latest attempt: (done, total)."""
     if not job_ids:
@@ -158,3 +171,13 @@ def latest_progress(session: Session, job_ids: list[int]) -> dict[int, tuple]:
         select(Attempt).where(col(Attempt.job_id).in_(job_ids)).order_by(col(Attempt.number))
     ).all()
     return {a.job_id: (a.progress_done, a.progress_total) for a in rows}
+
+
+def _holds_gpus(session: Session, job: Job) -> bool:
+    """A job suspended with SIGSTOP still has a process: the daemon stops it."""
+    return (
+        session.exec(
+            select(Attempt.id).where(Attempt.job_id == job.id).where(Attempt.state == "stopped")
+        ).first()
+        is not None
+    )

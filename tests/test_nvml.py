@@ -9,7 +9,8 @@ import types
 import pytest
 
 from executors.errors import GpuControlError
-from executors.gpu import FakeGpuControl, gpu_control_for
+from executors.fakegpu import FakeGpuControl
+from executors.gpu import gpu_control_for
 
 
 class _NVMLError(Exception):

@@ -47,10 +47,18 @@ class CsvTrace(FileSource):
             raise SourceSpecError(f"csv: unknown option(s) {', '.join(sorted(unknown))}")
         super().__init__(spec, zone=options.get("zone", self.path.stem))
         self._signal: Signal | None = None
+        self._mtime_ns: int | None = None
 
     def load(self) -> Signal:
-        if self._signal is None:
+        """The file's signal, read again when the file changed (a live daemon may follow
+        a trace that something appends to)."""
+        try:
+            mtime = self.path.stat().st_mtime_ns
+        except OSError:
+            mtime = None
+        if self._signal is None or mtime != self._mtime_ns:
             self._signal = self._read()
+            self._mtime_ns = mtime
         return self._signal
 
     def _read(self) -> Signal:

@@ -11,6 +11,7 @@ import typer
 
 from orchestrator.cli import context
 from orchestrator.cli.cancel import cancel
+from orchestrator.cli.cron_cmd import cron_app
 from orchestrator.cli.daemon_cmd import daemon
 from orchestrator.cli.grid_cmd import grid_app
 from orchestrator.cli.listing import ls, show
@@ -55,6 +56,7 @@ app.command()(daemon)
 app.command()(simulate)
 app.command()(plan)
 app.add_typer(grid_app, name="grid")
+app.add_typer(cron_app, name="cron")
 
 
 def _fail(message: str, code: int) -> None:

@@ -121,6 +121,24 @@ def show(
             store.latest_progress(session, [job_id]).get(job_id),
         )
         events = store.events(session, job_id)
+        runs = store.attempts(session, job_id)
+    data["runs"] = [
+        {
+            "attempt": a.number,
+            "state": a.state,
+            "node": a.node,
+            "gpu_ids": list(a.gpu_ids),
+            "cap": a.cap,
+            "started_at": iso(a.started_at),
+            "finished_at": iso(a.finished_at),
+            "exit_code": a.exit_code,
+            "energy_kwh": None if a.energy_j is None else a.energy_j / 3.6e6,
+            "energy_modelled": a.energy_modelled,
+            "carbon_g": a.carbon_g,
+            "cost": a.cost,
+        }
+        for a in runs
+    ]
     data["events"] = [
         {
             "at": iso(e.at),
@@ -140,13 +158,24 @@ def show(
     grid.add_column(style="bold")
     grid.add_column()
     for key, value in data.items():
-        if key == "events":
+        if key in ("events", "runs"):
             continue
         if key.endswith("_at") or key == "deadline":
             value = local_time(getattr(job, key))
         grid.add_row(key, "-" if value is None or value == [] else str(value))
     out = console()
     out.print(grid)
+    if runs:
+        out.print("[bold]runs[/]")
+        for r in data["runs"]:
+            kwh = "-" if r["energy_kwh"] is None else f"{r['energy_kwh']:.4f} kWh"
+            kwh += " (modelled)" if r["energy_modelled"] else ""
+            grams = "-" if r["carbon_g"] is None else f"{r['carbon_g']:.1f} g CO2e"
+            cap = f", cap {100 * r['cap']:.0f}%" if r["cap"] else ""
+            out.print(
+                f"  #{r['attempt']} {r['state']} on {r['node']} GPUs {r['gpu_ids']}{cap}: "
+                f"{kwh}, {grams}"
+            )
     out.print("[bold]history[/]")
     for e in events:
         reason = f"  ({e.reason})" if e.reason else ""

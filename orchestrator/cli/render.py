@@ -32,12 +32,17 @@ JOB_KEYS = (
     "finished_at",
     "exit_code",
     "energy_kwh",
+    "energy_modelled",
     "carbon_g",
+    "cost",
     "attempts",
     "cancel_requested",
     "log_path",
     "progress",
     "progress_source",
+    "planned_start",
+    "plan_note",
+    "cron_id",
 )
 
 
@@ -94,12 +99,17 @@ def job_dict(job, after: list[int], log_path: str, report=None, now=None) -> dic
         "finished_at": iso(job.finished_at),
         "exit_code": job.exit_code,
         "energy_kwh": None if job.energy_j is None else job.energy_j / 3.6e6,
+        "energy_modelled": job.energy_modelled,
         "carbon_g": job.carbon_g,
+        "cost": job.cost,
         "attempts": job.attempts,
         "cancel_requested": job.cancel_requested_at is not None,
         "log_path": log_path,
         "progress": None if progress is None else round(progress, 4),
         "progress_source": source,
+        "planned_start": iso(job.planned_start) if job.state == "queued" else None,
+        "plan_note": job.plan_note if job.state in ("queued", "suspended") else None,
+        "cron_id": job.cron_id,
     }
     assert tuple(data) == JOB_KEYS
     return data

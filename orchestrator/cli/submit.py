@@ -61,6 +61,17 @@ def submit(
         Path | None,
         typer.Option("--file", help="Submit every job spec in this JSONL file, all or none."),
     ] = None,
+    cron: Annotated[
+        str | None,
+        typer.Option(
+            help='Repeat: queue the job at each occurrence of this cron expression ("0 2 * * *"; '
+            "local time; a sixth field in front gives seconds).",
+        ),
+    ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(help="With --cron: each occurrence must finish within this long, e.g. 8h."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     from orchestrator import store
@@ -72,6 +83,10 @@ def submit(
 
     c = context.get(ctx)
     now, cwd, base_env = utc_now(), os.getcwd(), submitter_env()
+    if (cron is None) != (window is None):
+        raise SpecError("give --cron and --window together")
+    if cron is not None and file is not None:
+        raise SpecError("--cron repeats one job; it does not take --file")
     if file is not None:
         given = [command, name, duration, deadline, within, after, label, workdir, env]
         if any(given) or gpus != "1" or priority or interruptible:
@@ -94,6 +109,9 @@ def submit(
             "workdir": str(workdir) if workdir else None,
             "env": env or [],
         }
+        if cron is not None:
+            _add_cron(c, raw, cron, window, now, cwd, base_env, as_json)
+            return
         specs = [build_spec(raw, now=now, cwd=cwd, base_env=base_env)]
     largest = max((n.gpu_count for n in resolve_nodes(c.settings)), default=0)
     jobs = store.submit(c.db, specs, user=c.user, now=now, largest_node_gpus=largest)
@@ -130,3 +148,20 @@ def _read_sweep(path: Path, **kwargs) -> list:
     if not specs:
         raise SpecError(f"{path} holds no job specs")
     return specs
+
+
+def _add_cron(c, raw: dict, cron: str, window: str, now, cwd: str, base_env, as_json: bool):
+    from orchestrator import cron as crons
+    from orchestrator.cli.render import print_json
+    from orchestrator.timeparse import parse_duration_s
+
+    window_s = parse_duration_s(window)
+    raw = dict(raw, workdir=str(Path(raw["workdir"] or cwd).expanduser().absolute()))
+    row = c.db.write_retrying(
+        lambda session: crons.add(session, raw, cron, window_s, c.user, now, base_env)
+    )
+    upcoming = crons.next_fire(row, now)
+    if as_json:
+        print_json({"cron_id": row.id, "next": upcoming.isoformat() if upcoming else None})
+    else:
+        typer.echo(f"cron template {row.id}; next occurrence {upcoming:%Y-%m-%d %H:%M:%S %Z}")

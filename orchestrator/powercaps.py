@@ -1,0 +1,78 @@
+"""Power caps on this host's GPUs, through ``GpuControl`` (Zeus's split: the job monitors
+measure, the daemon acts).
+
+A cap is a fraction of the GPU's maximum limit, clamped to the range the board accepts.
+Each GPU goes back to its default limit when its job ends or the daemon stops; a daemon
+that starts (after a crash too) sets every GPU to what the running jobs' plans say and the
+rest back to their defaults. Where limits cannot be set (not root, or no settable limit)
+the daemon says so once at start and plans without caps.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from executors.errors import GpuControlError
+from executors.gpu import GpuControl
+
+log = logging.getLogger("gridshift.daemon")
+
+
+class PowerCaps:
+    def __init__(self, ctl: GpuControl | None, gpu_count: int, wanted: bool = True) -> None:
+        self.ctl = ctl
+        self.gpu_count = gpu_count
+        self.enabled = False
+        self.reason: str | None = None
+        if not wanted:
+            self.reason = "power caps are turned off (daemon.power_caps = false)"
+        elif ctl is None or gpu_count == 0:
+            self.reason = "no GPU control on this host"
+        else:
+            try:
+                self.enabled = ctl.supports_power_limit(0)
+            except GpuControlError as exc:
+                self.reason = str(exc)
+            if not self.enabled and self.reason is None:
+                self.reason = (
+                    "setting GPU power limits needs privileges this daemon lacks (run it as "
+                    "root) or GPUs that support them"
+                )
+
+    def apply(self, gpus: list[int], cap: float | None) -> float | None:
+        """Cap ``gpus`` at ``cap`` of their maximum limit (None or 1.0: their default).
+        Returns the limit set on the first, in watts, or None when nothing was set."""
+        if not self.enabled or not gpus:
+            return None
+        if cap is None or cap >= 1.0 - 1e-9:
+            self.restore(gpus)
+            return None
+        watts = None
+        for i in gpus:
+            low, high = self.ctl.power_limit_range_w(i)
+            limit = min(high, max(low, cap * high))
+            if abs(self.ctl.power_limit_w(i) - limit) > 0.5:
+                self.ctl.set_power_limit_w(i, limit)
+            watts = limit if watts is None else watts
+        return watts
+
+    def restore(self, gpus) -> None:
+        if not self.enabled:
+            return
+        for i in gpus:
+            try:
+                default = self.ctl.default_power_limit_w(i)
+                if abs(self.ctl.power_limit_w(i) - default) > 0.5:
+                    self.ctl.set_power_limit_w(i, default)
+            except GpuControlError as exc:  # logged; the next start tries again
+                log.warning("GPU %s: cannot restore the default power limit: %s", i, exc)
+
+    def reconcile(self, held: dict[int, float | None]) -> None:
+        """Every GPU to its running job's cap (``held``: GPU -> cap), the rest to default."""
+        if not self.enabled:
+            return
+        for i in range(self.gpu_count):
+            if i not in held:
+                self.restore([i])
+        for i, cap in held.items():
+            self.apply([i], cap)
