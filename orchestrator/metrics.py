@@ -7,7 +7,7 @@ from orchestrator.errors import ConfigError
 
 
 class Metrics:
-    def __init__(self, port: int, addr: str = "") -> None:
+    def __init__(self, port: int, addr: str = "0.0.0.0") -> None:
         try:
             from prometheus_client import CollectorRegistry, Gauge, start_http_server
         except ImportError:

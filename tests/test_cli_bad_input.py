@@ -40,6 +40,27 @@ CASES = {
     "unknown job for logs": (["logs", "7"], "no job 7"),
     "job id not a number": (["show", "abc"], "Invalid value for"),
     "missing config file": (["--config", "/no/such.toml", "ls"], "does not exist"),
+    "cron without window": (["submit", "--cron", "0 2 * * *", "--", "true"], "together"),
+    "malformed cron": (
+        ["submit", "--cron", "at two", "--window", "8h", "--", "true"],
+        "invalid cron expression",
+    ),
+    "cron job longer than its window": (
+        ["submit", "--cron", "0 2 * * *", "--window", "1h", "--duration", "2h", "--", "true"],
+        "longer than its window",
+    ),
+    "cron with a deadline": (
+        ["submit", "--cron", "0 2 * * *", "--window", "8h", "--within", "2h", "--", "true"],
+        "each occurrence plus --window",
+    ),
+    "unknown cron template": (["cron", "rm", "9"], "no cron template 9"),
+    "slot too short": (["daemon", "--policy", "fifo", "--slot", "0.5s"], "1s to 1h"),
+    "malformed slot": (["daemon", "--slot", "soon"], "invalid duration"),
+    "unknown suspend mode": (["daemon", "--suspend", "pause"], "--suspend"),
+    "planner without a signal": (["daemon", "--policy", "budget"], "plans with the grid"),
+    "malformed budget": (["daemon", "--budget", "lots"], "invalid budget"),
+    "budget without an amount": (["budget"], "no budget"),
+    "malformed report start": (["report", "--since", "yesterday"], "invalid --since"),
 }
 
 

@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 
 from orchestrator.cli import context
+from orchestrator.cli.accounts import budget, report, status
 from orchestrator.cli.cancel import cancel
 from orchestrator.cli.cron_cmd import cron_app
 from orchestrator.cli.daemon_cmd import daemon
@@ -55,6 +56,9 @@ app.command()(nodes)
 app.command()(daemon)
 app.command()(simulate)
 app.command()(plan)
+app.command()(status)
+app.command()(budget)
+app.command()(report)
 app.add_typer(grid_app, name="grid")
 app.add_typer(cron_app, name="cron")
 

@@ -1,0 +1,159 @@
+"""The daemon's carbon-aware parts on their own: fake GPU limits, power caps, the cron
+rule for missed occurrences, accounting from a power log, the signal fallback."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from executors.fakegpu import FakeGpuControl
+from orchestrator.accounting import Accountant
+from orchestrator.models import CronTemplate
+from orchestrator.powercaps import PowerCaps
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def test_fake_gpu_limits_persist_across_processes_and_cap_the_energy(tmp_path):
+    clock = [1000.0]
+    state = tmp_path / "gpus.json"
+    daemon = FakeGpuControl(2, power_w=200, clock=lambda: clock[0], state_path=state)
+    monitor = FakeGpuControl(2, power_w=200, clock=lambda: clock[0], state_path=state)
+    start = monitor.energy_j(0)
+    daemon.set_power_limit_w(0, 150)
+    clock[0] += 10
+    assert monitor.power_limit_w(0) == 150 and monitor.power_limit_w(1) == 300
+    assert monitor.energy_j(0) - start == pytest.approx(1500)  # 150 W, not 200 W
+    daemon.set_power_limit_w(0, 300)
+    clock[0] += 10
+    assert monitor.energy_j(0) - start == pytest.approx(1500 + 2000)
+    with pytest.raises(Exception, match="outside"):
+        daemon.set_power_limit_w(1, 20)
+
+
+def test_power_caps_apply_restore_and_reconcile(tmp_path):
+    ctl = FakeGpuControl(4, power_w=200, state_path=tmp_path / "g.json")
+    caps = PowerCaps(ctl, 4)
+    assert caps.enabled
+    assert caps.apply([0, 1], 0.5) == 150
+    assert caps.apply([2], 0.1) == 100, "clamped to the board's minimum"
+    caps.reconcile({1: 0.5})  # a daemon restarted while job on GPU 1 runs
+    assert [ctl.power_limit_w(i) for i in range(4)] == [300, 150, 300, 300]
+    caps.reconcile({})
+    assert all(ctl.power_limit_w(i) == 300 for i in range(4))
+    off = PowerCaps(ctl, 4, wanted=False)
+    assert not off.enabled and "turned off" in off.reason
+    assert off.apply([0], 0.5) is None and ctl.power_limit_w(0) == 300
+
+
+def _template(cron: str, window_s: float, last: datetime | None) -> CronTemplate:
+    return CronTemplate(
+        id=1, cron=cron, window_s=window_s, spec={}, user="u", uid=1,
+        created_at=T0, last_fire=last,
+    )  # fmt: skip
+
+
+def test_cron_missed_occurrences_run_once_when_their_window_is_open():
+    from orchestrator import cron
+
+    every_10s = "*/10 * * * * *"
+    row = _template(every_10s, 25.0, T0)
+    # down for 45 s: occurrences at +10 .. +40; +10 and +20 have closed windows
+    chosen, skipped = cron.due(row, T0 + timedelta(seconds=45))
+    assert chosen == T0 + timedelta(seconds=40)
+    assert skipped == [T0 + timedelta(seconds=s) for s in (10, 20, 30)]
+    assert cron.due(row, T0 + timedelta(seconds=5)) == (None, [])
+    # all windows closed: nothing queued, every occurrence skipped
+    short = _template(every_10s, 2.0, T0)
+    chosen, skipped = cron.due(short, T0 + timedelta(seconds=33))
+    assert chosen is None and len(skipped) == 3
+
+
+@pytest.mark.parametrize("bad", ["* * *", "61 * * * *", "0 2 * * * * *"])
+def test_cron_expressions_are_checked(bad):
+    from orchestrator import cron
+    from orchestrator.errors import SpecError
+
+    with pytest.raises(SpecError, match="cron expression"):
+        cron.trigger(bad)
+
+
+def test_accounting_integrates_power_times_intensity_and_is_recomputed_not_added(tmp_path):
+    from executors.runfiles import POWER
+
+    run = tmp_path / "attempt-1"
+    run.mkdir()
+    midnight = datetime(2026, 3, 2, tzinfo=UTC).timestamp()
+    t = midnight - 60  # a minute before midnight to a minute after, 100 W throughout
+    (run / POWER).write_text(f"{t} 0\n{t + 60} 6000\n{t + 120} 12000\n")
+
+    def carbon(a: float, b: float) -> float:  # 200 g/kWh before midnight, 400 after
+        before = max(0.0, min(b, midnight) - a)
+        return 200 * before + 400 * (b - a - before)
+
+    att = SimpleNamespace(id=1, gpu_ids=[0], run_dir=str(run), started_at=None, cap=None)
+    acc = Accountant(carbon, lambda a, b: None, lambda a: 0.0)
+    totals = acc.measure(att, t + 120)
+    assert totals.energy_j == pytest.approx(12000) and not totals.modelled
+    assert totals.carbon_g == pytest.approx((6000 * 200 + 6000 * 400) / 3.6e6)
+    assert totals.cost is None, "no price signal: no cost"
+    again = acc.measure(att, t + 130)
+    assert again.energy_j == pytest.approx(12000), "the same samples are not counted twice"
+    days = sorted(acc._meters[1].days)
+    assert days == [midnight - 86400, midnight], "split at UTC midnight"
+    fresh = Accountant(carbon, lambda a, b: None, lambda a: 0.0).measure(att, t + 200)
+    assert fresh.carbon_g == pytest.approx(totals.carbon_g), "a restarted daemon agrees"
+
+
+def test_modelled_energy_where_there_is_no_counter(tmp_path):
+    att = SimpleNamespace(id=2, gpu_ids=[0, 1], run_dir=str(tmp_path), started_at=T0, cap=None)
+    acc = Accountant(lambda a, b: 300.0 * (b - a), lambda a, b: None, lambda a: 500.0)
+    totals = acc.measure(att, T0.timestamp() + 36, end_s=T0.timestamp() + 36)
+    assert totals.modelled and totals.energy_j == pytest.approx(500 * 36)
+    assert totals.carbon_g == pytest.approx(500 * 36 * 300 / 3.6e6)
+
+
+class _Chain:
+    spec = "test"
+    errors: list[str] = []
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail = fail
+
+    def forecast(self, issued_at, horizon):
+        from grid.errors import GridDataError
+        from grid.sources.synthetic import Synthetic
+
+        if self.fail:
+            raise GridDataError("provider down")
+        start = (issued_at - timedelta(days=1)).date().isoformat()
+        return Synthetic("s", {"start": start, "days": "3"}).history(None, None)
+
+    def history(self, start, end):
+        return self.forecast(start, end - start)
+
+
+def test_the_planner_falls_back_when_the_signal_is_too_old():
+    from orchestrator.live import LatestStart, LivePlanner
+    from orchestrator.livesignal import SignalFeed
+    from orchestrator.perfmodel import curve_for
+    from orchestrator.policies.base import resolve_policy
+    from orchestrator.policies.baselines import Fifo
+
+    feed = SignalFeed(_Chain(), horizon_s=86400, lookback_s=3600)
+    planner = LivePlanner(resolve_policy("budget"), 900.0, curve_for(None), feed=feed,
+                          max_age_s=3600.0)  # fmt: skip
+    assert isinstance(planner._choose(T0), LatestStart), "no signal yet"
+    assert feed.refresh(T0) and planner._choose(T0).name == "budget"
+    assert planner.mode == "plan"
+    feed.chain.fail = True
+    assert not feed.refresh(T0 + timedelta(hours=2)) and "provider down" in feed.last_error
+    assert isinstance(planner._choose(T0 + timedelta(hours=2)), LatestStart)
+    assert planner.mode == "deadline-only" and "2.0 h old" in planner.mode_reason
+    planner.fallback = "run-now"
+    assert isinstance(planner._choose(T0 + timedelta(hours=2)), Fifo)
+    feed.chain.fail = False
+    assert feed.refresh(T0 + timedelta(hours=3))
+    assert planner._choose(T0 + timedelta(hours=3)).name == "budget"
