@@ -117,7 +117,7 @@ def test_modelled_energy_where_there_is_no_counter(tmp_path):
 
 class _Chain:
     spec = "test"
-    errors: list[str] = []
+    errors: tuple[str, ...] = ()
 
     def __init__(self, fail: bool = False) -> None:
         self.fail = fail
