@@ -45,7 +45,7 @@ class PowerLog:
     def sample(self, t_s: float, reading: list[float] | None) -> None:
         if self._fh is None or reading is None:
             return
-        self._fh.write(f"{t_s:.3f} {max(0.0, sum(reading) - self._start):.3f}\n")
+        self._fh.write(f"{t_s:.6f} {max(0.0, sum(reading) - self._start):.6f}\n")
 
     def close(self) -> None:
         if self._fh is not None:
@@ -145,6 +145,9 @@ def run(run_dir: Path) -> int:
     os.close(log_fd)
     started_s = time.time()
     energy_start = _energy_reading(ctl, gpus)
+    # the power log exists before job.json: a job.json without one means no counters
+    meter = PowerLog(run_dir / runfiles.POWER, energy_start)
+    meter.sample(started_s, energy_start)
     ident = procs.identify(child.pid)
     runfiles.write_json(
         run_dir / runfiles.JOB,
@@ -154,8 +157,6 @@ def run(run_dir: Path) -> int:
             "started_at": _iso(started_s),
         },
     )
-    meter = PowerLog(run_dir / runfiles.POWER, energy_start)
-    meter.sample(started_s, energy_start)
     every_s = float(spec.get("power_sample_s") or DEFAULT_SAMPLE_S)
     while True:
         try:

@@ -65,12 +65,16 @@ class Accountant:
 
     def measure(self, att: Attempt, now_s: float, end_s: float | None = None) -> Totals | None:
         """Bring the attempt's meter up to date (to ``end_s`` when it ended). None for an
-        attempt with no GPUs: there is nothing to account."""
+        attempt with no GPUs or that has not started: there is nothing to account."""
         if not att.gpu_ids:
             return None
+        run_dir = Path(att.run_dir)
+        started = runfiles.read_json(run_dir / runfiles.JOB)
+        if started is None:
+            return None  # not started (yet): nothing ran
         meter = self._meters.setdefault(att.id, _Meter())
-        log = Path(att.run_dir) / runfiles.POWER
-        if log.exists():
+        log = run_dir / runfiles.POWER
+        if log.exists():  # the monitor creates it before job.json where GPUs count energy
             samples, meter.offset = runfiles.read_power_log(log, meter.offset)
             for t, e in samples:
                 if meter.last is not None and t > meter.last[0]:
@@ -78,7 +82,7 @@ class Accountant:
                 meter.last = (t, e) if meter.last is None or t >= meter.last[0] else meter.last
             modelled = False
         else:
-            start = (att.started_at or datetime.now(UTC)).timestamp()
+            start = datetime.fromisoformat(started["started_at"]).timestamp()
             t0 = meter.modelled_until_s or start
             t1 = end_s if end_s is not None else now_s
             if t1 > t0:

@@ -3,6 +3,7 @@ rule for missed occurrences, accounting from a power log, the signal fallback.""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -88,6 +89,7 @@ def test_accounting_integrates_power_times_intensity_and_is_recomputed_not_added
     midnight = datetime(2026, 3, 2, tzinfo=UTC).timestamp()
     t = midnight - 60  # a minute before midnight to a minute after, 100 W throughout
     (run / POWER).write_text(f"{t} 0\n{t + 60} 6000\n{t + 120} 12000\n")
+    (run / "job.json").write_text('{"started_at": "2026-03-01T23:59:00+00:00"}')
 
     def carbon(a: float, b: float) -> float:  # 200 g/kWh before midnight, 400 after
         before = max(0.0, min(b, midnight) - a)
@@ -108,6 +110,7 @@ def test_accounting_integrates_power_times_intensity_and_is_recomputed_not_added
 
 
 def test_modelled_energy_where_there_is_no_counter(tmp_path):
+    (tmp_path / "job.json").write_text(json.dumps({"started_at": T0.isoformat()}))
     att = SimpleNamespace(id=2, gpu_ids=[0, 1], run_dir=str(tmp_path), started_at=T0, cap=None)
     acc = Accountant(lambda a, b: 300.0 * (b - a), lambda a, b: None, lambda a: 500.0)
     totals = acc.measure(att, T0.timestamp() + 36, end_s=T0.timestamp() + 36)
