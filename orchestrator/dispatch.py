@@ -1,5 +1,6 @@
 """One pass of the daemon, in named parts: recover (once, at start), reap finished
-attempts, stop cancelled jobs, settle dependencies, launch what is due.
+attempts, stop cancelled jobs (those three in ``orchestrator.reaper``), settle
+dependencies, plan and launch what is due (this module).
 
 Launching is two transactions around the executor call: (1) the job becomes ``planned``
 and a ``launching`` attempt is recorded; (2) after the monitor process started, the
@@ -10,26 +11,26 @@ found started or provably never started and requeued. No job ever runs twice at 
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from sqlmodel import Session, col, select
 
-from executors.base import Executor, Handle, LaunchSpec, PollResult, RunStatus
+from executors.base import Executor, Handle, LaunchSpec
 from orchestrator.accounting import Accountant
-from orchestrator.calibration import learn
 from orchestrator.db import Database
 from orchestrator.errors import ExecutorError, translate
 from orchestrator.inventory import ResolvedNode, topology
 from orchestrator.live import LivePlanner
 from orchestrator.models import Attempt, Job
 from orchestrator.ownership import User
+from orchestrator.pieces import piece_cap_until, remaining_run_s, width_of
 from orchestrator.policies.base import Decision, Policy, QueuedJob
 from orchestrator.policies.baselines import Fifo
 from orchestrator.powercaps import PowerCaps
+from orchestrator.reaper import Reaper, mark_running
 from orchestrator.scheduler import Scheduler
 from orchestrator.settings import Settings
 from orchestrator.states import FINAL, JobState, transition
@@ -43,7 +44,7 @@ FAKE_GPU_STATE = "fake-gpus.json"  # the fake GPUs' power limits, under GRIDSHIF
 
 
 @dataclass
-class Dispatcher:
+class Dispatcher(Reaper):
     settings: Settings
     db: Database
     executor: Executor
@@ -69,192 +70,6 @@ class Dispatcher:
         )
         self._last_written: dict[int, float] = {}
 
-    def _modelled_power_w(self, att: Attempt) -> float:
-        """GPU draw where no counter measures it: the GPU type's curve at the cap."""
-        from orchestrator.perfmodel import curve_for
-
-        node = next((n for n in self.nodes if n.name == att.node), None)
-        model = next((g.model for g in node.gpus), None) if node and node.gpus else None
-        curve = self.planner.curve if self.planner else curve_for(model)
-        return curve.power_w(att.cap or 1.0) * len(att.gpu_ids)
-
-    # -- recovery -----------------------------------------------------------------------
-    def recover(self, now: datetime) -> None:
-        """Settle attempts a crash left behind, before anything new starts."""
-        with self.db.read() as session:
-            launching = session.exec(select(Attempt).where(Attempt.state == "launching")).all()
-        for attempt in launching:
-            handle = self.executor.recover(attempt.id, attempt.run_dir)
-            with self.db.write() as session:
-                att = session.get(Attempt, attempt.id)
-                job = session.get(Job, att.job_id)
-                if handle is None:
-                    att.state, att.finished_at = "abandoned", now
-                    att.detail = "the daemon stopped before the job started"
-                    transition(
-                        session,
-                        job,
-                        JobState.QUEUED,
-                        at=now,
-                        actor=ACTOR,
-                        reason="launch interrupted by a daemon restart; requeued",
-                    )
-                    log.info("job %s: launch was interrupted; requeued", job.id)
-                else:
-                    _mark_running(
-                        session,
-                        att,
-                        job,
-                        handle,
-                        now,
-                        reason="found started after a daemon restart",
-                    )
-                    log.info("job %s: reattached after restart", job.id)
-                session.add(att)
-
-    # -- power caps -----------------------------------------------------------------------
-    def reconcile_caps(self) -> None:
-        """At start: GPUs of running jobs to their caps, every other GPU to its default
-        (a daemon killed mid-run could not restore them)."""
-        if self.caps is None or not self.caps.enabled:
-            return
-        with self.db.read() as session:
-            rows = session.exec(
-                select(Attempt).where(col(Attempt.state).in_(["running", "stopped"]))
-            ).all()
-        self.caps.reconcile({g: a.cap for a in rows for g in a.gpu_ids})
-
-    def restore_caps(self) -> None:
-        """At stop: every GPU back to its default limit (running jobs run on uncapped
-        until a daemon starts again)."""
-        if self.caps is not None and self.caps.enabled:
-            self.caps.reconcile({})
-
-    # -- reap ---------------------------------------------------------------------------
-    def reap(self, now: datetime) -> int:
-        """Record attempts that ended, and account those still running. Returns how many
-        ended."""
-        with self.db.read() as session:
-            live = session.exec(
-                select(Attempt).where(col(Attempt.state).in_(["running", "stopped"]))
-            ).all()
-        ended = 0
-        for attempt in live:
-            handle = Handle.from_dict(attempt.handle)
-            result = self.executor.poll(handle)
-            self._record_progress(attempt, self.executor.progress(handle), now)
-            if result.status is RunStatus.RUNNING:
-                self._account_running(attempt, now)
-                continue
-            self._record_end(attempt.id, result, now)
-            ended += 1
-        return ended
-
-    def _account_running(self, att: Attempt, now: datetime) -> None:
-        totals = self.accountant.measure(att, now.timestamp())
-        every = self.power_sample_s or 5.0
-        if totals is None or now.timestamp() - self._last_written.get(att.id, 0.0) < every:
-            return
-        self._last_written[att.id] = now.timestamp()
-        with self.db.write() as session:
-            row = session.get(Attempt, att.id)
-            if row.state in ("running", "stopped"):
-                self.accountant.write(session, row, totals, now)
-
-    def _record_progress(self, attempt: Attempt, progress, now: datetime) -> None:
-        if progress is None or progress == (attempt.progress_done, attempt.progress_total):
-            return
-        with self.db.write() as session:
-            row = session.get(Attempt, attempt.id)
-            row.progress_done, row.progress_total = progress
-            row.progress_at = now
-            session.add(row)
-
-    def _record_end(self, attempt_id: int, result: PollResult, now: datetime) -> None:
-        with self.db.write() as session:
-            att = session.get(Attempt, attempt_id)
-            job = session.get(Job, att.job_id)
-            ended_at = result.ended_at or now
-            started = _run_started_at(att)
-            if started is not None:  # the monitor's own clock: the job's real start
-                att.started_at = started
-            att.finished_at, att.exit_code, att.signal = ended_at, result.exit_code, result.signal
-            att.detail = result.detail
-            att.state = "exited" if result.status is RunStatus.EXITED else "lost"
-            session.add(att)
-            totals = self.accountant.measure(att, now.timestamp(), ended_at.timestamp())
-            if totals is not None:
-                self.accountant.write(session, att, totals, now)
-            self.accountant.forget(att.id)
-            self._last_written.pop(att.id, None)
-            job.exit_code = result.exit_code
-            job.finished_at = ended_at
-            checkpointed = att.suspend_sent_at is not None
-            if job.cancel_requested_at is not None:
-                to, reason = JobState.CANCELLED, "cancelled by request"
-            elif result.status is RunStatus.LOST:
-                to, reason = JobState.LOST, result.detail or "vanished"
-            elif checkpointed and result.exit_code == 0:
-                to, reason = JobState.QUEUED, _suspended_reason(att, ended_at)
-                if job.state != JobState.SUSPENDED.value:
-                    transition(session, job, JobState.SUSPENDED, at=ended_at, actor=ACTOR,
-                               reason=reason)  # fmt: skip
-                job.finished_at = None
-            elif checkpointed:
-                to = JobState.FAILED
-                reason = (
-                    f"{_exit_reason(result)} after SIGTERM to suspend it (a job that may be "
-                    "suspended checkpoints and exits 0)"
-                )
-            elif result.exit_code == 0:
-                to, reason = JobState.COMPLETED, None
-            else:
-                to, reason = JobState.FAILED, _exit_reason(result)
-            transition(session, job, to, at=ended_at, actor=ACTOR, reason=reason)
-            if to is JobState.QUEUED:
-                job.finished_at = None
-                session.add(job)
-            if to is JobState.COMPLETED:
-                learn(session, job, att, now)
-        if self.caps is not None:
-            self.caps.restore(att.gpu_ids)
-        log.info("job %s: %s%s", job.id, to, f" ({reason})" if reason else "")
-
-    # -- cancel -------------------------------------------------------------------------
-    def stop_cancelled(self, now: datetime) -> None:
-        """SIGTERM the process group of each running job whose cancel was requested;
-        SIGKILL once the grace period has passed."""
-        grace = timedelta(seconds=self.settings.cancel_grace_s)
-        with self.db.read() as session:
-            rows = session.exec(
-                select(Attempt)
-                .join(Job, col(Job.id) == col(Attempt.job_id))
-                .where(col(Attempt.state).in_(["running", "stopped"]))
-                .where(col(Job.cancel_requested_at).is_not(None))
-            ).all()
-        for att in rows:
-            if att.kill_sent_at is not None:
-                continue
-            if att.state == "stopped":  # a stopped job must run to hear its SIGTERM
-                with contextlib.suppress(Exception):
-                    self.executor.signal(Handle.from_dict(att.handle), signal.SIGCONT)
-            if att.term_sent_at is None:
-                sig, field = signal.SIGTERM, "term_sent_at"
-            elif now - att.term_sent_at >= grace:
-                sig, field = signal.SIGKILL, "kill_sent_at"
-            else:
-                continue
-            try:
-                self.executor.signal(Handle.from_dict(att.handle), sig)
-            except Exception as exc:  # logged; retried next tick
-                log.warning("job %s: cannot signal: %s", att.job_id, translate(exc) or exc)
-                continue
-            with self.db.write() as session:
-                row = session.get(Attempt, att.id)
-                setattr(row, field, now)
-                session.add(row)
-
-    # -- schedule and launch ------------------------------------------------------------
     def launch_due(self, now: datetime) -> int:
         """Plan the waiting jobs, then start (or resume) those that are due while GPUs
         allow. Strict order: the first due job that does not fit waits, and so do those
@@ -331,7 +146,7 @@ class Dispatcher:
             held = stopped.get(view.id)
             if held is not None:  # a stopped job resumes on the GPUs it holds
                 return (held.node, list(held.gpu_ids))
-            width = _width(view, decision, now_s)
+            width = width_of(view, decision, now_s)
             if width == 0:  # a CPU-only job: the first node, no GPUs
                 return (self.nodes[0].name, [])
             allocation = alloc.allocate(("job", view.id), width)
@@ -369,7 +184,7 @@ class Dispatcher:
         out = {}
         for job in jobs:
             if job.attempts and job.duration_s:
-                out[job.id] = _remaining_run_s(session, job)
+                out[job.id] = remaining_run_s(session, job)
         return out
 
     def _spent_g(self, session: Session, now: datetime) -> float:
@@ -409,7 +224,7 @@ class Dispatcher:
         decision: Decision | None = None,
     ) -> bool:
         node = next(n for n in self.nodes if n.name == node_name)
-        cap, until = _piece_cap_until(decision, now.timestamp())
+        cap, until = piece_cap_until(decision, now.timestamp())
         if self.caps is None or not self.caps.enabled or not gpus:
             cap = None
         with self.db.write() as session:  # transaction 1: planned + launching attempt
@@ -465,7 +280,7 @@ class Dispatcher:
             return False
         with self.db.write() as session:  # transaction 2: running
             row, job = session.get(Attempt, att.id), session.get(Job, job.id)
-            _mark_running(session, row, job, handle, now)
+            mark_running(session, row, job, handle, now)
         capped = f" capped at {100 * cap:.0f}%" if cap else ""
         log.info(
             "job %s: running on %s GPUs %s%s", job.id, node_name, _gpu_list(gpus) or "-", capped
@@ -474,7 +289,7 @@ class Dispatcher:
 
     def _resume(self, att: Attempt, decision: Decision, now: datetime) -> int:
         """SIGCONT a stopped job on the GPUs it kept, under its new piece's cap."""
-        cap, until = _piece_cap_until(decision, now.timestamp())
+        cap, until = piece_cap_until(decision, now.timestamp())
         try:
             if self.caps is not None and self.caps.enabled:
                 self.caps.apply(att.gpu_ids, cap)
@@ -538,20 +353,6 @@ class Dispatcher:
             )
 
 
-def _mark_running(
-    session: Session,
-    att: Attempt,
-    job: Job,
-    handle: Handle,
-    now: datetime,
-    reason: str | None = None,
-) -> None:
-    att.state, att.handle, att.started_at = "running", handle.to_dict(), now
-    session.add(att)
-    job.started_at = job.started_at or now
-    transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason=reason)
-
-
 def _queued_view(job: Job, largest: int) -> QueuedJob:
     return QueuedJob(
         id=job.id,
@@ -564,86 +365,9 @@ def _queued_view(job: Job, largest: int) -> QueuedJob:
     )
 
 
-def _piece_index(decision: Decision, now_s: float) -> int:
-    """The interval of ``decision`` a start at ``now_s`` runs in."""
-    for k, (_, b) in enumerate(decision.intervals or ()):
-        if b > now_s + 1e-6:
-            return k
-    return max(0, len(decision.intervals or ()) - 1)
-
-
-def _width(view: QueuedJob, decision: Decision, now_s: float) -> int:
-    gpus = decision.piece_config(_piece_index(decision, now_s))[0]
-    return min(gpus, view.gpus) if gpus else view.gpus
-
-
-def _piece_cap_until(
-    decision: Decision | None, now_s: float
-) -> tuple[float | None, datetime | None]:
-    """The cap of the piece a start at ``now_s`` runs in (None: uncapped), and when that
-    piece ends if more follow (the job is suspended then)."""
-    if decision is None:
-        return None, None
-    k = _piece_index(decision, now_s)
-    cap = decision.piece_config(k)[1]
-    until = None
-    if decision.intervals and k < len(decision.intervals) - 1:
-        until = datetime.fromtimestamp(decision.intervals[k][1], UTC)
-    return (cap if cap < 1.0 - 1e-9 else None), until
-
-
-def _remaining_run_s(session: Session, job: Job) -> float:
-    """A requeued job's run time left at full speed: from its last progress report with a
-    total, else its duration less the time its attempts ran."""
-    atts = session.exec(
-        select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
-    ).all()
-    last = atts[-1] if atts else None
-    if last is not None and last.progress_total and last.progress_done is not None:
-        share = min(1.0, last.progress_done / last.progress_total)
-        return max(1.0, job.duration_s * (1.0 - share))
-    ran = sum(
-        (a.finished_at - a.started_at).total_seconds()
-        for a in atts
-        if a.finished_at and a.started_at
-    )
-    return max(1.0, job.duration_s - ran)
-
-
-def _run_started_at(att: Attempt) -> datetime | None:
-    """When the monitor started the job (its job.json), or None."""
-    from pathlib import Path
-
-    from executors import runfiles
-
-    data = runfiles.read_json(Path(att.run_dir) / runfiles.JOB) if att.run_dir else None
-    if not data or "started_at" not in data:
-        return None
-    return datetime.fromisoformat(data["started_at"])
-
-
-def _suspended_reason(att: Attempt, at: datetime) -> str:
-    done = ""
-    if att.progress_total and att.progress_done is not None:
-        done = f" at {100 * att.progress_done / att.progress_total:.0f}%"
-    return f"checkpointed{done} and exited; requeued with its progress"
-
-
 def _no_signal(_t0: float, _t1: float) -> None:
     return None
 
 
 def _gpu_list(gpus: list[int]) -> str:
     return ",".join(str(g) for g in gpus)
-
-
-def _exit_reason(result: PollResult) -> str:
-    if result.detail:
-        return result.detail
-    if result.signal:
-        try:
-            name = signal.Signals(result.signal).name
-        except ValueError:
-            name = f"signal {result.signal}"
-        return f"killed by {name}"
-    return f"exit code {result.exit_code}"

@@ -26,6 +26,7 @@ from sqlmodel import col, select
 from executors.base import Handle
 from orchestrator.errors import translate
 from orchestrator.models import Attempt, Job
+from orchestrator.pieces import remaining_run_s, width_of
 from orchestrator.states import JobState, transition
 
 log = logging.getLogger("gridshift.daemon")
@@ -116,9 +117,7 @@ def guard_deadlines(d, scheduler, alloc, now: datetime) -> list[int]:
     if any(att.suspend_sent_at is not None for att, _ in rows):
         return []  # room is being made already
     head = scheduler.blocked()
-    from orchestrator.dispatch import _width
-
-    width = _width(head, scheduler.decision_of(head.id), now.timestamp())
+    width = width_of(head, scheduler.decision_of(head.id), now.timestamp())
     movable = {
         ("attempt", att.id): att
         for att, job in rows
@@ -143,10 +142,8 @@ def _slack_s(d, att: Attempt, job: Job, now: datetime) -> float:
     if job.deadline is None or job.duration_s is None:
         return float("inf") if job.deadline is None else 0.0
     ran = (now - (att.started_at or now)).total_seconds()
-    from orchestrator.dispatch import _remaining_run_s
-
     with d.db.read() as session:
-        left = _remaining_run_s(session, job) - ran if job.attempts > 1 else job.duration_s - ran
+        left = remaining_run_s(session, job) - ran if job.attempts > 1 else job.duration_s - ran
     return (job.deadline - now).total_seconds() - max(0.0, left)
 
 

@@ -1,0 +1,258 @@
+"""The daemon's bookkeeping of attempts: recover them after a crash, reap those that
+ended (a job that checkpointed on the planner's SIGTERM is requeued), account those still
+running, stop cancelled ones, and keep the GPUs' power limits in step with them."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+from datetime import datetime, timedelta
+
+from sqlmodel import Session, col, select
+
+from executors.base import Handle, PollResult, RunStatus
+from orchestrator.calibration import learn
+from orchestrator.errors import translate
+from orchestrator.models import Attempt, Job
+from orchestrator.states import JobState, transition
+
+log = logging.getLogger("gridshift.daemon")
+ACTOR = "daemon"
+
+
+class Reaper:
+    """Mixed into ``Dispatcher``: uses its ``db``, ``executor``, ``settings``, ``nodes``,
+    ``planner``, ``caps`` and ``accountant``."""
+
+    def _modelled_power_w(self, att: Attempt) -> float:
+        """GPU draw where no counter measures it: the GPU type's curve at the cap."""
+        from orchestrator.perfmodel import curve_for
+
+        node = next((n for n in self.nodes if n.name == att.node), None)
+        model = next((g.model for g in node.gpus), None) if node and node.gpus else None
+        curve = self.planner.curve if self.planner else curve_for(model)
+        return curve.power_w(att.cap or 1.0) * len(att.gpu_ids)
+
+    # -- recovery -----------------------------------------------------------------------
+    def recover(self, now: datetime) -> None:
+        """Settle attempts a crash left behind, before anything new starts."""
+        with self.db.read() as session:
+            launching = session.exec(select(Attempt).where(Attempt.state == "launching")).all()
+        for attempt in launching:
+            handle = self.executor.recover(attempt.id, attempt.run_dir)
+            with self.db.write() as session:
+                att = session.get(Attempt, attempt.id)
+                job = session.get(Job, att.job_id)
+                if handle is None:
+                    att.state, att.finished_at = "abandoned", now
+                    att.detail = "the daemon stopped before the job started"
+                    transition(
+                        session,
+                        job,
+                        JobState.QUEUED,
+                        at=now,
+                        actor=ACTOR,
+                        reason="launch interrupted by a daemon restart; requeued",
+                    )
+                    log.info("job %s: launch was interrupted; requeued", job.id)
+                else:
+                    mark_running(
+                        session,
+                        att,
+                        job,
+                        handle,
+                        now,
+                        reason="found started after a daemon restart",
+                    )
+                    log.info("job %s: reattached after restart", job.id)
+                session.add(att)
+
+    # -- power caps -----------------------------------------------------------------------
+    def reconcile_caps(self) -> None:
+        """At start: GPUs of running jobs to their caps, every other GPU to its default
+        (a daemon killed mid-run could not restore them)."""
+        if self.caps is None or not self.caps.enabled:
+            return
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt).where(col(Attempt.state).in_(["running", "stopped"]))
+            ).all()
+        self.caps.reconcile({g: a.cap for a in rows for g in a.gpu_ids})
+
+    def restore_caps(self) -> None:
+        """At stop: every GPU back to its default limit (running jobs run on uncapped
+        until a daemon starts again)."""
+        if self.caps is not None and self.caps.enabled:
+            self.caps.reconcile({})
+
+    # -- reap ---------------------------------------------------------------------------
+    def reap(self, now: datetime) -> int:
+        """Record attempts that ended, and account those still running. Returns how many
+        ended."""
+        with self.db.read() as session:
+            live = session.exec(
+                select(Attempt).where(col(Attempt.state).in_(["running", "stopped"]))
+            ).all()
+        ended = 0
+        for attempt in live:
+            handle = Handle.from_dict(attempt.handle)
+            result = self.executor.poll(handle)
+            self._record_progress(attempt, self.executor.progress(handle), now)
+            if result.status is RunStatus.RUNNING:
+                self._account_running(attempt, now)
+                continue
+            self._record_end(attempt.id, result, now)
+            ended += 1
+        return ended
+
+    def _account_running(self, att: Attempt, now: datetime) -> None:
+        totals = self.accountant.measure(att, now.timestamp())
+        every = self.power_sample_s or 5.0
+        if totals is None or now.timestamp() - self._last_written.get(att.id, 0.0) < every:
+            return
+        self._last_written[att.id] = now.timestamp()
+        with self.db.write() as session:
+            row = session.get(Attempt, att.id)
+            if row.state in ("running", "stopped"):
+                self.accountant.write(session, row, totals, now)
+
+    def _record_progress(self, attempt: Attempt, progress, now: datetime) -> None:
+        if progress is None or progress == (attempt.progress_done, attempt.progress_total):
+            return
+        with self.db.write() as session:
+            row = session.get(Attempt, attempt.id)
+            row.progress_done, row.progress_total = progress
+            row.progress_at = now
+            session.add(row)
+
+    def _record_end(self, attempt_id: int, result: PollResult, now: datetime) -> None:
+        with self.db.write() as session:
+            att = session.get(Attempt, attempt_id)
+            job = session.get(Job, att.job_id)
+            ended_at = result.ended_at or now
+            started = _run_started_at(att)
+            if started is not None:  # the monitor's own clock: the job's real start
+                att.started_at = started
+            att.finished_at, att.exit_code, att.signal = ended_at, result.exit_code, result.signal
+            att.detail = result.detail
+            att.state = "exited" if result.status is RunStatus.EXITED else "lost"
+            session.add(att)
+            totals = self.accountant.measure(att, now.timestamp(), ended_at.timestamp())
+            if totals is not None:
+                self.accountant.write(session, att, totals, now)
+            self.accountant.forget(att.id)
+            self._last_written.pop(att.id, None)
+            job.exit_code = result.exit_code
+            job.finished_at = ended_at
+            checkpointed = att.suspend_sent_at is not None
+            if job.cancel_requested_at is not None:
+                to, reason = JobState.CANCELLED, "cancelled by request"
+            elif result.status is RunStatus.LOST:
+                to, reason = JobState.LOST, result.detail or "vanished"
+            elif checkpointed and result.exit_code == 0:
+                to, reason = JobState.QUEUED, _suspended_reason(att, ended_at)
+                if job.state != JobState.SUSPENDED.value:
+                    transition(session, job, JobState.SUSPENDED, at=ended_at, actor=ACTOR,
+                               reason=reason)  # fmt: skip
+                job.finished_at = None
+            elif checkpointed:
+                to = JobState.FAILED
+                reason = (
+                    f"{_exit_reason(result)} after SIGTERM to suspend it (a job that may be "
+                    "suspended checkpoints and exits 0)"
+                )
+            elif result.exit_code == 0:
+                to, reason = JobState.COMPLETED, None
+            else:
+                to, reason = JobState.FAILED, _exit_reason(result)
+            transition(session, job, to, at=ended_at, actor=ACTOR, reason=reason)
+            if to is JobState.QUEUED:
+                job.finished_at = None
+                session.add(job)
+            if to is JobState.COMPLETED:
+                learn(session, job, att, now)
+        if self.caps is not None:
+            self.caps.restore(att.gpu_ids)
+        log.info("job %s: %s%s", job.id, to, f" ({reason})" if reason else "")
+
+    # -- cancel -------------------------------------------------------------------------
+    def stop_cancelled(self, now: datetime) -> None:
+        """SIGTERM the process group of each running job whose cancel was requested;
+        SIGKILL once the grace period has passed."""
+        grace = timedelta(seconds=self.settings.cancel_grace_s)
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(col(Attempt.state).in_(["running", "stopped"]))
+                .where(col(Job.cancel_requested_at).is_not(None))
+            ).all()
+        for att in rows:
+            if att.kill_sent_at is not None:
+                continue
+            if att.state == "stopped":  # a stopped job must run to hear its SIGTERM
+                with contextlib.suppress(Exception):
+                    self.executor.signal(Handle.from_dict(att.handle), signal.SIGCONT)
+            if att.term_sent_at is None:
+                sig, field = signal.SIGTERM, "term_sent_at"
+            elif now - att.term_sent_at >= grace:
+                sig, field = signal.SIGKILL, "kill_sent_at"
+            else:
+                continue
+            try:
+                self.executor.signal(Handle.from_dict(att.handle), sig)
+            except Exception as exc:  # logged; retried next tick
+                log.warning("job %s: cannot signal: %s", att.job_id, translate(exc) or exc)
+                continue
+            with self.db.write() as session:
+                row = session.get(Attempt, att.id)
+                setattr(row, field, now)
+                session.add(row)
+
+    # -- schedule and launch ------------------------------------------------------------
+
+
+def mark_running(
+    session: Session,
+    att: Attempt,
+    job: Job,
+    handle: Handle,
+    now: datetime,
+    reason: str | None = None,
+) -> None:
+    att.state, att.handle, att.started_at = "running", handle.to_dict(), now
+    session.add(att)
+    job.started_at = job.started_at or now
+    transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason=reason)
+
+
+def _run_started_at(att: Attempt) -> datetime | None:
+    """When the monitor started the job (its job.json), or None."""
+    from pathlib import Path
+
+    from executors import runfiles
+
+    data = runfiles.read_json(Path(att.run_dir) / runfiles.JOB) if att.run_dir else None
+    if not data or "started_at" not in data:
+        return None
+    return datetime.fromisoformat(data["started_at"])
+
+
+def _suspended_reason(att: Attempt, at: datetime) -> str:
+    done = ""
+    if att.progress_total and att.progress_done is not None:
+        done = f" at {100 * att.progress_done / att.progress_total:.0f}%"
+    return f"checkpointed{done} and exited; requeued with its progress"
+
+
+def _exit_reason(result: PollResult) -> str:
+    if result.detail:
+        return result.detail
+    if result.signal:
+        try:
+            name = signal.Signals(result.signal).name
+        except ValueError:
+            name = f"signal {result.signal}"
+        return f"killed by {name}"
+    return f"exit code {result.exit_code}"
