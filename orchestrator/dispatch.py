@@ -15,6 +15,7 @@ import logging
 import signal
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlmodel import Session, col, select
 
@@ -23,7 +24,6 @@ from orchestrator.accounting import Accountant
 from orchestrator.db import Database
 from orchestrator.errors import ExecutorError, translate
 from orchestrator.inventory import ResolvedNode, topology
-from orchestrator.live import LivePlanner
 from orchestrator.models import Attempt, Job
 from orchestrator.ownership import User
 from orchestrator.pieces import piece_cap_until, remaining_run_s, width_of
@@ -37,6 +37,9 @@ from orchestrator.states import FINAL, JobState, transition
 from orchestrator.store import dependencies
 from placement.cluster import ClusterAllocator
 from placement.topology import ClusterTopology
+
+if TYPE_CHECKING:
+    from orchestrator.live import LivePlanner
 
 log = logging.getLogger("gridshift.daemon")
 ACTOR = "daemon"

@@ -18,13 +18,16 @@ import logging
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from orchestrator.budget import Budget, BudgetState
-from orchestrator.livesignal import SignalFeed, TapeForecaster
 from orchestrator.plan_view import PlanInputs, build_snapshot
 from orchestrator.policies.base import DEFAULT_MAX_DEFER_S, Decision, Plan, Policy, Snapshot
 from orchestrator.policies.baselines import Fifo
 from orchestrator.scheduler import Scheduler
+
+if TYPE_CHECKING:  # the signal needs pandas: imported only by a daemon that plans with one
+    from orchestrator.livesignal import SignalFeed
 
 log = logging.getLogger("gridshift.daemon")
 
@@ -121,6 +124,8 @@ class LivePlanner:
         return scheduler
 
     def _inputs(self, now_s, queued, remaining_s, running, total_gpus, budget_state):
+        from orchestrator.livesignal import TapeForecaster
+
         series = self.feed.series() if self.feed is not None else None
         price = self.price.series() if self.price is not None else None
         return PlanInputs(
@@ -181,6 +186,8 @@ def build_live(settings, nodes) -> tuple[LivePlanner | None, str | None]:
     budget = Budget.parse(cfg.budget) if cfg.budget else None
     if not grid and budget is None and name == "fifo":
         return None, name
+    from orchestrator.livesignal import SignalFeed
+
     horizon_s = 48 * 3600.0
     lookback_s = max(3600.0, 4 * slot_s)
     feed = (
