@@ -92,3 +92,32 @@ def test_link_levels_give_the_buddy_order(monkeypatch):
     )
     (topo,) = topology([node], link_levels=detect_link_levels).nodes
     assert topo.order == (0, 2, 1, 3), "GPUs on one switch form an aligned pair"
+
+
+def test_power_limits_in_watts_and_no_permission_means_unsupported(monkeypatch):
+    mod = _fake_pynvml({0: 1, 1: 1})
+    limits = {0: 300_000, 1: 300_000}
+    allowed = {0: True, 1: False}  # GPU 1: as for a daemon that is not root
+
+    def set_limit(handle, mw):
+        if not allowed[handle]:
+            raise _NVMLError("Insufficient Permissions")
+        limits[handle] = mw
+
+    mod.nvmlDeviceGetPowerManagementLimit = lambda h: limits[h]
+    mod.nvmlDeviceGetPowerManagementDefaultLimit = lambda h: 300_000
+    mod.nvmlDeviceGetPowerManagementLimitConstraints = lambda h: (100_000, 350_000)
+    mod.nvmlDeviceSetPowerManagementLimit = set_limit
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    from executors.nvml import NvmlGpuControl
+    from orchestrator.powercaps import PowerCaps
+
+    ctl = NvmlGpuControl()
+    assert ctl.supports_power_limit(0) and not ctl.supports_power_limit(1)
+    assert ctl.power_limit_range_w(0) == (100.0, 350.0)
+    caps = PowerCaps(ctl, 1)
+    assert caps.apply([0], 0.5) == 175.0 and limits[0] == 175_000  # of the maximum limit
+    caps.restore([0])
+    assert limits[0] == 300_000, "back to the default, not the maximum"
+    with pytest.raises(GpuControlError, match="cannot set power limit"):
+        ctl.set_power_limit_w(1, 200)
