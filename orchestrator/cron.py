@@ -112,12 +112,12 @@ def active(session: Session) -> list[CronTemplate]:
 
 
 def next_fire(row: CronTemplate, now: datetime) -> datetime | None:
-    since = row.last_fire or row.created_at
-    return _after(trigger(row.cron), since, now)
+    """The template's next occurrence after ``now`` (and after its last one)."""
+    return _after(trigger(row.cron), max(row.last_fire or row.created_at, now))
 
 
-def _after(trig, since: datetime, now: datetime) -> datetime | None:
-    """The first occurrence strictly after ``since`` (and not before ``now``'s past)."""
+def _after(trig, since: datetime) -> datetime | None:
+    """The first occurrence strictly after ``since``."""
     return trig.get_next_fire_time(since, since + timedelta(microseconds=1))
 
 
@@ -126,10 +126,10 @@ def due(row: CronTemplate, now: datetime) -> tuple[datetime | None, list[datetim
     trig = trigger(row.cron)
     since = row.last_fire or row.created_at
     fired: list[datetime] = []
-    t = _after(trig, since, now)
+    t = _after(trig, since)
     while t is not None and t <= now and len(fired) < MAX_CATCH_UP:
         fired.append(t)
-        t = _after(trig, t, now)
+        t = _after(trig, t)
     if not fired:
         return None, []
     window = timedelta(seconds=row.window_s)

@@ -165,12 +165,22 @@ class Daemon:
             self.metrics.update(self.health.data)
         return float(self.interval_s)
 
-    def refresh_signal(self) -> None:
-        """The grid timer: fetch the signal (cache first) for the next plans."""
+    def refresh_signal(self, *, at_start: bool = False) -> None:
+        """The grid timer: fetch the signal (cache first) for the next plans. At start a
+        source that cannot be used as given (a missing trace file) stops the daemon with
+        one line; later, it is logged and planning goes on with what the tape holds."""
+        from grid.errors import SourceSpecError
+
         now = self.clock.now()
         for feed in (self.planner.feed, self.planner.price):
-            if feed is not None and not feed.refresh(now):
-                log.warning("grid source failed: %s", feed.last_error or "no data")
+            try:
+                if feed is not None and not feed.refresh(now):
+                    log.warning("grid source failed: %s", feed.last_error or "no data")
+            except SourceSpecError as exc:
+                if at_start:
+                    raise
+                feed.last_error = str(exc)
+                log.warning("grid source failed: %s", exc)
 
     def stop(self, *_args) -> None:
         self._stop.set()
@@ -188,7 +198,7 @@ class Daemon:
             self.dispatcher.reconcile_caps()
             self._announce()
             if self.planner is not None:
-                self.refresh_signal()
+                self.refresh_signal(at_start=True)
             if self.settings.daemon.metrics_port:
                 from orchestrator.metrics import Metrics
 

@@ -121,7 +121,7 @@ def guard_deadlines(d, scheduler, alloc, now: datetime) -> list[int]:
     movable = {
         ("attempt", att.id): att
         for att, job in rows
-        if job.interruptible and _slack_s(d, att, job, now) >= GUARD_SLACK_SLOTS * slot
+        if job.interruptible and _slack_s(d, job, now) >= GUARD_SLACK_SLOTS * slot
     }
     victims = alloc.make_room(width, movable) or []
     signalled = []
@@ -137,14 +137,13 @@ def guard_deadlines(d, scheduler, alloc, now: datetime) -> list[int]:
     return signalled
 
 
-def _slack_s(d, att: Attempt, job: Job, now: datetime) -> float:
+def _slack_s(d, job: Job, now: datetime) -> float:
     """How long the job could still wait and finish by its deadline at full speed."""
     if job.deadline is None or job.duration_s is None:
         return float("inf") if job.deadline is None else 0.0
-    ran = (now - (att.started_at or now)).total_seconds()
     with d.db.read() as session:
-        left = remaining_run_s(session, job) - ran if job.attempts > 1 else job.duration_s - ran
-    return (job.deadline - now).total_seconds() - max(0.0, left)
+        left = remaining_run_s(session, job, now)
+    return (job.deadline - now).total_seconds() - left
 
 
 def note_plans(d, scheduler, eligible: dict[int, Job], now: datetime) -> None:

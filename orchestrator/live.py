@@ -113,13 +113,17 @@ class LivePlanner:
             self.mode,
             round(spent_g, 1),
         )
+        state = None
+        if self.budget is not None:
+            start, end = self.budget.period_of(now_s)
+            state = BudgetState(self.budget, start, end, spent_g)
+        inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
+        snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
         if key != self._key:
-            self._plan = self._make_plan(policy, now_s, queued, remaining_s, running,
-                                         total_gpus, largest_node, spent_g)  # fmt: skip
+            self._plan = self._make_plan(policy, snap)
             self._key, self.last_plan_s = key, now_s
         scheduler = Scheduler(policy, max_defer_s=DEFAULT_MAX_DEFER_S)
-        views = build_snapshot(self._inputs(now_s, queued, remaining_s, [], 0, None), largest_node)
-        for view in views.jobs:
+        for view in snap.jobs:
             scheduler.add_planned(view, self._plan.get(view.id) or Decision(now_s))
         return scheduler
 
@@ -135,19 +139,14 @@ class LivePlanner:
             budget_state, self.objective, self.slot_s, remaining_s,
         )  # fmt: skip
 
-    def _make_plan(self, policy, now_s, queued, remaining_s, running, total, largest, spent_g):
-        if not queued:
+    @staticmethod
+    def _make_plan(policy: Policy, snap: Snapshot) -> Plan:
+        if not snap.jobs:
             return {}
-        state = None
-        if self.budget is not None:
-            start, end = self.budget.period_of(now_s)
-            state = BudgetState(self.budget, start, end, spent_g)
-        inputs = self._inputs(now_s, queued, remaining_s, running, total, state)
-        snap = build_snapshot(inputs, largest)
-        if inputs.price is None and snap.objective != "carbon":
-            snap.objective = "carbon"
+        if snap.price is None and snap.objective != "carbon":
+            snap.objective = "carbon"  # the price signal is not in yet
         if snap.forecast is None and policy.needs_forecast:
-            return {j.id: Decision(now_s) for j in snap.jobs}
+            return {j.id: Decision(snap.now_s) for j in snap.jobs}
         return policy.plan(snap)
 
     def budget_window(self, now: datetime) -> tuple[datetime, datetime] | None:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 import numpy as np
 
-from grid.errors import GridDataError
+from grid.errors import GridDataError, SourceSpecError
 from grid.steps import StepSeries
 
 log = logging.getLogger("gridshift.daemon")
@@ -41,12 +41,17 @@ class SignalFeed:
         self.fresh_at: datetime | None = None  # when the newest data came from a source
         self.version = 0
         self.last_error: str | None = None
+        self._history_tried: int | None = None  # the version a hole was last fetched at
 
     # -- refresh ------------------------------------------------------------------------
     def refresh(self, now: datetime) -> bool:
-        """True when a source answered (not only the cache)."""
+        """True when a source answered (not only the cache). A source that cannot be used
+        as given (``SourceSpecError``: a missing file, a bad option) raises: that is the
+        user's to mend, not a failure to plan around."""
         try:
             signal = self.chain.forecast(now, timedelta(seconds=self.horizon_s))
+        except SourceSpecError:
+            raise
         except GridDataError as exc:
             self.last_error = str(exc)
             return False
@@ -110,7 +115,8 @@ class SignalFeed:
 
     def integral(self, t0: float, t1: float) -> float | None:
         """∫ signal dt over ``[t0, t1]`` (value × seconds); fetches history for a hole."""
-        if not self.covers(t0, t1):
+        if not self.covers(t0, t1) and self._history_tried != self.version:
+            self._history_tried = self.version  # one request per hole, not one per stretch
             try:
                 start = datetime.fromtimestamp(t0, UTC)
                 end = datetime.fromtimestamp(t1, UTC)

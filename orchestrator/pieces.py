@@ -39,9 +39,10 @@ def piece_cap_until(
     return (cap if cap < 1.0 - 1e-9 else None), until
 
 
-def remaining_run_s(session: Session, job: Job) -> float:
-    """A requeued job's run time left at full speed: from its last progress report with a
-    total, else its duration less the time its attempts ran."""
+def remaining_run_s(session: Session, job: Job, now: datetime | None = None) -> float:
+    """A job's run time left at full speed: from its last progress report with a total,
+    else its duration less the time its attempts ran (an attempt still running counts to
+    ``now``; a stopped one to when it was stopped)."""
     atts = session.exec(
         select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
     ).all()
@@ -49,9 +50,9 @@ def remaining_run_s(session: Session, job: Job) -> float:
     if last is not None and last.progress_total and last.progress_done is not None:
         share = min(1.0, last.progress_done / last.progress_total)
         return max(1.0, job.duration_s * (1.0 - share))
-    ran = sum(
-        (a.finished_at - a.started_at).total_seconds()
-        for a in atts
-        if a.finished_at and a.started_at
-    )
+    ran = 0.0
+    for a in atts:
+        end = a.finished_at or a.stopped_at or (now if a.state == "running" else None)
+        if a.started_at and end:
+            ran += (end - a.started_at).total_seconds()
     return max(1.0, job.duration_s - ran)

@@ -96,3 +96,11 @@ def test_unreadable_database_is_a_failure_not_a_traceback(cli):
     proc = cli.run("ls", check=False)
     assert proc.returncode in (1, 2) and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a_daemon_given_a_missing_trace_refuses_to_start(cli):
+    proc = cli.run("daemon", "--grid", "csv:/no/such.csv", "--until-idle", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "gridshift: error: csv: no such file '/no/such.csv'"
+    )
