@@ -33,8 +33,9 @@ class LaunchSpec:
     run_as_uid: int | None = None  # None: run as the executor's own user
     run_as_gid: int | None = None
     log_gid: int | None = None  # group that may read the log (shared queues)
-    gpu_backend: str = "none"  # "nvml", "fake[:<power_w>[@<state>]]" or "none"
+    gpu_backend: str = "none"  # "nvml", "smi", "fake[:<power_w>[@<state>]]" or "none"
     power_sample_s: float | None = None  # energy samples in the power log (None: default)
+    node: str | None = None  # which node's executor runs it (None: the local one)
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class RunStatus(enum.StrEnum):
     RUNNING = "running"
     EXITED = "exited"  # finished; exit code known
     LOST = "lost"  # vanished; exit code unknown
+    UNREACHABLE = "unreachable"  # its host cannot be asked now; state unknown, not lost
 
 
 @dataclass(frozen=True)
@@ -112,10 +114,27 @@ class Executor(ABC):
     def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
         return None
 
-    def recover(self, attempt_id: int, run_dir: str) -> Handle | None:
+    def recover(self, attempt_id: int, run_dir: str, node: str | None = None) -> Handle | None:
         """For an attempt whose launch a crash interrupted: its handle when it did start,
         None when it never will (and now cannot) start, so the job may be requeued."""
-        return self._do_recover(attempt_id, run_dir)
+        return self._do_recover(attempt_id, run_dir, node)
+
+    def refresh(self, handles: list[Handle]) -> None:  # noqa: B027 - optional hook
+        """Ask for the state of many attempts at once, before polling them one by one
+        (remote backends: one request per host, all hosts at the same time)."""
+
+    def unreachable_nodes(self) -> dict[str, float]:
+        """Nodes that cannot be reached now: name -> since when (epoch seconds)."""
+        return {}
+
+    def fence(self, handle: Handle) -> bool:
+        """Make sure an attempt the daemon gave up on (its host was unreachable) is not
+        running: it never starts, or it is killed. False while that cannot be done yet."""
+        self.signal(handle, _signal.SIGKILL)
+        return True
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and threads."""
 
     @abstractmethod
     def _do_launch(self, spec: LaunchSpec) -> Handle: ...
@@ -127,4 +146,4 @@ class Executor(ABC):
     def _do_signal(self, handle: Handle, sig: int) -> bool: ...
 
     @abstractmethod
-    def _do_recover(self, attempt_id: int, run_dir: str) -> Handle | None: ...
+    def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None: ...

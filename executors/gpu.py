@@ -42,6 +42,10 @@ class GpuControl(ABC):
     def energy_j(self, index: int) -> float:
         """Energy the GPU consumed since the driver loaded, in joules (monotonic)."""
 
+    def energy_many_j(self, indices: list[int]) -> list[float | None]:
+        """The counters of several GPUs at one moment (None where one has none)."""
+        return [self.energy_j(i) if self.supports_energy_counter(i) else None for i in indices]
+
     # -- power limits (optional: they need privileges) ----------------------------------
     def supports_power_limit(self, index: int) -> bool:
         """Whether this process may change the GPU's power limit."""
@@ -68,7 +72,8 @@ class GpuControl(ABC):
 
 
 def gpu_control_for(backend: str) -> GpuControl | None:
-    """Build the control named by a launch spec's ``gpu_backend``: ``nvml``, ``fake``,
+    """Build the control named by a launch spec's ``gpu_backend``: ``nvml``, ``smi`` (the
+    ``nvidia-smi`` command, on servers reached over SSH), ``fake``,
     ``fake:<power_w>``, ``fake:<power_w>@<state file>`` (fakes whose power limits persist
     in that file, shared by the daemon and the job monitors) or ``none``."""
     if backend == "none":
@@ -77,6 +82,10 @@ def gpu_control_for(backend: str) -> GpuControl | None:
         from executors.nvml import NvmlGpuControl
 
         return NvmlGpuControl()
+    if backend == "smi":
+        from executors.smi import SmiGpuControl
+
+        return SmiGpuControl()
     if backend.startswith("fake"):
         from executors.fakegpu import FakeGpuControl
 

@@ -69,15 +69,10 @@ class LocalExecutor(Executor):
         self._reap(handle.attempt_id)
         run_dir = Path(handle.run_dir)
         monitor_alive = procs.is_alive(ProcessId.from_dict(handle.data["monitor"]))
-        result = _exit_result(run_dir)  # read after the liveness check: no lost race
-        if result is not None:
-            return result
-        if monitor_alive:
-            return PollResult(RunStatus.RUNNING)
+        # exit.json is read after the liveness check: no lost race
+        exit_data = runfiles.read_json(run_dir / runfiles.EXIT)
         job = self._job_process(run_dir)
-        if job is not None and procs.is_alive(job):
-            return PollResult(RunStatus.RUNNING, detail="monitor gone; job still running")
-        return PollResult(RunStatus.LOST, detail="the job's monitor vanished; exit status lost")
+        return poll_result(exit_data, monitor_alive, job is not None and procs.is_alive(job))
 
     def _reap(self, attempt_id: int) -> None:
         child = self._children.get(attempt_id)
@@ -110,7 +105,7 @@ class LocalExecutor(Executor):
         return True
 
     # -- recovery -----------------------------------------------------------------------
-    def _do_recover(self, attempt_id: int, run_dir: str) -> Handle | None:
+    def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None:
         path = Path(run_dir)
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         if runfiles.try_claim(path, "abandoned"):
@@ -126,18 +121,22 @@ class LocalExecutor(Executor):
         )
 
 
-def _exit_result(run_dir: Path) -> PollResult | None:
-    data = runfiles.read_json(run_dir / runfiles.EXIT)
-    if data is None:
-        return None
-    return PollResult(
-        RunStatus.EXITED,
-        exit_code=data["exit_code"],
-        signal=data.get("signal"),
-        ended_at=datetime.fromisoformat(data["ended_at"]),
-        energy_j=data.get("energy_j"),
-        detail=data.get("detail"),
-    )
+def poll_result(exit_data: dict | None, monitor_alive: bool, job_alive: bool) -> PollResult:
+    """What a run directory says (``exit.json`` read after the liveness checks)."""
+    if exit_data is not None:
+        return PollResult(
+            RunStatus.EXITED,
+            exit_code=exit_data["exit_code"],
+            signal=exit_data.get("signal"),
+            ended_at=datetime.fromisoformat(exit_data["ended_at"]),
+            energy_j=exit_data.get("energy_j"),
+            detail=exit_data.get("detail"),
+        )
+    if monitor_alive:
+        return PollResult(RunStatus.RUNNING)
+    if job_alive:
+        return PollResult(RunStatus.RUNNING, detail="monitor gone; job still running")
+    return PollResult(RunStatus.LOST, detail="the job's monitor vanished; exit status lost")
 
 
 def _monitor_env() -> dict[str, str]:

@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from executors import procs, runfiles
@@ -26,11 +26,11 @@ DEFAULT_SAMPLE_S = 5.0  # seconds between energy samples in the power log
 
 
 def _now_iso() -> str:
-    return datetime.now(UTC).isoformat()
+    return datetime.now(timezone.utc).isoformat()
 
 
 def _iso(t_s: float) -> str:
-    return datetime.fromtimestamp(t_s, UTC).isoformat()
+    return datetime.fromtimestamp(t_s, timezone.utc).isoformat()
 
 
 class PowerLog:
@@ -58,7 +58,8 @@ def _energy_reading(ctl: GpuControl | None, indices: list[int]) -> list[float] |
     try:
         if not all(ctl.supports_energy_counter(i) for i in indices):
             return None
-        return [ctl.energy_j(i) for i in indices]
+        reading = ctl.energy_many_j(indices)
+        return None if any(v is None for v in reading) else reading
     except Exception:  # a measurement failure leaves energy unmeasured, never fails the job
         return None
 

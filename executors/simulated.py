@@ -148,7 +148,7 @@ class SimulatedExecutor(Executor):
             self._advance(run)
         return run.load.done, run.load.work
 
-    def _do_recover(self, attempt_id: int, run_dir: str) -> Handle | None:
+    def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None:
         run = self._runs.get(attempt_id)
         return Handle(attempt_id, run_dir) if run is not None else None
 

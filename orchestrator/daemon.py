@@ -23,7 +23,7 @@ from executors.base import Executor
 from executors.errors import GpuControlError
 from executors.gpu import GpuControl
 from executors.local import LocalExecutor
-from orchestrator import cron
+from orchestrator import cron, sshnodes
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.db import Database
 from orchestrator.dispatch import FAKE_GPU_STATE, Dispatcher
@@ -32,7 +32,7 @@ from orchestrator.guard import suspend_due
 from orchestrator.health import HealthWriter
 from orchestrator.inventory import resolve_nodes, sync_inventory
 from orchestrator.ownership import current_user, prepare_home
-from orchestrator.powercaps import PowerCaps
+from orchestrator.powercaps import ClusterCaps, PowerCaps
 from orchestrator.settings import Settings
 
 log = logging.getLogger("gridshift.daemon")
@@ -94,20 +94,28 @@ class Daemon:
     def __post_init__(self) -> None:
         self.interval_s = self.interval_s or self.settings.daemon_interval_s
         layout = prepare_home(self.settings)
-        nodes = resolve_nodes(self.settings)
-        for node in nodes:
-            if node.executor != "local":
+        for cfg in self.settings.nodes:
+            if cfg.executor == "slurm":
                 raise ConfigError(
-                    f"node {node.name}: executor {node.executor!r} is not "
-                    "available in this version; only 'local' is"
+                    f"node {cfg.name}: executor 'slurm' is not available in this version; "
+                    "'local' and 'ssh' are"
                 )
         from executors.gpu import detect_link_levels
         from orchestrator.inventory import topology
         from orchestrator.live import build_live
 
+        self.links = sshnodes.build_links(self.settings.nodes)
+        self.discovery = sshnodes.discover(self.links)
+        nodes = resolve_nodes(self.settings, discovered=self._discovered())
+        if self.links:
+            from executors.router import NodeRouter
+            from executors.ssh import SshExecutor
+
+            ssh = SshExecutor(self.links)
+            self.executor = NodeRouter(dict.fromkeys(self.links, ssh), default=self.executor)
         cfg = self.settings.daemon
         self.planner, self.policy_name = build_live(self.settings, nodes)
-        self.caps = PowerCaps(*self._gpu_control(nodes), wanted=cfg.power_caps)
+        self.caps = self._caps(nodes, cfg.power_caps)
         if self.planner is not None and not self.caps.enabled:
             self.planner.without_caps()
         self.dispatcher = Dispatcher(
@@ -127,6 +135,28 @@ class Daemon:
         self.health = HealthWriter(self)
         self.metrics = None
         self._scheduler = None
+
+    def _discovered(self) -> dict:
+        """GPUs per SSH node: as discovered now, else as the last discovery stored them
+        (a server down at start keeps its place in the topology and is used when back)."""
+        out = {}
+        with self.db.read() as session:
+            for name, got in self.discovery.items():
+                stored = sshnodes.stored_gpus(session, name) if isinstance(got, str) else got
+                if stored:
+                    out[name] = [g.info() for g in stored]
+        return out
+
+    def _caps(self, nodes, wanted: bool) -> ClusterCaps:
+        by_node: dict[str, PowerCaps] = {}
+        local = PowerCaps(*self._gpu_control(nodes), wanted=wanted)
+        for n in nodes:
+            if n.executor == "local":
+                by_node[n.name] = local
+            elif n.name in self.links and n.gpu_count:
+                ctl = sshnodes.gpu_control(self.links[n.name])
+                by_node[n.name] = PowerCaps(ctl, n.gpu_count, wanted=wanted)
+        return ClusterCaps(by_node)
 
     def _gpu_control(self, nodes) -> tuple[GpuControl | None, int]:
         """This host's GPU control (the local nodes'), and how many GPUs it has."""
@@ -152,6 +182,8 @@ class Daemon:
         """One pass. Returns the seconds until the next one is due."""
         d = self.dispatcher
         d.reap(now)
+        d.fence_orphans()
+        d.recover(now)
         d.stop_cancelled(self.clock.now())
         if self.planner is not None:
             suspend_due(d, self.clock.now())
@@ -182,6 +214,12 @@ class Daemon:
                 feed.last_error = str(exc)
                 log.warning("grid source failed: %s", exc)
 
+    def refresh_nodes(self) -> None:
+        """The discovery timer: the servers' GPUs, use and power limits, for ``nodes``."""
+        found = sshnodes.discover(self.links)
+        with self.db.write() as session:
+            sshnodes.record(session, found, self.clock.now())
+
     def stop(self, *_args) -> None:
         self._stop.set()
         if self._scheduler is not None and self._scheduler.running:
@@ -194,6 +232,7 @@ class Daemon:
             now = self.clock.now()
             with self.db.write() as session:
                 sync_inventory(session, self.dispatcher.nodes, now)
+                sshnodes.record(session, self.discovery, now)
             self.dispatcher.recover(now)
             self.dispatcher.reconcile_caps()
             self._announce()
@@ -207,6 +246,7 @@ class Daemon:
         finally:
             self.dispatcher.restore_caps()
             self.health.write(self.clock.now(), stopped=True)
+            self.executor.close()
             for sig, handler in old.items():
                 signal.signal(sig, handler)
             self.lock.release()
@@ -241,6 +281,9 @@ class Daemon:
         if self.planner is not None and self.planner.feed is not None:
             refresh_s = self.settings.daemon.seconds("refresh") or min(self.planner.slot_s, 900.0)
             sched.add_job(self.refresh_signal, "interval", seconds=refresh_s, id="grid")
+        if self.links:
+            every_s = self.settings.daemon.seconds("discovery")
+            sched.add_job(self.refresh_nodes, "interval", seconds=every_s, id="nodes")
         if self._stop.is_set():
             return
         sched.start()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from sqlmodel import Session, col, select
 
 from executors.base import Executor, Handle, LaunchSpec
+from executors.sshlink import HostUnreachable
 from orchestrator.accounting import Accountant
 from orchestrator.db import Database
 from orchestrator.errors import ExecutorError, translate
@@ -203,12 +204,17 @@ class Dispatcher(Reaper):
     def _allocator(self, session: Session) -> ClusterAllocator:
         """Buddy allocation over the cluster, holding what running attempts hold."""
         alloc = ClusterAllocator(self.topology)
-        rows = session.exec(
-            select(Attempt).where(col(Attempt.state).in_(["launching", "running", "stopped"]))
-        ).all()
+        held = ["launching", "running", "stopped", "orphaned"]  # orphaned: until fenced
+        rows = session.exec(select(Attempt).where(col(Attempt.state).in_(held))).all()
         for att in rows:
             if att.gpu_ids:
                 alloc.hold(("attempt", att.id), att.node, att.gpu_ids)
+        down = self.executor.unreachable_nodes()
+        for node in self.nodes:  # nothing is placed on a server that cannot be reached
+            if node.name in down:
+                free = alloc.free_on(node.name)
+                if free:
+                    alloc.hold(("down", node.name), node.name, free)
         return alloc
 
     def _fail_queued(self, job_id: int, now: datetime, reason: str) -> None:
@@ -228,7 +234,7 @@ class Dispatcher(Reaper):
     ) -> bool:
         node = next(n for n in self.nodes if n.name == node_name)
         cap, until = piece_cap_until(decision, now.timestamp())
-        if self.caps is None or not self.caps.enabled or not gpus:
+        if self.caps is None or not self.caps.enabled_on(node_name) or not gpus:
             cap = None
         with self.db.write() as session:  # transaction 1: planned + launching attempt
             job = session.get(Job, queued.id)
@@ -261,12 +267,17 @@ class Dispatcher(Reaper):
         spec = self._launch_spec(job, att, node)
         try:
             if cap is not None:  # before the job draws: it starts under its cap
-                self.caps.apply(gpus, cap)
+                self.caps.apply(node_name, gpus, cap)
             handle = self.executor.launch(spec)
+        except HostUnreachable as exc:
+            # Started or not is unknown: the attempt stays ``launching`` and recovery
+            # settles it when the server answers (or gives it up after ``lost_after``).
+            log.warning("job %s: node %s went away during the launch: %s", job.id, node_name, exc)
+            return False
         except Exception as exc:
             err = translate(exc) or ExecutorError(str(exc))
             if self.caps is not None:
-                self.caps.restore(gpus)
+                self.caps.restore(node_name, gpus)
             with self.db.write() as session:
                 row, job = session.get(Attempt, att.id), session.get(Job, job.id)
                 row.state, row.finished_at, row.detail = "failed", now, str(err)
@@ -294,8 +305,9 @@ class Dispatcher(Reaper):
         """SIGCONT a stopped job on the GPUs it kept, under its new piece's cap."""
         cap, until = piece_cap_until(decision, now.timestamp())
         try:
-            if self.caps is not None and self.caps.enabled:
-                self.caps.apply(att.gpu_ids, cap)
+            capped = self.caps is not None and self.caps.enabled_on(att.node)
+            if capped:
+                self.caps.apply(att.node, att.gpu_ids, cap)
             self.executor.signal(Handle.from_dict(att.handle), signal.SIGCONT)
         except Exception as exc:  # logged; the next pass tries again
             log.warning("job %s: cannot resume: %s", att.job_id, translate(exc) or exc)
@@ -303,7 +315,7 @@ class Dispatcher(Reaper):
         with self.db.write() as session:
             row, job = session.get(Attempt, att.id), session.get(Job, att.job_id)
             row.state, row.stopped_at, row.planned_until = "running", None, until
-            row.cap = cap if self.caps is not None and self.caps.enabled else None
+            row.cap = cap if capped else None
             session.add(row)
             transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason="resumed")
         log.info("job %s: resumed (SIGCONT)", att.job_id)
@@ -321,12 +333,13 @@ class Dispatcher(Reaper):
                 "GRIDSHIFT_JOB_ID": str(job.id),
             }
         )
+        remote = node.executor == "ssh"
         if node.fake:
             power = self.settings.fake_gpu_power_w
             state = self.settings.home / FAKE_GPU_STATE
             backend = f"fake:{power}@{state}" if power else f"fake:@{state}"
         else:
-            backend = "nvml" if node.gpu_source == "nvml" else "none"
+            backend = {"nvml": "nvml", "nvidia-smi": "smi"}.get(node.gpu_source, "none")
         return LaunchSpec(
             job_id=job.id,
             attempt_id=att.id,
@@ -336,10 +349,11 @@ class Dispatcher(Reaper):
             gpu_indices=list(att.gpu_ids),
             log_path=str(self.settings.log_path(job.id)),
             run_dir=att.run_dir,
-            run_as_uid=att.run_as_uid,
-            log_gid=self.log_gid,
+            run_as_uid=None if remote else att.run_as_uid,  # a server runs it as its user
+            log_gid=None if remote else self.log_gid,
             gpu_backend=backend,
             power_sample_s=self.power_sample_s,
+            node=node.name,
         )
 
     # -- idleness -----------------------------------------------------------------------

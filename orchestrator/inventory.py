@@ -33,7 +33,12 @@ class ResolvedNode:
         return len(self.gpus)
 
 
-def resolve_nodes(settings: Settings, *, detect=detect_gpus) -> list[ResolvedNode]:
+def resolve_nodes(
+    settings: Settings, *, detect=detect_gpus, discovered: dict[str, list[GpuInfo]] | None = None
+) -> list[ResolvedNode]:
+    """The configured nodes and their GPUs: the local node's through NVML (or fakes), an
+    SSH node's as ``discovered`` through nvidia-smi (at most its declared ``gpus``), or
+    as declared."""
     configs = settings.nodes or [NodeConfig(name=socket.gethostname(), executor="local")]
     detected: list[GpuInfo] | None = None
     nodes = []
@@ -51,6 +56,10 @@ def resolve_nodes(settings: Settings, *, detect=detect_gpus) -> list[ResolvedNod
             if cfg.gpus is not None:  # declared: use that many of the detected ones
                 gpus = detected[: cfg.gpus] if detected else _declared(cfg)
                 source = "nvml" if detected else "config"
+        elif discovered and cfg.name in discovered:
+            gpus, source = discovered[cfg.name], "nvidia-smi"
+            if cfg.gpus is not None:
+                gpus = gpus[: cfg.gpus]
         else:
             gpus, source = _declared(cfg), "config"
         model = cfg.gpu_model or (gpus[0].model if gpus else None)

@@ -161,8 +161,11 @@ class Node(SQLModel, table=True):
     gpu_model: str | None = None
     rack: str | None = None
     host: str | None = None
-    gpu_source: str  # where the GPU count came from: config, nvml, fake, none
+    gpu_source: str  # where the GPU count came from: config, nvml, nvidia-smi, fake, none
     updated_at: datetime = _utc(nullable=False)
+    reachable: bool | None = None  # SSH nodes: at the last look (None: never looked)
+    last_seen: datetime | None = _utc()
+    error: str | None = None  # why it was unreachable at the last look
 
 
 class Gpu(SQLModel, table=True):
@@ -171,6 +174,14 @@ class Gpu(SQLModel, table=True):
     uuid: str
     model: str
     memory_mb: int | None = None
+    # what nvidia-smi said at the last look (SSH nodes), None where it says N/A
+    memory_used_mb: int | None = None
+    utilization_pct: float | None = None
+    power_draw_w: float | None = None
+    power_limit_w: float | None = None
+    power_default_w: float | None = None
+    power_min_w: float | None = None
+    power_max_w: float | None = None
 
 
 class Calibration(SQLModel, table=True):

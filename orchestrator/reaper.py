@@ -7,11 +7,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session, col, select
 
 from executors.base import Handle, PollResult, RunStatus
+from executors.sshlink import HostUnreachable
 from orchestrator.calibration import learn
 from orchestrator.errors import translate
 from orchestrator.models import Attempt, Job
@@ -36,11 +37,21 @@ class Reaper:
 
     # -- recovery -----------------------------------------------------------------------
     def recover(self, now: datetime) -> None:
-        """Settle attempts a crash left behind, before anything new starts."""
+        """Settle attempts whose launch did not finish, before anything new starts: those
+        a crash left behind (at start) and those whose server went away mid-launch (each
+        pass, once it answers again, or given up after the node's ``lost_after``)."""
         with self.db.read() as session:
             launching = session.exec(select(Attempt).where(Attempt.state == "launching")).all()
+        down = self.executor.unreachable_nodes() if launching else {}
         for attempt in launching:
-            handle = self.executor.recover(attempt.id, attempt.run_dir)
+            if attempt.node in down:  # not asked: that would wait on a dead server
+                self._unreachable(attempt, "unreachable", now)
+                continue
+            try:
+                handle = self.executor.recover(attempt.id, attempt.run_dir, attempt.node)
+            except HostUnreachable as exc:
+                self._unreachable(attempt, str(exc), now)
+                continue
             with self.db.write() as session:
                 att = session.get(Attempt, attempt.id)
                 job = session.get(Job, att.job_id)
@@ -53,7 +64,7 @@ class Reaper:
                         JobState.QUEUED,
                         at=now,
                         actor=ACTOR,
-                        reason="launch interrupted by a daemon restart; requeued",
+                        reason="launch interrupted; requeued",
                     )
                     log.info("job %s: launch was interrupted; requeued", job.id)
                 else:
@@ -63,10 +74,70 @@ class Reaper:
                         job,
                         handle,
                         now,
-                        reason="found started after a daemon restart",
+                        reason="found started after an interrupted launch",
                     )
-                    log.info("job %s: reattached after restart", job.id)
+                    log.info("job %s: reattached after an interrupted launch", job.id)
                 session.add(att)
+
+    # -- unreachable servers --------------------------------------------------------------
+    def _unreachable(self, att: Attempt, why: str, now: datetime) -> None:
+        """An attempt whose server cannot be asked: nothing happens until the server has
+        been down for its node's ``lost_after``; then the attempt is given up (it may
+        still run there: it is fenced when the server is back) and its job is lost and
+        requeued, to resume from its checkpoint where it made one."""
+        since = self.executor.unreachable_nodes().get(att.node)
+        if since is None or now.timestamp() - since < self._lost_after_s(att.node):
+            return
+        with self.db.write() as session:
+            row, job = session.get(Attempt, att.id), session.get(Job, att.job_id)
+            if row.state not in ("launching", "running", "stopped"):
+                return
+            row.state, row.finished_at = "orphaned", now
+            row.detail = f"node {att.node} unreachable for {now.timestamp() - since:.0f}s: {why}"
+            session.add(row)
+            reason = f"node {att.node} unreachable since {_hms(since)}"
+            if job.cancel_requested_at is not None:
+                transition(session, job, JobState.CANCELLED, at=now, actor=ACTOR, reason=reason)
+            elif job.state == JobState.PLANNED.value:
+                transition(session, job, JobState.QUEUED, at=now, actor=ACTOR,
+                           reason=f"{reason}; requeued")  # fmt: skip
+            else:
+                transition(session, job, JobState.LOST, at=now, actor=ACTOR, reason=reason)
+                transition(session, job, JobState.QUEUED, at=now, actor=ACTOR,
+                           reason="requeued after its node was lost")  # fmt: skip
+                job.finished_at = None
+                session.add(job)
+        self.accountant.forget(att.id)
+        log.warning("job %s: node %s lost; attempt %s given up, job requeued",
+                    att.job_id, att.node, att.id)  # fmt: skip
+
+    def fence_orphans(self) -> None:
+        """Attempts given up while their server was away: once it answers, make sure they
+        do not run (never started, or killed), then they are plainly lost."""
+        with self.db.read() as session:
+            orphans = session.exec(select(Attempt).where(Attempt.state == "orphaned")).all()
+        down = self.executor.unreachable_nodes()
+        for att in orphans:
+            if att.node in down:
+                continue
+            handle = Handle.from_dict(att.handle) if att.handle else None
+            if handle is None:
+                handle = Handle(att.id, att.run_dir, {"node": att.node})
+            try:
+                settled = self.executor.fence(handle)
+            except Exception as exc:  # logged; the next pass tries again
+                log.warning("attempt %s: cannot fence: %s", att.id, translate(exc) or exc)
+                continue
+            if settled:
+                with self.db.write() as session:
+                    row = session.get(Attempt, att.id)
+                    row.state = "lost"
+                    session.add(row)
+                log.info("attempt %s on %s: fenced", att.id, att.node)
+
+    def _lost_after_s(self, node: str) -> float:
+        cfg = next((n.config for n in self.nodes if n.name == node), None)
+        return cfg.seconds("lost_after") if cfg is not None else 300.0
 
     # -- power caps -----------------------------------------------------------------------
     def reconcile_caps(self) -> None:
@@ -78,13 +149,16 @@ class Reaper:
             rows = session.exec(
                 select(Attempt).where(col(Attempt.state).in_(["running", "stopped"]))
             ).all()
-        self.caps.reconcile({g: a.cap for a in rows for g in a.gpu_ids})
+        held: dict[str, dict[int, float | None]] = {}
+        for a in rows:
+            held.setdefault(a.node, {}).update(dict.fromkeys(a.gpu_ids, a.cap))
+        self.caps.reconcile(held, skip=self.executor.unreachable_nodes())
 
     def restore_caps(self) -> None:
         """At stop: every GPU back to its default limit (running jobs run on uncapped
         until a daemon starts again)."""
         if self.caps is not None and self.caps.enabled:
-            self.caps.reconcile({})
+            self.caps.reconcile({}, skip=self.executor.unreachable_nodes())
 
     # -- reap ---------------------------------------------------------------------------
     def reap(self, now: datetime) -> int:
@@ -95,9 +169,13 @@ class Reaper:
                 select(Attempt).where(col(Attempt.state).in_(["running", "stopped"]))
             ).all()
         ended = 0
+        self.executor.refresh([Handle.from_dict(a.handle) for a in live])
         for attempt in live:
             handle = Handle.from_dict(attempt.handle)
             result = self.executor.poll(handle)
+            if result.status is RunStatus.UNREACHABLE:
+                self._unreachable(attempt, result.detail or "unreachable", now)
+                continue
             self._record_progress(attempt, self.executor.progress(handle), now)
             if result.status is RunStatus.RUNNING:
                 self._account_running(attempt, now)
@@ -173,7 +251,7 @@ class Reaper:
             if to is JobState.COMPLETED:
                 learn(session, job, att, now)
         if self.caps is not None:
-            self.caps.restore(att.gpu_ids)
+            self.caps.restore(att.node, att.gpu_ids)
         log.info("job %s: %s%s", job.id, to, f" ({reason})" if reason else "")
 
     # -- cancel -------------------------------------------------------------------------
@@ -188,8 +266,9 @@ class Reaper:
                 .where(col(Attempt.state).in_(["running", "stopped"]))
                 .where(col(Job.cancel_requested_at).is_not(None))
             ).all()
+        down = self.executor.unreachable_nodes()
         for att in rows:
-            if att.kill_sent_at is not None:
+            if att.kill_sent_at is not None or att.node in down:
                 continue
             if att.state == "stopped":  # a stopped job must run to hear its SIGTERM
                 with contextlib.suppress(Exception):
@@ -225,6 +304,10 @@ def mark_running(
     session.add(att)
     job.started_at = job.started_at or now
     transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason=reason)
+
+
+def _hms(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%H:%M:%S UTC")
 
 
 def _run_started_at(att: Attempt) -> datetime | None:

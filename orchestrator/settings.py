@@ -12,7 +12,15 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from orchestrator.errors import ConfigError
@@ -39,6 +47,43 @@ class NodeConfig(BaseModel):
     port: int = Field(default=22, ge=1, le=65535)
     user: str | None = None
     identity_file: Path | None = None
+    # -- SSH nodes ----------------------------------------------------------------------
+    known_hosts: Path | None = Field(
+        default=None, description="known_hosts file; default: ssh's own (~/.ssh/known_hosts)"
+    )
+    verify_host_key: bool = Field(
+        default=True, description="false trusts any host key (logged at every start)"
+    )
+    python: str = Field(default="python3", min_length=1, description="python on the server")
+    remote_dir: str = Field(
+        default=".gridshift", min_length=1, description="runs and logs on the server"
+    )
+    sudo: bool = Field(default=False, description="power limits through sudo -n nvidia-smi")
+    connect_timeout: str = Field(default="10s", description="SSH connect timeout")
+    lost_after: str = Field(
+        default="5m", description="an unreachable server's jobs are lost and requeued after this"
+    )
+
+    @field_validator("connect_timeout", "lost_after", mode="after")
+    @classmethod
+    def _durations(cls, value: str) -> str:
+        return _duration(value)
+
+    @model_validator(mode="after")
+    def _ssh_needs_host(self) -> NodeConfig:
+        if self.executor == "ssh" and not self.host:
+            raise ValueError(f"node {self.name}: an ssh node needs a host")
+        if self.executor != "local" and self.fake_gpus is not None:
+            raise ValueError(
+                f"node {self.name}: fake_gpus is for local nodes; a server's GPUs are "
+                "found through its nvidia-smi"
+            )
+        return self
+
+    def seconds(self, name: str) -> float:
+        from orchestrator.timeparse import parse_duration_s
+
+        return parse_duration_s(getattr(self, name))
 
 
 class ProviderSettings(BaseModel):
@@ -104,8 +149,11 @@ class DaemonSettings(BaseModel):
     power_caps: bool = True
     power_sample: str = Field(default="5s", description="energy samples in each power log")
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    discovery: str = Field(
+        default="1m", description="how often the SSH servers' GPUs are looked at again"
+    )
 
-    @field_validator("slot", "refresh", "signal_max_age", "power_sample", mode="after")
+    @field_validator("slot", "refresh", "signal_max_age", "power_sample", "discovery", mode="after")
     @classmethod
     def _durations(cls, value: str | None) -> str | None:
         return _duration(value)

@@ -72,6 +72,11 @@ class ClusterAllocator:
     def free_gpus(self) -> int:
         return self._free_total
 
+    def free_on(self, node: str) -> list[int]:
+        """The free GPU indices of one node."""
+        i = self._names.index(node)
+        return [g for p, g in enumerate(self._orders[i]) if self._free[i] >> p & 1]
+
     def idle_nodes(self) -> int:
         return sum(1 for i, c in enumerate(self._count) if c == self._size[i])
 

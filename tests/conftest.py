@@ -145,3 +145,41 @@ def cleanup(c: Cli) -> None:
 
 def shared_data() -> Path:
     return Path(os.environ.get("GRIDSHIFT_SHARED_DATA", ROOT.parent / "shared" / "data"))
+
+
+# -- SSH servers (real sshd processes) ---------------------------------------------------
+@pytest.fixture(scope="session")
+def user_key(tmp_path_factory) -> Path:
+    from tests.helpers.sshd import keygen, sshd_missing
+
+    if (why := sshd_missing()) is not None:
+        pytest.skip(why)
+    return keygen(tmp_path_factory.mktemp("ssh-client") / "id_ed25519")
+
+
+@pytest.fixture
+def ssh_servers(tmp_path: Path, user_key: Path):
+    """A factory of started test servers, each a real sshd with its own fake GPUs; all
+    stopped at the end of the test. ``known_hosts`` trusts each one started."""
+    from tests.helpers.sshd import SshServer
+
+    servers: list = []
+    known = tmp_path / "known_hosts"
+    known.touch()
+
+    def start(gpus: int = 4, **kw):
+        srv = SshServer(tmp_path / f"server-{len(servers)}", user_key, gpus=gpus, **kw).start()
+        with open(known, "a") as fh:
+            fh.write(srv.known_hosts_line())
+        servers.append(srv)
+        return srv
+
+    start.known_hosts = known
+    yield start
+    for srv in servers:
+        srv.stop()
+
+
+def server_python() -> str:
+    """The servers' python3: Debian's own where there is one, not this virtualenv's."""
+    return "/usr/bin/python3" if Path("/usr/bin/python3").exists() else "python3"

@@ -1,0 +1,63 @@
+"""One executor per node behind the executor interface: the daemon holds a ``NodeRouter``
+and stays unaware of which node runs where. Handles carry their node's name; a handle
+without one (stored by an older daemon) belongs to the local executor."""
+
+from __future__ import annotations
+
+from executors.base import Executor, Handle, LaunchSpec, PollResult
+
+
+class NodeRouter(Executor):
+    name = "router"
+
+    def __init__(self, by_node: dict[str, Executor], default: Executor) -> None:
+        self.by_node = by_node
+        self.default = default
+
+    def _for(self, node: str | None) -> Executor:
+        return self.by_node.get(node or "", self.default)
+
+    def _of(self, handle: Handle) -> Executor:
+        return self._for(handle.data.get("node"))
+
+    def _do_launch(self, spec: LaunchSpec) -> Handle:
+        handle = self._for(spec.node).launch(spec)
+        if spec.node is not None and handle.data.get("node") is None:
+            handle = Handle(handle.attempt_id, handle.run_dir, {**handle.data, "node": spec.node})
+        return handle
+
+    def _do_poll(self, handle: Handle) -> PollResult:
+        return self._of(handle).poll(handle)
+
+    def _do_signal(self, handle: Handle, sig: int) -> bool:
+        return self._of(handle).signal(handle, sig)
+
+    def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
+        return self._of(handle).progress(handle)
+
+    def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None:
+        return self._for(node).recover(attempt_id, run_dir, node)
+
+    def _backends(self) -> list[Executor]:
+        out: list[Executor] = [self.default]
+        for ex in self.by_node.values():
+            if all(ex is not seen for seen in out):
+                out.append(ex)
+        return out
+
+    def refresh(self, handles: list[Handle]) -> None:
+        for ex in self._backends():
+            ex.refresh([h for h in handles if self._of(h) is ex])
+
+    def unreachable_nodes(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for ex in self._backends():
+            out.update(ex.unreachable_nodes())
+        return out
+
+    def fence(self, handle: Handle) -> bool:
+        return self._of(handle).fence(handle)
+
+    def close(self) -> None:
+        for ex in self._backends():
+            ex.close()

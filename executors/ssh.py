@@ -1,0 +1,235 @@
+"""The SSH executor: jobs on the lab's GPU servers, one ``SshLink`` per node.
+
+A job runs on its server under the same monitor local jobs use (``executors.shim``,
+shipped by ``executors.bundle``), started by the ``launch`` verb in a session of its own:
+it outlives the SSH connection, writes the job's pid, log, exit code and energy samples
+in its run directory there, and the claim protocol settles an interrupted launch exactly
+as it does locally.
+
+The daemon asks every server with running attempts for their state at the start of each
+pass, all servers at the same time (``refresh``), and waits for answers at most
+``poll_wait_s``: a slow server's attempts read ``UNREACHABLE`` for that pass and its
+request goes on in the background. Each answer is mirrored into the attempt's local run
+directory (``job.json`` and the new lines of ``power.log``), so accounting reads a remote
+attempt as it reads a local one.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from pathlib import Path
+
+from executors import runfiles
+from executors.base import Executor, Handle, LaunchSpec, PollResult, RunStatus
+from executors.errors import ExecutorError, LaunchError
+from executors.local import poll_result
+from executors.sshlink import HostUnreachable, SshLink
+
+log = logging.getLogger("gridshift.executors.ssh")
+
+
+class SshExecutor(Executor):
+    name = "ssh"
+
+    def __init__(self, links: dict[str, SshLink], poll_wait_s: float = 2.0) -> None:
+        self.links = links
+        self.poll_wait_s = poll_wait_s
+        self._pool = ThreadPoolExecutor(max(1, len(links)), thread_name_prefix="ssh")
+        self._inflight: dict[str, Future] = {}
+        self._answers: dict[int, dict] = {}  # attempt -> the server's latest answer
+        self._fresh: set[int] = set()  # attempts answered since the last refresh began
+        self._offsets: dict[int, int] = {}  # bytes of each power log mirrored so far
+
+    def _link(self, node: str | None) -> SshLink:
+        link = self.links.get(node or "")
+        if link is None:
+            raise ExecutorError(f"node {node!r} is not an SSH node")
+        return link
+
+    # -- launch -------------------------------------------------------------------------
+    def _do_launch(self, spec: LaunchSpec) -> Handle:
+        link = self._link(spec.node)
+        t = link.target
+        remote = {
+            "job_id": spec.job_id,
+            "attempt_id": spec.attempt_id,
+            "command": spec.command,
+            "workdir": spec.workdir,
+            "env": spec.env,
+            "gpu_indices": spec.gpu_indices,
+            "log_path": t.remote_path("logs", Path(spec.log_path).name),
+            "run_dir": t.remote_path("run", f"attempt-{spec.attempt_id}"),
+            "gpu_backend": spec.gpu_backend,
+            "power_sample_s": spec.power_sample_s,
+        }
+        local = Path(spec.run_dir)
+        try:
+            local.mkdir(parents=True, exist_ok=True)
+            runfiles.write_json(local / runfiles.SPEC, {**remote, "node": spec.node})
+        except OSError as exc:
+            raise LaunchError(f"cannot write {local}: {exc}") from exc
+        try:
+            answer = link.verb("launch", request={"spec": remote})
+        except HostUnreachable:
+            raise
+        except ExecutorError as exc:
+            raise LaunchError(str(exc)) from exc
+        data = {
+            "node": spec.node,
+            "remote_run_dir": answer["run_dir"],
+            "log_path": answer["log_path"],
+            "monitor": answer["monitor"],
+        }
+        return Handle(attempt_id=spec.attempt_id, run_dir=str(local), data=data)
+
+    # -- state --------------------------------------------------------------------------
+    def refresh(self, handles: list[Handle]) -> None:
+        """Ask each server about its attempts (all servers at once), and retry servers
+        that are down when their retry is due, so one that is back is used again."""
+        self._fresh.clear()
+        by_node: dict[str, list[Handle]] = {n: [] for n in self.links}
+        for h in handles:
+            by_node.setdefault(h.data.get("node"), []).append(h)
+        for node, hs in by_node.items():
+            link = self.links.get(node)
+            if link is None or node in self._inflight or not link.retry_due():
+                continue
+            if hs:
+                self._inflight[node] = self._pool.submit(self._status, link, hs)
+            elif not link.up:
+                self._inflight[node] = self._pool.submit(link.run, ["true"])
+        self._collect(self.poll_wait_s)
+
+    def _collect(self, wait_s: float) -> None:
+        if self._inflight:
+            wait(list(self._inflight.values()), timeout=wait_s)
+        for node, fut in list(self._inflight.items()):
+            if not fut.done():
+                continue
+            del self._inflight[node]
+            try:
+                answers = fut.result()
+            except ExecutorError as exc:
+                log.debug("node %s: %s", node, exc)
+                continue
+            if isinstance(answers, dict):
+                for handle, answer in answers.values():
+                    self._take(handle, answer)
+
+    def _status(self, link: SshLink, handles: list[Handle]) -> dict[int, tuple[Handle, dict]]:
+        request = {
+            "runs": [
+                {
+                    "run_dir": h.data["remote_run_dir"],
+                    "monitor": h.data["monitor"],
+                    "power_offset": self._offsets.get(h.attempt_id, 0),
+                }
+                for h in handles
+            ]
+        }
+        runs = link.verb("status", request=request)["runs"]
+        return {h.attempt_id: (h, run) for h, run in zip(handles, runs, strict=True)}
+
+    def _take(self, handle: Handle, answer: dict) -> None:
+        """Keep the answer and mirror what accounting reads (power log before job.json,
+        as the monitor writes them)."""
+        local = Path(handle.run_dir)
+        try:
+            local.mkdir(parents=True, exist_ok=True)
+            power = local / runfiles.POWER
+            if answer["power_exists"]:
+                with open(power, "a") as fh:
+                    fh.write(answer["power"])
+                self._offsets[handle.attempt_id] = self._offsets.get(handle.attempt_id, 0) + len(
+                    answer["power"].encode()
+                )
+            if answer["job"] and not (local / runfiles.JOB).exists():
+                runfiles.write_json(local / runfiles.JOB, answer["job"])
+        except OSError as exc:
+            log.warning("attempt %s: cannot mirror %s: %s", handle.attempt_id, local, exc)
+        self._answers[handle.attempt_id] = answer
+        self._fresh.add(handle.attempt_id)
+
+    def _answer(self, handle: Handle) -> dict | None:
+        """This pass's answer for the attempt; asked now when no request for its server
+        is under way."""
+        node = handle.data.get("node")
+        link = self._link(node)
+        self._collect(0)
+        fresh = handle.attempt_id in self._fresh
+        if not fresh and node not in self._inflight and link.retry_due():
+            self._inflight[node] = self._pool.submit(self._status, link, [handle])
+            self._collect(self.poll_wait_s)
+        if handle.attempt_id not in self._fresh:
+            return None
+        self._fresh.discard(handle.attempt_id)  # each answer serves one poll
+        return self._answers[handle.attempt_id]
+
+    def _do_poll(self, handle: Handle) -> PollResult:
+        answer = self._answer(handle)
+        if answer is None:
+            link = self._link(handle.data.get("node"))
+            why = link.last_error or "no answer yet"
+            return PollResult(RunStatus.UNREACHABLE, detail=f"node {link.target.node}: {why}")
+        return poll_result(answer["exit"], answer["monitor_alive"], answer["job_alive"])
+
+    def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
+        answer = self._answers.get(handle.attempt_id)
+        text = answer.get("progress") if answer else None
+        return runfiles.parse_progress(text) if text else None
+
+    def unreachable_nodes(self) -> dict[str, float]:
+        return {n: link.down_since for n, link in self.links.items() if not link.up}
+
+    # -- signals and recovery -----------------------------------------------------------
+    def _do_signal(self, handle: Handle, sig: int) -> bool:
+        link = self._link(handle.data.get("node"))
+        return bool(link.verb("signal", handle.data["remote_run_dir"], str(sig))["sent"])
+
+    def fence(self, handle: Handle) -> bool:
+        link = self._link(handle.data.get("node"))
+        try:
+            out = link.verb("fence", handle.data["remote_run_dir"])
+        except HostUnreachable:
+            return False
+        if out.get("ran"):
+            log.info("attempt %s: killed what still ran of it on node %s",
+                     handle.attempt_id, link.target.node)  # fmt: skip
+        return True
+
+    def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None:
+        link = self._link(node)
+        out = link.verb("claim", link.target.remote_path("run", f"attempt-{attempt_id}"))
+        claim = out.get("claim") or ""
+        if out["claimed"] or not claim.startswith("started"):
+            return None
+        _, pid, ticks = claim.split()
+        data = {
+            "node": node,
+            "remote_run_dir": out["run_dir"],
+            "log_path": out["log_path"],
+            "monitor": {"pid": int(pid), "start_ticks": int(ticks)},
+        }
+        return Handle(attempt_id=attempt_id, run_dir=run_dir, data=data)
+
+    # -- logs ---------------------------------------------------------------------------
+    def read_log(self, node: str, path: str, offset: int) -> bytes | None:
+        """A remote log from ``offset`` on (at most 1 MiB); None when it does not exist."""
+        link = self._link(node)
+        argv = ["env", f"PYTHONPATH={link.installed()}", link.target.python, "-m",
+                "executors.remote", "read", path, str(offset)]  # fmt: skip
+        done = link.run(argv, check=False)
+        if done.returncode == 3:
+            return None
+        if done.returncode != 0:
+            raise ExecutorError(f"node {node}: cannot read {path}")
+        return done.stdout
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for link in self.links.values():
+            try:
+                link.close()
+            except Exception as exc:  # closing is best effort
+                log.debug("node %s: close: %s", link.target.node, exc)
