@@ -13,8 +13,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from executors.fakegpu import FakeGpuControl  # noqa: E402
-from executors.errors import GpuControlError  # noqa: E402
+from executors.errors import GpuControlError
+from executors.fakegpu import FakeGpuControl
 
 
 def _options(argv: list[str]) -> tuple[dict, list[str]]:
@@ -72,8 +72,7 @@ def main(argv: list[str]) -> int:
         with open(f"{opts['state']}.calls", "a") as fh:
             fh.write(f"pl {','.join(map(str, indices))} {watts:.2f}\n")
         if opts["deny_pl"]:
-            print("Changing power management limit is not supported in current scope "
-                  "for GPU: 00000000:07:00.0.\nInsufficient Permissions", file=sys.stderr)  # fmt: skip
+            print("Insufficient Permissions", file=sys.stderr)
             return 4
         for i in indices:
             old = ctl.power_limit_w(i)
