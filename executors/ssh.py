@@ -213,19 +213,6 @@ class SshExecutor(Executor):
         }
         return Handle(attempt_id=attempt_id, run_dir=run_dir, data=data)
 
-    # -- logs ---------------------------------------------------------------------------
-    def read_log(self, node: str, path: str, offset: int) -> bytes | None:
-        """A remote log from ``offset`` on (at most 1 MiB); None when it does not exist."""
-        link = self._link(node)
-        argv = ["env", f"PYTHONPATH={link.installed()}", link.target.python, "-m",
-                "executors.remote", "read", path, str(offset)]  # fmt: skip
-        done = link.run(argv, check=False)
-        if done.returncode == 3:
-            return None
-        if done.returncode != 0:
-            raise ExecutorError(f"node {node}: cannot read {path}")
-        return done.stdout
-
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
         for link in self.links.values():

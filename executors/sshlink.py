@@ -225,6 +225,18 @@ class SshLink:
                 f"node {self.target.node}: {verb}: bad answer {out[:200]!r}"
             ) from None
 
+    def read(self, path: str, offset: int) -> bytes | None:
+        """A file on the server (a job's log) from byte ``offset`` on, at most 1 MiB;
+        None when it does not exist."""
+        argv = ["env", f"PYTHONPATH={self.installed()}", self.target.python, "-m",
+                "executors.remote", "read", path, str(offset)]  # fmt: skip
+        done = self.run(argv, check=False)
+        if done.returncode == 3:
+            return None
+        if done.returncode != 0:
+            raise RemoteError(f"node {self.target.node}: cannot read {path}")
+        return done.stdout
+
     def installed(self) -> str:
         """The server's copy of the monitor and verbs (installed on first use)."""
         if self._lib is not None:

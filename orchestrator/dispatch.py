@@ -331,6 +331,7 @@ class Dispatcher(Reaper):
                 "CUDA_VISIBLE_DEVICES": _gpu_list(att.gpu_ids),
                 "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # NVML's order, as placement uses
                 "GRIDSHIFT_JOB_ID": str(job.id),
+                "GRIDSHIFT_JOB_NAME": job.name or "",
             }
         )
         remote = node.executor == "ssh"

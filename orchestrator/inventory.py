@@ -79,6 +79,25 @@ def resolve_nodes(
     return nodes
 
 
+def largest_node_gpus(settings: Settings, db) -> int | None:
+    """GPUs of the largest node as far as is known here: an SSH server's count as
+    declared or as the daemon last discovered it; None while some server's is unknown."""
+    from sqlmodel import func, select
+
+    largest = 0
+    for node in resolve_nodes(settings):
+        count = node.gpu_count
+        if node.executor == "ssh" and node.config is not None and node.config.gpus is None:
+            with db.read() as session:
+                count = session.exec(
+                    select(func.count()).select_from(Gpu).where(Gpu.node == node.name)
+                ).one()
+            if not count:
+                return None
+        largest = max(largest, count)
+    return largest
+
+
 def _declared(cfg: NodeConfig) -> list[GpuInfo]:
     model = cfg.gpu_model or "unknown"
     return [GpuInfo(index=i, uuid=f"{cfg.name}-gpu{i}", model=model) for i in range(cfg.gpus or 0)]

@@ -25,7 +25,12 @@ from orchestrator.timeparse import parse_deadline, parse_duration_s, within_to_d
 _GPUS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Variables the executor sets per attempt; never taken from the submitter.
-_EXECUTOR_ENV = ("CUDA_VISIBLE_DEVICES", "GRIDSHIFT_JOB_ID", "CUDA_DEVICE_ORDER")
+_EXECUTOR_ENV = (
+    "CUDA_VISIBLE_DEVICES",
+    "GRIDSHIFT_JOB_ID",
+    "GRIDSHIFT_JOB_NAME",
+    "CUDA_DEVICE_ORDER",
+)
 SWEEP_FIELDS = frozenset(
     {
         "name",

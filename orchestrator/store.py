@@ -16,11 +16,17 @@ from orchestrator.states import FINAL, JobState, transition
 
 
 def submit(
-    db: Database, specs: list[JobSpec], *, user: User, now: datetime, largest_node_gpus: int
+    db: Database,
+    specs: list[JobSpec],
+    *,
+    user: User,
+    now: datetime,
+    largest_node_gpus: int | None,
 ) -> list[Job]:
-    """Queue ``specs`` in one transaction, all or nothing."""
+    """Queue ``specs`` in one transaction, all or nothing. ``largest_node_gpus`` None: not
+    known yet (a server never asked), so the daemon checks it."""
     for i, spec in enumerate(specs):
-        if spec.gpus_min > largest_node_gpus:
+        if largest_node_gpus is not None and spec.gpus_min > largest_node_gpus:
             where = f"job {i + 1}: " if len(specs) > 1 else ""
             raise PlacementError(
                 f"{where}needs {spec.gpus_min} GPUs; the largest node has {largest_node_gpus}"

@@ -77,7 +77,7 @@ def submit(
     from orchestrator import store
     from orchestrator.cli.render import print_json
     from orchestrator.errors import SpecError
-    from orchestrator.inventory import resolve_nodes
+    from orchestrator.inventory import largest_node_gpus
     from orchestrator.spec import build_spec, submitter_env
     from orchestrator.timeparse import utc_now
 
@@ -113,7 +113,7 @@ def submit(
             _add_cron(c, raw, cron, window, now, cwd, base_env, as_json)
             return
         specs = [build_spec(raw, now=now, cwd=cwd, base_env=base_env)]
-    largest = max((n.gpu_count for n in resolve_nodes(c.settings)), default=0)
+    largest = largest_node_gpus(c.settings, c.db)
     jobs = store.submit(c.db, specs, user=c.user, now=now, largest_node_gpus=largest)
     if as_json:
         out = [{"id": j.id, "state": j.state} for j in jobs]
