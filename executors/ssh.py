@@ -123,13 +123,21 @@ class SshExecutor(Executor):
                 {
                     "run_dir": h.data["remote_run_dir"],
                     "monitor": h.data["monitor"],
-                    "power_offset": self._offsets.get(h.attempt_id, 0),
+                    "power_offset": self._mirrored(h),
                 }
                 for h in handles
             ]
         }
         runs = link.verb("status", request=request)["runs"]
         return {h.attempt_id: (h, run) for h, run in zip(handles, runs, strict=True)}
+
+    def _mirrored(self, handle: Handle) -> int:
+        """Bytes of the power log mirrored so far (a restarted daemon: what its
+        predecessor mirrored, whole lines in order)."""
+        if handle.attempt_id not in self._offsets:
+            path = Path(handle.run_dir) / runfiles.POWER
+            self._offsets[handle.attempt_id] = path.stat().st_size if path.exists() else 0
+        return self._offsets[handle.attempt_id]
 
     def _take(self, handle: Handle, answer: dict) -> None:
         """Keep the answer and mirror what accounting reads (power log before job.json,

@@ -62,6 +62,10 @@ class HealthWriter:
             "power_w": round(sum(meters.power_w(a.id) or 0.0 for a in running), 1),
             "signal": None,
             "budget": None,
+            "nodes_unreachable": {
+                node: datetime.fromtimestamp(since, UTC).isoformat()
+                for node, since in sorted(daemon.executor.unreachable_nodes().items())
+            },
         }
         feed = planner.feed if planner else None
         if feed is not None:

@@ -104,3 +104,18 @@ def test_a_daemon_given_a_missing_trace_refuses_to_start(cli):
     assert proc.stderr.strip().splitlines()[-1] == (
         "gridshift: error: csv: no such file '/no/such.csv'"
     )
+
+
+@pytest.mark.parametrize(
+    "node,message",
+    [
+        ('name = "s"\nexecutor = "ssh"', "an ssh node needs a host"),
+        ('name = "s"\nexecutor = "ssh"\nhost = "h"\nfake_gpus = 2', "fake_gpus is for local"),
+        ('name = "s"\nexecutor = "ssh"\nhost = "h"\nlost_after = "soon"', "lost_after"),
+    ],
+)
+def test_a_bad_ssh_node_is_one_line(cli, node, message):
+    cli.home.joinpath("gridshift.toml").write_text(f"[[nodes]]\n{node}\n")
+    proc = cli.run("nodes", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr

@@ -70,7 +70,24 @@ def test_json_keys_are_stable(cli):
         "gpu_source",
         "rack",
         "host",
+        "reachable",
+        "last_seen",
+        "error",
         "gpu_list",
+    }
+    assert set(nodes[0]["gpu_list"][0]) == {
+        "index",
+        "uuid",
+        "model",
+        "memory_mb",
+        "memory_used_mb",
+        "utilization_pct",
+        "power_draw_w",
+        "power_limit_w",
+        "power_default_w",
+        "power_min_w",
+        "power_max_w",
+        "job_id",
     }
 
 

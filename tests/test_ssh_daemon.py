@@ -186,3 +186,47 @@ def _alive(pid: int) -> bool:
         return False
     state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     return state != "Z"
+
+
+def test_a_server_that_hangs_does_not_hold_the_others(ssh_servers, tmp_path):
+    from executors.base import LaunchSpec, RunStatus
+    from executors.ssh import SshExecutor
+    from executors.sshlink import SshLink
+    from orchestrator.settings import NodeConfig
+    from orchestrator.sshnodes import ssh_target
+
+    fast, slow = ssh_servers(gpus=1), ssh_servers(gpus=1)
+    links = {
+        name: SshLink(ssh_target(NodeConfig(**ssh_node(srv, ssh_servers, name))))
+        for name, srv in (("fast", fast), ("slow", slow))
+    }
+    ex = SshExecutor(links, poll_wait_s=1.0)
+    handles = {
+        name: ex.launch(
+            LaunchSpec(
+                i,
+                i,
+                ["sleep", "30"],
+                str(tmp_path),
+                {"PATH": os.environ["PATH"]},
+                [],
+                str(tmp_path / f"{i}.log"),
+                str(tmp_path / f"run-{i}"),
+                node=name,
+            )
+        )
+        for i, name in enumerate(links, start=1)
+    }
+    slow.freeze()
+    try:
+        for _ in range(3):  # three passes: each bounded, the fast server answers every time
+            t0 = time.monotonic()
+            ex.refresh(list(handles.values()))
+            assert time.monotonic() - t0 < 2.0
+            assert ex.poll(handles["fast"]).status is RunStatus.RUNNING
+            assert ex.poll(handles["slow"]).status is RunStatus.UNREACHABLE
+    finally:
+        slow.thaw()
+        for h in handles.values():
+            ex.signal(h, 9)
+        ex.close()

@@ -38,7 +38,7 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
             for k in (
                 "policy", "mode", "fallback_reason", "slot_s", "suspend", "power_caps",
                 "power_caps_reason", "queued_jobs", "running_jobs", "stopped_jobs",
-                "running_gpus", "power_w", "signal", "budget",
+                "running_gpus", "power_w", "signal", "budget", "nodes_unreachable",
             )
         },
     }  # fmt: skip
@@ -54,6 +54,8 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
     if running and age is not None and age > STALE_TICK_S:
         state = f"running, but its last pass was {age:.0f}s ago"
     out.print(f"[bold]daemon[/]     {state} (pid {row.pid}, last pass {local_time(row.last_tick)})")
+    for node, since in (data["nodes_unreachable"] or {}).items():
+        out.print(f"[bold]node[/]       [red]{node} unreachable[/] since {since}")
     mode = data["mode"] or "plan"
     line = f"{data['policy']}" + ("" if mode == "plan" else f" [red]→ {mode} fallback[/]")
     out.print(f"[bold]policy[/]     {line}")

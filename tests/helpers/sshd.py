@@ -149,6 +149,17 @@ class SshServer:
         self.proc.wait()
         self.proc = None
 
+    def freeze(self, sig: int = signal.SIGSTOP) -> None:
+        """A server that hangs: its sshd processes stop answering (SIGCONT: ``thaw``)."""
+        assert self.proc is not None
+        for pid in [self.proc.pid, *_descendants(self.proc.pid)]:
+            if _comm(pid) == "sshd":
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+
+    def thaw(self) -> None:
+        self.freeze(signal.SIGCONT)
+
     def pl_calls(self) -> list[str]:
         path = Path(f"{self.gpu_state}.calls")
         return path.read_text().splitlines() if path.exists() else []
