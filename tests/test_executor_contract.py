@@ -164,15 +164,10 @@ def test_stop_and_continue_keep_the_job(harness):
 def test_a_started_attempt_is_recovered_not_restarted(harness):
     handle = harness.launch(1, SHORT_S)
     harness.started(handle)
-    again = harness.fresh().recover(1, handle.run_dir, harness.node)
+    harness.executor = harness.fresh()  # a restarted daemon's executor
+    again = harness.executor.recover(1, handle.run_dir, harness.node)
     assert again is not None
-    result = harness.wait(again) if isinstance(harness, SimHarness) else None
-    if result is None:
-        other = harness
-        other_exec = harness.executor
-        harness.executor = harness.fresh()  # a restarted daemon's executor
-        result = other.wait(again)
-        harness.executor = other_exec
+    result = harness.wait(again)
     assert result.status is RunStatus.EXITED and result.exit_code == 0
 
 
