@@ -139,10 +139,10 @@ def test_two_servers_pack_place_and_survive_one_going_away(cli, ssh_servers, tmp
     singles = [cli.submit("--gpus", "1", "--", "sleep", "25") for _ in range(3)]
     ckpt = tmp_path / "wide.ckpt"
     wide = cli.submit("--gpus", "4", "--interruptible", "--name", "wide",
-                      "--", sys.executable, "-c", TRAIN, str(ckpt), "24")  # fmt: skip
+                      "--", sys.executable, "-c", TRAIN, str(ckpt), "40")  # fmt: skip
     daemon = cli.daemon()
     try:
-        shown = {j: cli.wait_state(j, {"running"}, timeout=30) for j in [*singles, wide]}
+        shown = {j: cli.wait_state(j, {"running"}, timeout=30) for j in [wide, *singles]}
         assert {shown[j]["node"] for j in singles} == {"a"}, "single-GPU jobs packed on a"
         assert shown[wide]["node"] == "b" and len(shown[wide]["gpu_ids"]) == 4
         _wait(lambda: ckpt.exists() and int(ckpt.read_text()) >= 4, what="wide job progress")
