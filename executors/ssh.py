@@ -88,6 +88,9 @@ class SshExecutor(Executor):
         """Ask each server about its attempts (all servers at once), and retry servers
         that are down when their retry is due, so one that is back is used again."""
         self._fresh.clear()
+        keep = {h.attempt_id for h in handles}  # attempts no longer asked about are gone
+        self._answers = {a: v for a, v in self._answers.items() if a in keep}
+        self._offsets = {a: v for a, v in self._offsets.items() if a in keep}
         by_node: dict[str, list[Handle]] = {n: [] for n in self.links}
         for h in handles:
             by_node.setdefault(h.data.get("node"), []).append(h)
@@ -197,8 +200,10 @@ class SshExecutor(Executor):
 
     def fence(self, handle: Handle) -> bool:
         link = self._link(handle.data.get("node"))
+        remote = handle.data.get("remote_run_dir")  # none: its launch never answered
+        remote = remote or link.target.remote_path("run", f"attempt-{handle.attempt_id}")
         try:
-            out = link.verb("fence", handle.data["remote_run_dir"])
+            out = link.verb("fence", remote)
         except HostUnreachable:
             return False
         if out.get("ran"):

@@ -230,3 +230,28 @@ def test_a_server_that_hangs_does_not_hold_the_others(ssh_servers, tmp_path):
         for h in handles.values():
             ex.signal(h, 9)
         ex.close()
+
+
+def test_fencing_kills_what_runs_and_stops_what_never_started(ssh_servers, tmp_path):
+    from executors.base import Handle, LaunchSpec, RunStatus
+    from executors.ssh import SshExecutor
+    from executors.sshlink import SshLink
+    from orchestrator.settings import NodeConfig
+    from orchestrator.sshnodes import ssh_target
+
+    srv = ssh_servers(gpus=1)
+    cfg = NodeConfig(**ssh_node(srv, ssh_servers, "s"))
+    ex = SshExecutor({"s": SshLink(ssh_target(cfg))})
+    env = {"PATH": os.environ["PATH"]}
+    spec = LaunchSpec(1, 1, ["sleep", "60"], str(tmp_path), env, [], str(tmp_path / "1.log"),
+                      str(tmp_path / "run-1"), node="s")  # fmt: skip
+    handle = ex.launch(spec)
+    _wait(lambda: Path(handle.data["remote_run_dir"], "job.json").exists(), what="job start")
+    # as the reaper knows an attempt whose launch never answered: its id and node only
+    assert ex.fence(Handle(1, spec.run_dir, {"node": "s"}))
+    result = _wait(lambda: (r := ex.poll(handle)).status is not RunStatus.RUNNING and r)
+    assert result.exit_code == 137
+    assert ex.fence(Handle(2, str(tmp_path / "run-2"), {"node": "s"}))
+    claim = Path(cfg.remote_dir) / "run" / "attempt-2" / "claim"
+    assert claim.read_text() == "abandoned", "a monitor arriving late will not start it"
+    ex.close()
