@@ -85,6 +85,7 @@ class SshLink:
         key = f"{target.address}:{target.port}:{target.identity_file}:{target.known_hosts}"
         self._socket = control_dir() / hashlib.sha256(key.encode()).hexdigest()[:20]
         self._lock = threading.Lock()
+        self._master_lock = threading.Lock()  # one master at a time, never two
         self._lib: str | None = None
         self.down_since: float | None = None  # time.time() of the first failure
         self.last_error: str | None = None
@@ -147,6 +148,10 @@ class SshLink:
 
     def _master(self) -> None:
         """Start the multiplexed master connection when there is none."""
+        with self._master_lock:
+            self._start_master()
+
+    def _start_master(self) -> None:
         if self._socket.exists():
             return
         with tempfile.TemporaryFile() as err:
