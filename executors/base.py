@@ -9,7 +9,7 @@ import enum
 import logging
 import signal as _signal
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -36,6 +36,10 @@ class LaunchSpec:
     gpu_backend: str = "none"  # "nvml", "smi", "fake[:<power_w>[@<state>]]" or "none"
     power_sample_s: float | None = None  # energy samples in the power log (None: default)
     node: str | None = None  # which node's executor runs it (None: the local one)
+
+    def to_dict(self) -> dict[str, Any]:
+        """What the job monitor reads (its ``spec.json``)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)

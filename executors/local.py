@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 
-from executors import procs, runfiles
+from executors import procs, runfiles, shim
 from executors.base import Executor, Handle, LaunchSpec, PollResult, RunStatus
 from executors.errors import ExecutorError, LaunchError
 from executors.procs import ProcessId
@@ -27,42 +26,12 @@ class LocalExecutor(Executor):
         try:
             run_dir.mkdir(parents=True, exist_ok=True)
             os.chmod(run_dir, 0o711)  # the job may reach its progress file, not list
-            runfiles.write_json(
-                run_dir / runfiles.SPEC,
-                {
-                    "job_id": spec.job_id,
-                    "attempt_id": spec.attempt_id,
-                    "command": spec.command,
-                    "workdir": spec.workdir,
-                    "env": spec.env,
-                    "gpu_indices": spec.gpu_indices,
-                    "log_path": spec.log_path,
-                    "run_as_uid": spec.run_as_uid,
-                    "run_as_gid": spec.run_as_gid,
-                    "log_gid": spec.log_gid,
-                    "gpu_backend": spec.gpu_backend,
-                    "power_sample_s": spec.power_sample_s,
-                },
-            )
-            err = open(run_dir / "monitor.err", "ab")  # noqa: SIM115 - handed to the child
-            try:
-                child = subprocess.Popen(
-                    [sys.executable, "-m", "executors.shim", str(run_dir)],
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.DEVNULL,
-                    stderr=err,
-                    start_new_session=True,
-                    cwd="/",
-                    env=_monitor_env(),
-                )
-            finally:
-                err.close()
+            runfiles.write_json(run_dir / runfiles.SPEC, spec.to_dict())
+            child, monitor = shim.spawn(run_dir)
         except OSError as exc:
             raise LaunchError(f"cannot start the job monitor in {run_dir}: {exc}") from exc
         self._children[spec.attempt_id] = child
-        ident = procs.identify(child.pid)
-        data = {"monitor": ident.to_dict() if ident else {"pid": child.pid, "start_ticks": -1}}
-        return Handle(attempt_id=spec.attempt_id, run_dir=str(run_dir), data=data)
+        return Handle(attempt_id=spec.attempt_id, run_dir=str(run_dir), data={"monitor": monitor})
 
     # -- poll ---------------------------------------------------------------------------
     def _do_poll(self, handle: Handle) -> PollResult:
@@ -137,11 +106,3 @@ def poll_result(exit_data: dict | None, monitor_alive: bool, job_alive: bool) ->
     if job_alive:
         return PollResult(RunStatus.RUNNING, detail="monitor gone; job still running")
     return PollResult(RunStatus.LOST, detail="the job's monitor vanished; exit status lost")
-
-
-def _monitor_env() -> dict[str, str]:
-    """The monitor imports ``executors`` from wherever this process found it."""
-    env = dict(os.environ)
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    return env

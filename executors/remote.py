@@ -26,11 +26,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
-from executors import procs, runfiles
+from executors import procs, runfiles, shim
 
 READ_MAX = 1 << 20
 
@@ -52,21 +51,7 @@ def launch(request: dict) -> dict:
     log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     spec.update(run_dir=str(run_dir), log_path=str(log_path), workdir=str(workdir))
     runfiles.write_json(run_dir / runfiles.SPEC, spec)
-    lib = str(Path(__file__).resolve().parent.parent)
-    env = dict(os.environ)
-    env["PYTHONPATH"] = lib
-    with open(run_dir / "monitor.err", "ab") as err:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "executors.shim", str(run_dir)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            start_new_session=True,
-            cwd="/",
-            env=env,
-        )
-    ident = procs.identify(child.pid)
-    monitor = ident.to_dict() if ident else {"pid": child.pid, "start_ticks": -1}
+    _, monitor = shim.spawn(run_dir)
     return {"monitor": monitor, "run_dir": str(run_dir), "log_path": str(log_path)}
 
 

@@ -189,6 +189,27 @@ def run(run_dir: Path) -> int:
     return 0
 
 
+def spawn(run_dir: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+    """Start the monitor for ``run_dir`` (its ``spec.json`` written) in a session of its
+    own, importing ``executors`` from where this process found it. Returns the child and
+    its identity (pid and start time), for the handle."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    with open(run_dir / "monitor.err", "ab") as err:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "executors.shim", str(run_dir)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+            cwd="/",
+            env=env,
+        )
+    ident = procs.identify(child.pid)
+    return child, ident.to_dict() if ident else {"pid": child.pid, "start_ticks": -1}
+
+
 def main() -> None:
     if len(sys.argv) != 2:
         print("usage: python -m executors.shim RUN_DIR", file=sys.stderr)

@@ -52,21 +52,17 @@ class SshExecutor(Executor):
         link = self._link(spec.node)
         t = link.target
         remote = {
-            "job_id": spec.job_id,
-            "attempt_id": spec.attempt_id,
-            "command": spec.command,
-            "workdir": spec.workdir,
-            "env": spec.env,
-            "gpu_indices": spec.gpu_indices,
+            **spec.to_dict(),
             "log_path": t.remote_path("logs", Path(spec.log_path).name),
             "run_dir": t.remote_path("run", f"attempt-{spec.attempt_id}"),
-            "gpu_backend": spec.gpu_backend,
-            "power_sample_s": spec.power_sample_s,
+            "run_as_uid": None,  # a server runs jobs as the SSH user
+            "run_as_gid": None,
+            "log_gid": None,
         }
         local = Path(spec.run_dir)
         try:
             local.mkdir(parents=True, exist_ok=True)
-            runfiles.write_json(local / runfiles.SPEC, {**remote, "node": spec.node})
+            runfiles.write_json(local / runfiles.SPEC, remote)
         except OSError as exc:
             raise LaunchError(f"cannot write {local}: {exc}") from exc
         try:

@@ -85,16 +85,16 @@ def largest_node_gpus(settings: Settings, db) -> int | None:
     from sqlmodel import func, select
 
     largest = 0
-    for node in resolve_nodes(settings):
-        count = node.gpu_count
-        if node.executor == "ssh" and node.config is not None and node.config.gpus is None:
-            with db.read() as session:
+    with db.read() as session:
+        for node in resolve_nodes(settings):
+            count = node.gpu_count
+            if node.executor == "ssh" and node.config is not None and node.config.gpus is None:
                 count = session.exec(
                     select(func.count()).select_from(Gpu).where(Gpu.node == node.name)
                 ).one()
-            if not count:
-                return None
-        largest = max(largest, count)
+                if not count:
+                    return None
+            largest = max(largest, count)
     return largest
 
 

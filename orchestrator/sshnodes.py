@@ -12,7 +12,7 @@ from sqlmodel import Session, select
 
 from executors.errors import ExecutorError, GpuControlError
 from executors.smi import GpuStatus, SmiGpuControl, gpu_status
-from executors.sshlink import HostUnreachable, RemoteError, SshLink, SshTarget
+from executors.sshlink import RemoteError, SshLink, SshTarget
 from orchestrator.models import Gpu, Node
 from orchestrator.settings import NodeConfig
 
@@ -119,7 +119,3 @@ def record(session: Session, found: Discovery, now: datetime) -> None:
 
 def gpu_control(link: SshLink) -> SmiGpuControl:
     return SmiGpuControl(smi_runner(link), sudo=link.target.sudo)
-
-
-def is_unreachable(exc: BaseException) -> bool:
-    return isinstance(exc, HostUnreachable)

@@ -46,6 +46,7 @@ def nodes(
         stored_gpus: dict[str, list[Gpu]] = {}
         for g in session.exec(select(Gpu).order_by(Gpu.node, Gpu.index)).all():
             stored_gpus.setdefault(g.node, []).append(g)
+    keys = _gpu_keys()
     data = []
     for n in resolved:
         row, reachable, last_seen, error = stored.get(n.name), None, None, None
@@ -58,7 +59,7 @@ def nodes(
             got = live.get(n.name)
             if isinstance(got, list):
                 reachable, error = True, None
-                gpu_rows = [{k: getattr(g, k) for k in _GPU_KEYS} for g in got]
+                gpu_rows = [{k: getattr(g, k) for k in keys} for g in got]
                 source = "nvidia-smi"
             else:
                 if row is not None:
@@ -67,11 +68,11 @@ def nodes(
                 if isinstance(got, str):
                     reachable, error = False, got
                 if stored_gpus.get(n.name) and row is not None and row.gpu_source == "nvidia-smi":
-                    gpu_rows = [{k: getattr(g, k) for k in _GPU_KEYS} for g in stored_gpus[n.name]]
+                    gpu_rows = [{k: getattr(g, k) for k in keys} for g in stored_gpus[n.name]]
                     source = "nvidia-smi"
         gpus = []
         for g in gpu_rows:
-            full = dict.fromkeys(_GPU_KEYS)
+            full = dict.fromkeys(keys)
             full.update(g)
             full["job_id"] = holders.get((n.name, g["index"]))
             gpus.append(full)
@@ -123,16 +124,7 @@ def nodes(
     console().print(table)
 
 
-_GPU_KEYS = (
-    "index",
-    "uuid",
-    "model",
-    "memory_mb",
-    "memory_used_mb",
-    "utilization_pct",
-    "power_draw_w",
-    "power_limit_w",
-    "power_default_w",
-    "power_min_w",
-    "power_max_w",
-)
+def _gpu_keys() -> tuple[str, ...]:
+    from orchestrator.sshnodes import LIVE_FIELDS
+
+    return ("index", "uuid", "model", "memory_mb", *LIVE_FIELDS)
