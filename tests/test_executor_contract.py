@@ -27,7 +27,7 @@ JOB = (
     "open(os.environ['GRIDSHIFT_PROGRESS_FILE'], 'w').write('1 2')\n"
     "time.sleep(float(sys.argv[1]))\n"
 )
-SHORT_S, LONG_S = 1.0, 120.0
+SHORT_S, LONG_S = 2.0, 120.0  # SHORT_S: time for a few SSH round trips under load
 
 
 class ProcessHarness:
@@ -151,11 +151,12 @@ def test_sigterm_checkpoints_and_sigkill_kills(harness):
 
 
 def test_stop_and_continue_keep_the_job(harness):
-    handle = harness.launch(1, SHORT_S)
+    run_s = 3.0  # room for an SSH round trip or two between start and SIGSTOP
+    handle = harness.launch(1, run_s)
     harness.started(handle)
     assert harness.executor.signal(handle, signal.SIGSTOP)
     if isinstance(harness, ProcessHarness):
-        time.sleep(SHORT_S + 0.5)  # stopped: it cannot finish meanwhile
+        time.sleep(run_s + 0.5)  # stopped: it cannot finish meanwhile
     assert harness.executor.poll(handle).status is RunStatus.RUNNING
     assert harness.executor.signal(handle, signal.SIGCONT)
     assert harness.wait(handle).exit_code == 0
