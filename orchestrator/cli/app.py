@@ -69,8 +69,14 @@ def _fail(message: str, code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import logging
+
     from orchestrator.errors import GridshiftError, translate
 
+    # Outside the daemon (which sets up logging), what these say already reaches the
+    # user as the command's one error line or its output: no stray warnings on stderr.
+    for name in ("gridshift.daemon", "gridshift.executors"):
+        logging.getLogger(name).addHandler(logging.NullHandler())
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="gridshift", standalone_mode=False)
