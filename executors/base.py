@@ -36,6 +36,11 @@ class LaunchSpec:
     gpu_backend: str = "none"  # "nvml", "smi", "fake[:<power_w>[@<state>]]" or "none"
     power_sample_s: float | None = None  # energy samples in the power log (None: default)
     node: str | None = None  # which node's executor runs it (None: the local one)
+    # batch schedulers (Slurm): the planned start (ISO UTC; None: now), the time limit
+    # (the model's estimate plus a margin) and whether it checkpoints on SIGTERM
+    begin_at: str | None = None
+    time_limit_s: float | None = None
+    interruptible: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """What the job monitor reads (its ``spec.json``)."""
@@ -59,6 +64,7 @@ class Handle:
 
 
 class RunStatus(enum.StrEnum):
+    PENDING = "pending"  # handed to a batch scheduler, not started yet
     RUNNING = "running"
     EXITED = "exited"  # finished; exit code known
     LOST = "lost"  # vanished; exit code unknown
@@ -73,6 +79,7 @@ class PollResult:
     ended_at: datetime | None = None
     energy_j: float | None = None  # None: not measurable here, never invented
     detail: str | None = None
+    started_at: datetime | None = None  # where the backend knows it (batch schedulers)
 
 
 class Executor(ABC):
@@ -139,6 +146,16 @@ class Executor(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and threads."""
+
+    def foreign_gpus(self) -> dict[str, int]:
+        """GPUs that jobs gridshift did not start hold now, per node (batch clusters
+        shared with people submitting by hand)."""
+        return {}
+
+    def reschedule(self, handle: Handle, begin_at: datetime) -> bool:
+        """Move an attempt that was handed over but has not started to a new planned
+        start. False where it started already or the backend cannot."""
+        return False
 
     @abstractmethod
     def _do_launch(self, spec: LaunchSpec) -> Handle: ...

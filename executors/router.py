@@ -4,6 +4,8 @@ without one (stored by an older daemon) belongs to the local executor."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from executors.base import Executor, Handle, LaunchSpec, PollResult
 
 
@@ -57,6 +59,15 @@ class NodeRouter(Executor):
 
     def fence(self, handle: Handle) -> bool:
         return self._of(handle).fence(handle)
+
+    def foreign_gpus(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for ex in self._backends():
+            out.update(ex.foreign_gpus())
+        return out
+
+    def reschedule(self, handle: Handle, begin_at: datetime) -> bool:
+        return self._of(handle).reschedule(handle, begin_at)
 
     def close(self) -> None:
         for ex in self._backends():

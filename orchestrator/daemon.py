@@ -1,5 +1,10 @@
-"""The daemon: one lock per queue, a recovery pass, then ``tick(now)`` driven by
-APScheduler (3.x) with the grid refresh on a timer of its own.
+"""The daemon: one per queue, a recovery pass, then ``tick(now)`` driven by APScheduler
+(3.x) with the grid refresh on a timer of its own.
+
+One daemon serves a queue: on SQLite, the one holding ``$GRIDSHIFT_HOME/daemon.lock`` (a
+second one refuses to start); on PostgreSQL, the one holding the database's lease
+(``orchestrator.lease``): others stand by and take over when it expires, and one that
+loses its lease stops acting at once and stands by again.
 
 ``tick`` does one pass: reap ended attempts and account running ones, stop cancelled jobs,
 suspend jobs whose planned piece ended, queue due cron occurrences, plan and launch what is
@@ -27,7 +32,7 @@ from orchestrator import cron, sshnodes
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.db import Database
 from orchestrator.dispatch import FAKE_GPU_STATE, Dispatcher
-from orchestrator.errors import ConfigError, DaemonError, GridshiftError
+from orchestrator.errors import DaemonError, GridshiftError
 from orchestrator.guard import suspend_due
 from orchestrator.health import HealthWriter
 from orchestrator.inventory import resolve_nodes, sync_inventory
@@ -66,8 +71,12 @@ class DaemonLock:
             self._fd = None
 
 
-def daemon_running(settings: Settings) -> bool:
-    """True when some daemon holds this queue's lock."""
+def daemon_running(settings: Settings, db: Database) -> bool:
+    """True when some daemon serves this queue (holds its lock, or its lease)."""
+    if not db.is_sqlite:
+        from orchestrator.lease import current_holder
+
+        return current_holder(db) is not None
     path = settings.home / "daemon.lock"
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -82,6 +91,27 @@ def daemon_running(settings: Settings) -> bool:
         os.close(fd)
 
 
+def slurm_executors(settings: Settings, db: Database) -> dict[str, Executor]:
+    """One Slurm executor per ``executor = "slurm"`` node. Its jobs are named after this
+    queue (``gs<hash of the database>-a<attempt>``), so two queues can share a cluster."""
+    import hashlib
+
+    from executors.slurm import SlurmExecutor
+
+    prefix = "gs" + hashlib.sha1(db.safe_url.encode()).hexdigest()[:8]
+    return {
+        cfg.name: SlurmExecutor(
+            node=cfg.name,
+            prefix=prefix,
+            partition=cfg.partition,
+            account=cfg.account,
+            extra_args=cfg.sbatch_args,
+        )
+        for cfg in settings.nodes
+        if cfg.executor == "slurm"
+    }
+
+
 @dataclass
 class Daemon:
     settings: Settings
@@ -94,12 +124,6 @@ class Daemon:
     def __post_init__(self) -> None:
         self.interval_s = self.interval_s or self.settings.daemon_interval_s
         layout = prepare_home(self.settings)
-        for cfg in self.settings.nodes:
-            if cfg.executor == "slurm":
-                raise ConfigError(
-                    f"node {cfg.name}: executor 'slurm' is not available in this version; "
-                    "'local' and 'ssh' are"
-                )
         from executors.gpu import detect_link_levels
         from orchestrator.inventory import topology
         from orchestrator.live import build_live
@@ -107,12 +131,16 @@ class Daemon:
         self.links = sshnodes.build_links(self.settings.nodes)
         self.discovery = sshnodes.discover(self.links)
         nodes = resolve_nodes(self.settings, discovered=self._discovered())
+        by_node: dict[str, Executor] = {}
         if self.links:
-            from executors.router import NodeRouter
             from executors.ssh import SshExecutor
 
-            ssh = SshExecutor(self.links)
-            self.executor = NodeRouter(dict.fromkeys(self.links, ssh), default=self.executor)
+            by_node.update(dict.fromkeys(self.links, SshExecutor(self.links)))
+        by_node.update(slurm_executors(self.settings, self.db))
+        if by_node:
+            from executors.router import NodeRouter
+
+            self.executor = NodeRouter(by_node, default=self.executor)
         cfg = self.settings.daemon
         self.planner, self.policy_name = build_live(self.settings, nodes)
         self.caps = self._caps(nodes, cfg.power_caps)
@@ -132,6 +160,13 @@ class Daemon:
             power_sample_s=cfg.seconds("power_sample"),
         )
         self.lock = DaemonLock(self.settings.home / "daemon.lock")
+        self.lease = None
+        if not self.db.is_sqlite:
+            from orchestrator.lease import DaemonLease
+
+            self.lease = DaemonLease(self.db, cfg.seconds("lease"))
+            self.dispatcher.lease_check = self.lease.check
+        self._lost = False
         self.health = HealthWriter(self)
         self.metrics = None
         self._scheduler = None
@@ -226,30 +261,69 @@ class Daemon:
             self._scheduler.shutdown(wait=False)
 
     def run(self, *, until_idle: bool = False) -> None:
-        self.lock.acquire()
+        if self.lease is None:
+            self.lock.acquire()
         old = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
-            now = self.clock.now()
-            with self.db.write() as session:
-                sync_inventory(session, self.dispatcher.nodes, now)
-                sshnodes.record(session, self.discovery, now)
-            self.dispatcher.recover(now)
-            self.dispatcher.reconcile_caps()
-            self._announce()
-            if self.planner is not None:
-                self.refresh_signal(at_start=True)
-            if self.settings.daemon.metrics_port:
-                from orchestrator.metrics import Metrics
-
-                self.metrics = Metrics(self.settings.daemon.metrics_port)
-            self._loop(until_idle)
+            while self._acquire():
+                self._serve(until_idle)
+                if self._stop.is_set() or not self._lost:
+                    break
+                self._lost = False
         finally:
-            self.dispatcher.restore_caps()
-            self.health.write(self.clock.now(), stopped=True)
+            if self.lease is None or self.lease.epoch is not None:
+                self.dispatcher.restore_caps()
+                self.health.write(self.clock.now(), stopped=True)
             self.executor.close()
             for sig, handler in old.items():
                 signal.signal(sig, handler)
+            if self.lease is not None:
+                self.lease.release()
             self.lock.release()
+
+    def _acquire(self) -> bool:
+        """SQLite: the flock is held already. PostgreSQL: wait for the lease (standing by
+        while another daemon holds it); False when stopped while waiting."""
+        if self.lease is None:
+            return True
+        from orchestrator.lease import describe
+
+        shown = None
+        while not self._stop.is_set():
+            try:
+                row = self.lease.try_acquire()
+            except GridshiftError as exc:
+                log.warning("cannot take the lease: %s", exc)
+                row = None
+            else:
+                if row is None:
+                    log.info("holding the lease (epoch %d)", self.lease.epoch)
+                    return True
+            if row is not None and row.holder != shown:
+                log.info(
+                    "standing by: %s serves this queue (lease until %s)",
+                    describe(row.holder),
+                    row.expires_at.isoformat(timespec="seconds"),
+                )
+                shown = row.holder
+            self._stop.wait(max(0.2, min(5.0, self.lease.ttl_s / 5)))
+        return False
+
+    def _serve(self, until_idle: bool) -> None:
+        now = self.clock.now()
+        with self.db.write() as session:
+            sync_inventory(session, self.dispatcher.nodes, now)
+            sshnodes.record(session, self.discovery, now)
+        self.dispatcher.recover(now)
+        self.dispatcher.reconcile_caps()
+        self._announce()
+        if self.planner is not None:
+            self.refresh_signal(at_start=True)
+        if self.settings.daemon.metrics_port and self.metrics is None:
+            from orchestrator.metrics import Metrics
+
+            self.metrics = Metrics(self.settings.daemon.metrics_port)
+        self._loop(until_idle)
 
     def _loop(self, until_idle: bool) -> None:
         """APScheduler drives the pass and the grid timer, one at a time."""
@@ -265,11 +339,19 @@ class Daemon:
         failure: list[BaseException] = []
 
         def _pass() -> None:
+            from orchestrator.lease import LeaseLost
+
             try:
+                if self.lease is not None:
+                    self.lease.renew()
                 self.tick(self.clock.now())
                 if until_idle and self.dispatcher.pending_count() == 0:
                     log.info("queue is idle; exiting")
                     self.stop()
+            except LeaseLost as exc:
+                log.error("%s; standing by", exc)
+                self._lost = True
+                sched.shutdown(wait=False)
             except GridshiftError as exc:
                 log.error("%s", exc)  # a store or grid hiccup: the next pass tries again
             except BaseException as exc:  # a bug: stop, and let the caller see it

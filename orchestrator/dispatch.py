@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -61,6 +62,9 @@ class Dispatcher(Reaper):
     caps: PowerCaps | None = None
     suspend_mode: str = "signal"  # signal (SIGTERM, requeue) | stop (SIGSTOP/SIGCONT)
     power_sample_s: float | None = None
+    # PostgreSQL: raises LeaseLost inside the launch transaction unless this daemon still
+    # holds the queue's lease (orchestrator.lease)
+    lease_check: Callable[[Session], None] | None = None
 
     def __post_init__(self) -> None:
         if self.topology is None:
@@ -204,10 +208,16 @@ class Dispatcher(Reaper):
     def _allocator(self, session: Session) -> ClusterAllocator:
         """Buddy allocation over the cluster, holding what running attempts hold."""
         alloc = ClusterAllocator(self.topology)
-        held = ["launching", "running", "stopped", "orphaned"]  # orphaned: until fenced
+        # submitted: handed to Slurm; orphaned: until fenced
+        held = ["launching", "submitted", "running", "stopped", "orphaned"]
         rows = session.exec(select(Attempt).where(col(Attempt.state).in_(held))).all()
+        batch = {n.name for n in self.nodes if n.executor == "slurm"}
         for att in rows:
-            if att.gpu_ids:
+            if att.gpu_ids and att.node in batch:  # Slurm picks the GPUs: hold a count
+                free = alloc.free_on(att.node)[: len(att.gpu_ids)]
+                if free:
+                    alloc.hold(("attempt", att.id), att.node, free)
+            elif att.gpu_ids:
                 alloc.hold(("attempt", att.id), att.node, att.gpu_ids)
         down = self.executor.unreachable_nodes()
         for node in self.nodes:  # nothing is placed on a server that cannot be reached
@@ -215,6 +225,11 @@ class Dispatcher(Reaper):
                 free = alloc.free_on(node.name)
                 if free:
                     alloc.hold(("down", node.name), node.name, free)
+        # a batch cluster's GPUs that jobs submitted by hand hold are not gridshift's
+        for name, busy in self.executor.foreign_gpus().items():
+            free = alloc.free_on(name)
+            if busy and free:
+                alloc.hold(("foreign", name), name, free[:busy])
         return alloc
 
     def _fail_queued(self, job_id: int, now: datetime, reason: str) -> None:
@@ -231,13 +246,16 @@ class Dispatcher(Reaper):
         gpus: list[int],
         now: datetime,
         decision: Decision | None = None,
+        begin_at: datetime | None = None,
     ) -> bool:
         node = next(n for n in self.nodes if n.name == node_name)
         cap, until = piece_cap_until(decision, now.timestamp())
         if self.caps is None or not self.caps.enabled_on(node_name) or not gpus:
             cap = None
         with self.db.write() as session:  # transaction 1: planned + launching attempt
-            job = session.get(Job, queued.id)
+            if self.lease_check is not None:
+                self.lease_check(session)
+            job = session.get(Job, queued.id, with_for_update=True)
             if job.state != JobState.QUEUED.value:
                 return False  # cancelled meanwhile
             job.attempts += 1
@@ -264,7 +282,7 @@ class Dispatcher(Reaper):
                 actor=ACTOR,
                 reason=f"placed on {node_name} GPUs {_gpu_list(gpus) or 'none'}",
             )
-        spec = self._launch_spec(job, att, node)
+        spec = self._launch_spec(job, att, node, begin_at.isoformat() if begin_at else None)
         try:
             if cap is not None:  # before the job draws: it starts under its cap
                 self.caps.apply(node_name, gpus, cap)
@@ -292,8 +310,14 @@ class Dispatcher(Reaper):
                 )
             log.error("job %s: launch failed: %s", job.id, err)
             return False
-        with self.db.write() as session:  # transaction 2: running
+        with self.db.write() as session:  # transaction 2: running (or handed to Slurm)
             row, job = session.get(Attempt, att.id), session.get(Job, job.id)
+            if handle.data.get("slurm_job_id"):  # running once Slurm starts it
+                row.state, row.handle = "submitted", handle.to_dict()
+                session.add(row)
+                log.info("job %s: submitted to Slurm as job %s", job.id,
+                         handle.data["slurm_job_id"])  # fmt: skip
+                return True
             mark_running(session, row, job, handle, now)
         capped = f" capped at {100 * cap:.0f}%" if cap else ""
         log.info(
@@ -324,7 +348,21 @@ class Dispatcher(Reaper):
     def _run_as(self, job: Job) -> int | None:
         return job.uid if self.user.is_root and job.uid != self.user.uid else None
 
-    def _launch_spec(self, job: Job, att: Attempt, node: ResolvedNode) -> LaunchSpec:
+    def _time_limit_s(self, job: Job, att: Attempt, node: ResolvedNode) -> float | None:
+        """The model's estimate of the run time left, at this width and cap, plus the
+        node's margin and 5 minutes; None (the partition's default) when unknown."""
+        if not job.duration_s:
+            return None
+        with self.db.read() as session:
+            left_s = remaining_run_s(session, job)
+        width = max(1, len(att.gpu_ids))
+        slower = max(1.0, (job.gpus_max or width) / width) / (att.cap or 1.0)
+        margin = node.config.time_margin if node.config is not None else 0.25
+        return left_s * slower * (1 + margin) + 300.0
+
+    def _launch_spec(
+        self, job: Job, att: Attempt, node: ResolvedNode, begin_at_iso: str | None = None
+    ) -> LaunchSpec:
         env = dict(job.env)
         env.update(
             {
@@ -334,7 +372,12 @@ class Dispatcher(Reaper):
                 "GRIDSHIFT_JOB_NAME": job.name or "",
             }
         )
-        remote = node.executor == "ssh"
+        remote = node.executor != "local"
+        begin_at = time_limit_s = None
+        if node.executor == "slurm":  # Slurm picks the GPUs and sets CUDA_VISIBLE_DEVICES
+            env.pop("CUDA_VISIBLE_DEVICES")
+            time_limit_s = self._time_limit_s(job, att, node)
+            begin_at = begin_at_iso
         if node.fake:
             power = self.settings.fake_gpu_power_w
             state = self.settings.home / FAKE_GPU_STATE
@@ -355,7 +398,20 @@ class Dispatcher(Reaper):
             gpu_backend=backend,
             power_sample_s=self.power_sample_s,
             node=node.name,
+            begin_at=begin_at,
+            time_limit_s=time_limit_s,
+            interruptible=job.interruptible,
         )
+
+    # -- a plan handed to a batch scheduler ----------------------------------------------
+    def hand_over(self, job_id: int, node_name: str, gpus: int, begin_at: datetime,
+                  now: datetime) -> bool:  # fmt: skip
+        """Submit a queued job to a Slurm node now, to start at its planned time."""
+        with self.db.read() as session:
+            job = session.get(Job, job_id)
+        if job is None or job.state != JobState.QUEUED.value:
+            return False
+        return self._launch(job, node_name, list(range(gpus)), now, begin_at=begin_at)
 
     # -- idleness -----------------------------------------------------------------------
     def pending_count(self) -> int:

@@ -144,6 +144,17 @@ class Health(SQLModel, table=True):
     data: dict[str, Any] = _json(dict)
 
 
+class Lease(SQLModel, table=True):
+    """Which daemon serves the queue, until when (daemons sharing one PostgreSQL database:
+    one holds the lease, the others stand by). ``epoch`` grows at every takeover."""
+
+    name: str = Field(primary_key=True)
+    holder: dict[str, Any] = _json(dict)
+    epoch: int = 0
+    acquired_at: datetime = _utc(nullable=False)
+    expires_at: datetime = _utc(nullable=False)
+
+
 class Event(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="job.id", index=True)

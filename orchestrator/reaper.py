@@ -166,7 +166,7 @@ class Reaper:
         ended."""
         with self.db.read() as session:
             live = session.exec(
-                select(Attempt).where(col(Attempt.state).in_(["running", "stopped"]))
+                select(Attempt).where(col(Attempt.state).in_(["submitted", "running", "stopped"]))
             ).all()
         ended = 0
         self.executor.refresh([Handle.from_dict(a.handle) for a in live])
@@ -176,6 +176,10 @@ class Reaper:
             if result.status is RunStatus.UNREACHABLE:
                 self._unreachable(attempt, result.detail or "unreachable", now)
                 continue
+            if result.status is RunStatus.PENDING:  # a batch scheduler still holds it
+                continue
+            if attempt.state == "submitted" and result.started_at is not None:
+                self._started(attempt, handle, result.started_at)
             self._record_progress(attempt, self.executor.progress(handle), now)
             if result.status is RunStatus.RUNNING:
                 self._account_running(attempt, now)
@@ -183,6 +187,15 @@ class Reaper:
             self._record_end(attempt.id, result, now)
             ended += 1
         return ended
+
+    def _started(self, attempt: Attempt, handle: Handle, started_at: datetime) -> None:
+        """A submitted attempt the batch scheduler started: running since its real start."""
+        with self.db.write() as session:
+            att, job = session.get(Attempt, attempt.id), session.get(Job, attempt.job_id)
+            if att.state == "submitted":
+                mark_running(session, att, job, handle, started_at, reason="started by Slurm")
+        attempt.state = "running"
+        log.info("job %s: started by Slurm at %s", attempt.job_id, started_at.isoformat())
 
     def _account_running(self, att: Attempt, now: datetime) -> None:
         totals = self.accountant.measure(att, now.timestamp())
@@ -209,8 +222,8 @@ class Reaper:
             att = session.get(Attempt, attempt_id)
             job = session.get(Job, att.job_id)
             ended_at = result.ended_at or now
-            started = _run_started_at(att)
-            if started is not None:  # the monitor's own clock: the job's real start
+            started = result.started_at or _run_started_at(att)
+            if started is not None:  # the monitor's (or Slurm's) clock: the real start
                 att.started_at = started
             att.finished_at, att.exit_code, att.signal = ended_at, result.exit_code, result.signal
             att.detail = result.detail
@@ -226,6 +239,8 @@ class Reaper:
             checkpointed = att.suspend_sent_at is not None
             if job.cancel_requested_at is not None:
                 to, reason = JobState.CANCELLED, "cancelled by request"
+            elif result.status is RunStatus.LOST and job.state == JobState.PLANNED.value:
+                to, reason = JobState.QUEUED, f"{result.detail or 'vanished'} before it started"
             elif result.status is RunStatus.LOST:
                 to, reason = JobState.LOST, result.detail or "vanished"
             elif checkpointed and result.exit_code == 0:
@@ -263,7 +278,7 @@ class Reaper:
             rows = session.exec(
                 select(Attempt)
                 .join(Job, col(Job.id) == col(Attempt.job_id))
-                .where(col(Attempt.state).in_(["running", "stopped"]))
+                .where(col(Attempt.state).in_(["submitted", "running", "stopped"]))
                 .where(col(Job.cancel_requested_at).is_not(None))
             ).all()
         down = self.executor.unreachable_nodes()

@@ -63,6 +63,15 @@ class NodeConfig(BaseModel):
     lost_after: str = Field(
         default="5m", description="an unreachable server's jobs are lost and requeued after this"
     )
+    # -- Slurm nodes (a cluster, or one partition of it, planned as one node) -------------
+    partition: str | None = Field(default=None, description="Slurm partition (sbatch -p)")
+    account: str | None = Field(default=None, description="Slurm account (sbatch -A)")
+    sbatch_args: list[str] = Field(
+        default_factory=list, description="further sbatch options, e.g. ['--qos=green']"
+    )
+    time_margin: float = Field(
+        default=0.25, ge=0, description="--time: the estimate plus this share, plus 5 min"
+    )
 
     @field_validator("connect_timeout", "lost_after", mode="after")
     @classmethod
@@ -73,6 +82,11 @@ class NodeConfig(BaseModel):
     def _ssh_needs_host(self) -> NodeConfig:
         if self.executor == "ssh" and not self.host:
             raise ValueError(f"node {self.name}: an ssh node needs a host")
+        if self.executor == "slurm" and not self.gpus:
+            raise ValueError(
+                f"node {self.name}: a slurm node needs gpus (how many of the partition's GPUs "
+                "gridshift plans with)"
+            )
         if self.executor != "local" and self.fake_gpus is not None:
             raise ValueError(
                 f"node {self.name}: fake_gpus is for local nodes; a server's GPUs are "
@@ -152,8 +166,15 @@ class DaemonSettings(BaseModel):
     discovery: str = Field(
         default="1m", description="how often the SSH servers' GPUs are looked at again"
     )
+    lease: str = Field(
+        default="30s",
+        description="PostgreSQL: how long a silent daemon keeps the queue before another "
+        "daemon on the same database takes over",
+    )
 
-    @field_validator("slot", "refresh", "signal_max_age", "power_sample", "discovery", mode="after")
+    @field_validator(
+        "slot", "refresh", "signal_max_age", "power_sample", "discovery", "lease", mode="after"
+    )
     @classmethod
     def _durations(cls, value: str | None) -> str | None:
         return _duration(value)

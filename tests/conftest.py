@@ -1,4 +1,10 @@
-"""Shared fixtures: a private GRIDSHIFT_HOME with fake GPUs, and the real CLI."""
+"""Shared fixtures: a private GRIDSHIFT_HOME with fake GPUs, and the real CLI.
+
+Every test that touches the store runs twice, once on SQLite and once on a real
+PostgreSQL server (``[sqlite]`` and ``[postgresql]`` in its id): a test asks for
+``db_url`` (or for ``cli``, which uses it) and gets a fresh empty database of each kind.
+``@pytest.mark.backends("sqlite")`` keeps a test on the backends it is about.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -25,6 +30,14 @@ class Cli:
         self.home = home
         self.env = env
         self.started: list[subprocess.Popen] = []
+
+    @property
+    def db_url(self) -> str:
+        return self.env.get("GRIDSHIFT_DATABASE_URL") or f"sqlite:///{self.home / 'gridshift.db'}"
+
+    @property
+    def backend(self) -> str:
+        return "sqlite" if self.db_url.startswith("sqlite") else "postgresql"
 
     def run(
         self, *args: str, check: bool = True, timeout: float = 60, cwd=None, **kwargs
@@ -70,15 +83,23 @@ class Cli:
         return proc.stderr
 
     def db_rows(self, sql: str) -> list[tuple]:
-        with sqlite3.connect(self.home / "gridshift.db") as conn:
-            return conn.execute(sql).fetchall()
+        from sqlalchemy import create_engine, text
+
+        if self.backend == "sqlite" and not (self.home / "gridshift.db").exists():
+            raise LookupError("no database yet")
+        engine = create_engine(self.db_url, poolclass=_null_pool())
+        try:
+            with engine.connect() as conn:
+                return [tuple(r) for r in conn.execute(text(sql)).fetchall()]
+        finally:
+            engine.dispose()
 
     def job_count(self) -> int:
-        if not (self.home / "gridshift.db").exists():
-            return 0
+        from sqlalchemy.exc import DBAPIError
+
         try:
             return self.db_rows("SELECT count(*) FROM job")[0][0]
-        except sqlite3.OperationalError:  # no tables yet
+        except (LookupError, DBAPIError):  # no database or no tables yet
             return 0
 
     def wait_state(self, job_id: int, states: set[str], timeout: float = 30) -> dict:
@@ -90,6 +111,12 @@ class Cli:
             if time.monotonic() > deadline:
                 raise AssertionError(f"job {job_id} stayed {job['state']}, wanted {states}")
             time.sleep(0.1)
+
+
+def _null_pool():
+    from sqlalchemy.pool import NullPool
+
+    return NullPool
 
 
 def base_env(home: Path, fake_gpus: int = 4) -> dict[str, str]:
@@ -105,6 +132,48 @@ def base_env(home: Path, fake_gpus: int = 4) -> dict[str, str]:
     return env
 
 
+# -- the two store backends ----------------------------------------------------------
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "backends(*names): run this store test only on these backends"
+    )
+
+
+def pytest_generate_tests(metafunc) -> None:
+    if "db_backend" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("backends")
+    names = marker.args if marker else BACKENDS
+    metafunc.parametrize("db_backend", names, scope="module")
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """One PostgreSQL server for the whole run, started on first use."""
+    from tests.helpers.pgserver import PgServer, pg_missing
+
+    if (why := pg_missing()) is not None:
+        pytest.skip(why)
+    server = PgServer().start()
+    yield server
+    server.stop()
+
+
+def new_db_url(request, backend: str, sqlite_path: Path) -> str:
+    if backend == "sqlite":
+        return f"sqlite:///{sqlite_path}"
+    return request.getfixturevalue("pg_server").new_database()
+
+
+@pytest.fixture
+def db_url(request, db_backend: str, tmp_path: Path) -> str:
+    """A fresh, empty database of this test's backend."""
+    return new_db_url(request, db_backend, tmp_path / "test.db")
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     path = tmp_path / "gridshift-home"
@@ -113,8 +182,11 @@ def home(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def cli(home: Path) -> Iterator[Cli]:
-    c = Cli(home, base_env(home))
+def cli(request, home: Path, db_backend: str) -> Iterator[Cli]:
+    env = base_env(home)
+    if db_backend != "sqlite":
+        env["GRIDSHIFT_DATABASE_URL"] = new_db_url(request, db_backend, home / "gridshift.db")
+    c = Cli(home, env)
     yield c
     cleanup(c)
 
@@ -178,6 +250,20 @@ def ssh_servers(tmp_path: Path, user_key: Path):
     yield start
     for srv in servers:
         srv.stop()
+
+
+# -- a Slurm cluster (real munged, slurmctld, slurmd, slurmdbd) -------------------------
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """One single-node Slurm cluster with 4 GRES GPUs for the whole run, started on first
+    use. Tests that share it tell their jobs apart by name."""
+    from tests.helpers.slurmcluster import SlurmCluster, accounting_missing, slurm_missing
+
+    if (why := slurm_missing() or accounting_missing()) is not None:
+        pytest.skip(why)
+    cluster = SlurmCluster(gpus=4).start()
+    yield cluster
+    cluster.stop()
 
 
 def server_python() -> str:

@@ -1,7 +1,8 @@
 """The executors' contract (DESIGN.md): one suite, run against ``local``, ``ssh`` (a real
-sshd) and ``simulated``. What a job does is described, not scripted, so each backend
-runs the same story: one that finishes, one that checkpoints on SIGTERM, SIGKILL,
-SIGSTOP/SIGCONT, progress, and recovery of a started and of a never-started attempt."""
+sshd), ``slurm`` (a real single-node Slurm cluster) and ``simulated``. What a job does is
+described, not scripted, so each backend runs the same story: one that finishes, one that
+checkpoints on SIGTERM, SIGKILL, SIGSTOP/SIGCONT, progress, and recovery of a started and
+of a never-started attempt."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ JOB = (
     "time.sleep(float(sys.argv[1]))\n"
 )
 SHORT_S, LONG_S = 2.0, 120.0  # SHORT_S: time for a few SSH round trips under load
+LIVE = (RunStatus.RUNNING, RunStatus.PENDING)  # pending: a batch scheduler has it
 
 
 class ProcessHarness:
@@ -65,9 +67,7 @@ class ProcessHarness:
         self.until(lambda: self.executor.poll(handle) and self.executor.progress(handle))
 
     def wait(self, handle: Handle) -> PollResult:
-        return self.until(
-            lambda: (r := self.executor.poll(handle)).status is not RunStatus.RUNNING and r
-        )
+        return self.until(lambda: (r := self.executor.poll(handle)).status not in LIVE and r)
 
     def fresh(self) -> Executor:
         return self._make()
@@ -95,7 +95,7 @@ class SimHarness:
         assert self.executor.progress(handle) is not None
 
     def wait(self, handle: Handle) -> PollResult:
-        while (r := self.executor.poll(handle)).status is RunStatus.RUNNING:
+        while (r := self.executor.poll(handle)).status in LIVE:
             assert self.loop.step() is not None, "nothing left to happen"
         return r
 
@@ -103,13 +103,25 @@ class SimHarness:
         return self.executor  # the simulator's state is the executor's
 
 
-@pytest.fixture(params=["local", "ssh", "simulated"])
-def harness(request, tmp_path):
+@pytest.fixture(params=["local", "ssh", "slurm", "simulated"])
+def harness(request, tmp_path, monkeypatch):
     if request.param == "simulated":
         yield SimHarness()
         return
     if request.param == "local":
         yield ProcessHarness(LocalExecutor(), tmp_path, None, LocalExecutor)
+        return
+    if request.param == "slurm":
+        from executors.slurm import SlurmExecutor
+
+        cluster = request.getfixturevalue("slurm_cluster")
+        monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+        prefix = f"contract-{tmp_path.name}"  # attempt numbers repeat across tests
+
+        def make_slurm():
+            return SlurmExecutor(node="cluster", prefix=prefix)
+
+        yield ProcessHarness(make_slurm(), tmp_path, "cluster", make_slurm)
         return
     from executors.ssh import SshExecutor
     from executors.sshlink import SshLink
@@ -131,7 +143,7 @@ def harness(request, tmp_path):
 
 def test_a_job_runs_to_its_exit(harness):
     handle = harness.launch(1, SHORT_S)
-    assert harness.executor.poll(handle).status is RunStatus.RUNNING
+    assert harness.executor.poll(handle).status in LIVE
     result = harness.wait(handle)
     assert result.status is RunStatus.EXITED and result.exit_code == 0
     assert result.ended_at is not None

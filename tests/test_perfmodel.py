@@ -106,14 +106,14 @@ def test_throughput_table_and_calibration():
     assert tuned.throughput(8) / tuned.throughput(4) == pytest.approx(21.3 / 18.3)
 
 
-def test_calibration_refines_later_runs_of_the_same_name(tmp_path):
+def test_calibration_refines_later_runs_of_the_same_name(db_url):
     from datetime import UTC, datetime, timedelta
 
     from orchestrator.calibration import learn, model_for
     from orchestrator.db import Database
     from orchestrator.models import Attempt, Job
 
-    db = Database(f"sqlite:///{tmp_path / 'c.db'}")
+    db = Database(db_url)
     db.ensure_schema()
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     curve = curve_for("v100")

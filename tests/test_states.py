@@ -32,8 +32,11 @@ def _job(state: JobState = JobState.QUEUED) -> Job:
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory) -> Database:
-    database = Database(f"sqlite:///{tmp_path_factory.mktemp('db') / 'states.db'}")
+def db(request, db_backend, tmp_path_factory) -> Database:
+    from tests.conftest import new_db_url
+
+    path = tmp_path_factory.mktemp("db") / "states.db"
+    database = Database(new_db_url(request, db_backend, path))
     database.ensure_schema()
     return database
 

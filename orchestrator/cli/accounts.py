@@ -26,7 +26,7 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
     now = utc_now()
     with c.db.read() as session:
         row = session.get(Health, 1)
-    running = daemon_running(c.settings)
+    running = daemon_running(c.settings, c.db)
     data = {
         "daemon": "running" if running else "stopped",
         "pid": row.pid if row and running else None,

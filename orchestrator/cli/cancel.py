@@ -24,7 +24,7 @@ def cancel(
     c = context.get(ctx)
     outcome = store.cancel(c.db, job_ids, user=c.user, now=utc_now())
     stopping = any(result == "stopping" for _, result in outcome)
-    no_daemon = stopping and not daemon_running(c.settings)
+    no_daemon = stopping and not daemon_running(c.settings, c.db)
     for job_id, result in outcome:
         if result == "stopping":
             result = f"stopping (SIGTERM, then SIGKILL after {c.settings.cancel_grace_s:g}s" + (

@@ -102,6 +102,29 @@ def _table(columns, rows, styles=None):
     return text
 
 
+def _slurm(handle: dict) -> dict:
+    """What Slurm says of an attempt now (squeue, then sacct): state, exit code, times."""
+    from executors.errors import ExecutorError
+    from executors.slurm import SlurmExecutor
+
+    job_id = handle["data"]["slurm_job_id"]
+    try:
+        job = SlurmExecutor().lookup(job_id)
+    except ExecutorError as exc:
+        return {"job_id": job_id, "error": str(exc)}
+    if job is None:
+        return {"job_id": job_id, "error": "Slurm does not know this job any more"}
+    return {
+        "job_id": job_id,
+        "state": job.state,
+        "exit_code": job.exit_code,
+        "signal": job.signal,
+        "started_at": job.started_at.isoformat() if job.started_at else None,
+        "ended_at": job.ended_at.isoformat() if job.ended_at else None,
+        "energy_j": job.energy_j,
+    }
+
+
 def show(
     ctx: typer.Context,
     job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
@@ -136,6 +159,7 @@ def show(
             "energy_modelled": a.energy_modelled,
             "carbon_g": a.carbon_g,
             "cost": a.cost,
+            "slurm": _slurm(a.handle) if a.handle and "slurm_job_id" in a.handle["data"] else None,
         }
         for a in runs
     ]
@@ -176,6 +200,11 @@ def show(
                 f"  #{r['attempt']} {r['state']} on {r['node']} GPUs {r['gpu_ids']}{cap}: "
                 f"{kwh}, {grams}"
             )
+            if (s := r["slurm"]) is not None:
+                said = s.get("error") or (
+                    f"{s['state']}, exit code {'-' if s['exit_code'] is None else s['exit_code']}"
+                )
+                out.print(f"     Slurm job {s['job_id']}: {said}")
     out.print("[bold]history[/]")
     for e in events:
         reason = f"  ({e.reason})" if e.reason else ""

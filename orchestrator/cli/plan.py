@@ -29,6 +29,14 @@ def plan(
         str | None, Opt("--at", help="Plan as of this time (ISO, UTC if naive), not now.")
     ] = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON (stable keys).")] = False,
+    submit: Annotated[
+        bool,
+        Opt(
+            "--submit",
+            help="Hand the plan to the Slurm node: sbatch --begin at each planned start "
+            "(jobs handed over before and not started yet move to their new start).",
+        ),
+    ] = False,
 ) -> None:
     """Plan the queued jobs: start, GPUs, power cap, and expected energy, carbon and cost
     against running each now at full power."""
@@ -53,6 +61,11 @@ def plan(
     with c.db.read() as session:
         jobs = store.list_jobs(session, include_finished=False)
     queued = [j for j in jobs if j.state == "queued"]
+    if submit:  # handed over before, not started: planned again, and moved if need be
+        from orchestrator.handover import handed_over
+
+        pending = handed_over(c.db)
+        queued += [j for j in jobs if j.state == "planned" and j.id in pending]
     running = [
         (j, len(j.gpu_ids or []), j.started_at)
         for j in jobs
@@ -83,6 +96,11 @@ def plan(
         "running": len(running),
         "jobs": rows,
     }
+    if submit:
+        from orchestrator.handover import hand_over
+        from orchestrator.ownership import current_user
+
+        data["submitted"] = hand_over(c.settings, c.db, rows, now, current_user())
     if as_json:
         print_json(data)
         return
@@ -177,3 +195,6 @@ def _table(data: dict) -> None:
     )
     if any(not r["estimated"] for r in data["jobs"]):
         out.print("[dim]jobs without --duration have no estimate: they start now[/]")
+    for s in data.get("submitted", []):
+        slurm = f" (Slurm job {s['slurm_job_id']})" if s.get("slurm_job_id") else ""
+        out.print(f"job {s['id']}: {s['action']}{slurm}, start {s['start'][:19]}")
