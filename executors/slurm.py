@@ -146,6 +146,7 @@ class SlurmExecutor(Executor):
         self.extra_args = list(extra_args or [])
         self.timeout_s = command_timeout_s
         self._queue: dict[str, SlurmJob] | None = None  # squeue, as of the last refresh
+        self._fresh: set[str] = set()  # jobs the last refresh covered, not yet polled
         self._done: dict[str, SlurmJob] = {}  # sacct's finished jobs (they do not change)
 
     # -- commands -----------------------------------------------------------------------
@@ -217,10 +218,11 @@ class SlurmExecutor(Executor):
         """One ``squeue`` for the whole cluster (gridshift's jobs and everyone else's),
         then one ``sacct`` for the attempts that left the queue."""
         self._queue = self._squeue()
-        gone = [h.data["slurm_job_id"] for h in handles if "slurm_job_id" in h.data]
-        gone = [j for j in gone if j not in self._queue and j not in self._done]
+        ids = [h.data["slurm_job_id"] for h in handles if "slurm_job_id" in h.data]
+        gone = [j for j in ids if j not in self._done and not self._live(self._queue.get(j))]
         if gone:
             self._sacct(gone)
+        self._fresh = set(ids)
 
     def _squeue(self) -> dict[str, SlurmJob]:
         out = self._run("squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%S|%b").stdout
@@ -246,16 +248,38 @@ class SlurmExecutor(Executor):
                 self._done[job_id] = job
         return found
 
+    @staticmethod
+    def _live(job: SlurmJob | None) -> bool:
+        return job is not None and job.state in LIVE | RUNNING
+
     def lookup(self, job_id: str) -> SlurmJob | None:
-        """The job as Slurm knows it now (asked now when the last refresh did not cover it)."""
+        """The job as Slurm knows it now: as the last ``refresh`` found it (once per
+        refresh), else asked now. An ended job's record comes from sacct; while slurmdbd has
+        not stored it yet (or the cluster keeps no accounting), from ``scontrol show job``."""
         if job_id in self._done:
             return self._done[job_id]
-        if self._queue is None or job_id not in self._queue:
+        if job_id in self._fresh and self._queue is not None:
+            self._fresh.discard(job_id)
+        else:
             self._queue = self._squeue()
         job = self._queue.get(job_id)
-        if job is not None and job.state in LIVE | RUNNING:
+        if self._live(job):
             return job
-        return self._sacct([job_id]).get(job_id, job)
+        return self._sacct([job_id]).get(job_id) or self._scontrol(job_id) or job
+
+    def _scontrol(self, job_id: str) -> SlurmJob | None:
+        proc = self._run("scontrol", "show", "job", "-o", job_id, check=False)
+        fields = dict(w.split("=", 1) for w in proc.stdout.split() if "=" in w)
+        if proc.returncode != 0 or fields.get("JobId") != job_id:
+            return None
+        code, sig = parse_exit(fields.get("ExitCode", ""))
+        state = fields.get("JobState", "")
+        job = SlurmJob(job_id, fields.get("JobName", ""), state, code, sig,
+                       parse_time(fields.get("StartTime", "")),
+                       parse_time(fields.get("EndTime", "")))  # fmt: skip
+        if state not in LIVE | RUNNING:
+            self._done[job_id] = job
+        return job
 
     def _do_poll(self, handle: Handle) -> PollResult:
         job_id = handle.data.get("slurm_job_id")
@@ -263,7 +287,6 @@ class SlurmExecutor(Executor):
             job = self.lookup(job_id)
         except ExecutorError as exc:
             return PollResult(RunStatus.UNREACHABLE, detail=str(exc))
-        self._queue = None  # the next poll asks again unless a refresh comes first
         if job is None:
             return PollResult(RunStatus.LOST, detail=f"Slurm does not know job {job_id}")
         self._mirror(handle, job)

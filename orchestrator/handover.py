@@ -33,6 +33,15 @@ def handed_over(db: Database) -> dict[int, Attempt]:
     return {a.job_id: a for a in rows}
 
 
+def slurm_nodes(nodes) -> list:
+    slurm = [n for n in nodes if n.executor == "slurm"]
+    if not slurm:
+        raise SpecError(
+            '--submit hands the plan to Slurm: configure a node with executor = "slurm"'
+        )
+    return slurm
+
+
 def hand_over(
     settings: Settings, db: Database, rows: list[dict], now: datetime, user: User
 ) -> list[dict]:
@@ -42,11 +51,7 @@ def hand_over(
     from orchestrator.dispatch import Dispatcher
 
     nodes = resolve_nodes(settings)
-    slurm = [n for n in nodes if n.executor == "slurm"]
-    if not slurm:
-        raise SpecError(
-            '--submit hands the plan to Slurm: configure a node with executor = "slurm"'
-        )
+    slurm = slurm_nodes(nodes)
     router = NodeRouter(slurm_executors(settings, db), default=LocalExecutor())
     dispatcher = Dispatcher(settings=settings, db=db, executor=router, nodes=nodes, user=user)
     pending = handed_over(db)

@@ -98,6 +98,25 @@ def test_unreadable_database_is_a_failure_not_a_traceback(cli):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
+def test_an_unreachable_postgresql_server_is_one_line(cli):
+    from tests.helpers.pgserver import free_port
+
+    url = f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/gridshift"
+    cli.env["GRIDSHIFT_DATABASE_URL"] = url
+    proc = cli.run("ls", check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "database error" in proc.stderr and "127.0.0.1" in proc.stderr
+
+
+def test_plan_submit_needs_a_slurm_node(cli):
+    cli.submit("--", "true")
+    proc = cli.run("plan", "--submit", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert 'executor = "slurm"' in proc.stderr
+    assert cli.json("show", "1")["state"] == "queued", "nothing handed over"
+
+
 def test_a_daemon_given_a_missing_trace_refuses_to_start(cli):
     proc = cli.run("daemon", "--grid", "csv:/no/such.csv", "--until-idle", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -112,9 +131,11 @@ def test_a_daemon_given_a_missing_trace_refuses_to_start(cli):
         ('name = "s"\nexecutor = "ssh"', "an ssh node needs a host"),
         ('name = "s"\nexecutor = "ssh"\nhost = "h"\nfake_gpus = 2', "fake_gpus is for local"),
         ('name = "s"\nexecutor = "ssh"\nhost = "h"\nlost_after = "soon"', "lost_after"),
+        ('name = "c"\nexecutor = "slurm"', "a slurm node needs gpus"),
+        ('name = "c"\nexecutor = "slurm"\ngpus = 4\ntime_margin = -1', "time_margin"),
     ],
 )
-def test_a_bad_ssh_node_is_one_line(cli, node, message):
+def test_a_bad_node_is_one_line(cli, node, message):
     cli.home.joinpath("gridshift.toml").write_text(f"[[nodes]]\n{node}\n")
     proc = cli.run("nodes", check=False)
     assert proc.returncode == 2, proc.stderr

@@ -58,6 +58,10 @@ def plan(
     parsed_budget = Budget.parse(budget) if budget else None
     now = _when(at) if at else utc_now()
     c = context.get(ctx)
+    if submit:
+        from orchestrator.handover import slurm_nodes
+
+        slurm_nodes(resolve_nodes(c.settings))
     with c.db.read() as session:
         jobs = store.list_jobs(session, include_finished=False)
     queued = [j for j in jobs if j.state == "queued"]
