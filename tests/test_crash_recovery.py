@@ -119,7 +119,10 @@ def _daemon(cli, monkeypatch, executor=None) -> Daemon:
     settings = load_settings()
     db = Database(settings.db_url)
     db.ensure_schema()
-    return Daemon(settings=settings, db=db, executor=executor or LocalExecutor())
+    daemon = Daemon(settings=settings, db=db, executor=executor or LocalExecutor())
+    if daemon.lease is not None:  # PostgreSQL: only the lease holder may launch
+        assert daemon.lease.try_acquire() is None
+    return daemon
 
 
 def _crash_between_launch_transactions(cli, tmp_path, monkeypatch, after_launch: bool):
@@ -131,6 +134,8 @@ def _crash_between_launch_transactions(cli, tmp_path, monkeypatch, after_launch:
         raise AssertionError("expected the simulated crash")
     except _Crash:
         pass
+    if crashing.lease is not None:  # gone with the crashed process (same pid as ours here)
+        crashing.lease.release()
     assert cli.json("show", str(job_id))["state"] == "planned"
     time.sleep(0.5)  # a monitor, if one started, claims its run directory meanwhile
     cli.run_until_idle()
