@@ -17,13 +17,23 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import (
+    ArgumentError,
+    InterfaceError,
+    InternalError,
+    NoSuchModuleError,
+    OperationalError,
+)
 from sqlmodel import Session, SQLModel
 
 from orchestrator import models  # noqa: F401 - registers the tables
 from orchestrator.errors import ConfigError, StoreError
 
 BUSY_TIMEOUT_MS = 60_000
+# PostgreSQL ends a session left idle inside a transaction this long: a frozen client (a
+# hung host, a stopped process) cannot hold row locks, the daemon lease's among them, for
+# ever. gridshift's transactions are short and never wait on anything outside the database.
+PG_IDLE_IN_TRANSACTION_MS = 10_000
 _LOCKED_RETRIES = 5
 
 
@@ -43,7 +53,13 @@ class Database:
                 self._reader = self._sqlite_engine(url, immediate=False)
                 self._writer = self._sqlite_engine(url, immediate=True)
             else:
-                self._reader = self._writer = create_engine(url, pool_pre_ping=True)
+                options = f"-c idle_in_transaction_session_timeout={PG_IDLE_IN_TRANSACTION_MS}"
+                connect_args = (
+                    {"options": options} if parsed.get_backend_name() == "postgresql" else {}
+                )
+                self._reader = self._writer = create_engine(
+                    url, pool_pre_ping=True, connect_args=connect_args
+                )
         except (NoSuchModuleError, ImportError) as exc:
             raise ConfigError(
                 f"database URL {url!r} needs a driver that is not "
@@ -139,7 +155,8 @@ class Database:
     def _translate(self) -> Iterator[None]:
         try:
             yield
-        except OperationalError as exc:
+        except (OperationalError, InternalError, InterfaceError) as exc:
+            # the server or the connection (e.g. a session PostgreSQL ended), not our data
             detail = " ".join(str(exc.orig).split())  # drivers add newlines and hints
             raise StoreError(f"database error ({self.safe_url}): {detail}") from exc
         except sqlite3.Error as exc:  # pragma: no cover - raw driver errors

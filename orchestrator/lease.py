@@ -74,7 +74,7 @@ def db_now(session: Session) -> datetime:
     """The database server's clock (this host's for SQLite)."""
     if session.get_bind().dialect.name == "sqlite":
         return datetime.now(UTC)
-    value = session.execute(text("SELECT CURRENT_TIMESTAMP")).scalar_one()
+    value = session.execute(text("SELECT clock_timestamp()")).scalar_one()  # not the txn start
     return value.astimezone(UTC)
 
 
@@ -90,8 +90,8 @@ class DaemonLease:
         Returns None when held now, else the row of the daemon that holds it."""
         try:
             with self.db.write() as session:
-                now = db_now(session)
                 row = session.get(Lease, NAME, with_for_update=True)
+                now = db_now(session)  # after the lock: it may have waited for it
                 if row is None:
                     row = Lease(name=NAME, acquired_at=now, expires_at=now)
                 elif not (

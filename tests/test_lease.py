@@ -106,7 +106,9 @@ def test_silent_daemon_loses_its_lease_and_cannot_launch_when_it_wakes(cli, tmp_
     _wait(lambda: ran.exists() and ran.read_text().count("start") >= 2, 30, "the first jobs")
     first.proc.send_signal(signal.SIGSTOP)  # a hung host: alive, silent
     t0 = time.monotonic()
-    _wait(lambda: _holder_pid(cli) == second.pid, 20, "the standby daemon to take over")
+    # taken over once the lease expired; where the frozen daemon froze inside a transaction
+    # that locks the lease row, once PostgreSQL ended that idle transaction (10 s)
+    _wait(lambda: _holder_pid(cli) == second.pid, 45, "the standby daemon to take over")
     assert time.monotonic() - t0 > 1.0, "taken over only once the lease expired"
     _wait(lambda: ran.read_text().count("start") >= 4, 30, "the new holder to launch")
     first.proc.send_signal(signal.SIGCONT)  # wakes up believing it serves the queue
@@ -143,3 +145,31 @@ def test_lease_is_checked_in_the_launch_transaction(db_url):
     b.renew()
     b.release()
     assert current_holder(db) is None
+
+
+def test_a_frozen_holder_cannot_keep_the_lease_row_locked(db_url):
+    """A holder frozen inside a transaction that locks the lease row (a hung host) would
+    block every takeover; PostgreSQL ends such idle transactions, so the standby gets in."""
+    import threading
+
+    from orchestrator.db import PG_IDLE_IN_TRANSACTION_MS
+    from orchestrator.errors import StoreError
+    from orchestrator.models import Lease
+
+    db = Database(db_url)
+    db.ensure_schema()
+    a = DaemonLease(db, ttl_s=1, holder={"host": "a", "pid": 1})
+    b = DaemonLease(Database(db_url), ttl_s=30, holder={"host": "b", "pid": 2})
+    assert a.try_acquire() is None
+    took: list[float] = []
+    t0 = time.monotonic()
+    with pytest.raises(StoreError), db.write() as session:
+        session.get(Lease, "daemon", with_for_update=True)  # ... and a freezes here
+        waiter = threading.Thread(target=lambda: took.append(b.try_acquire() is None))
+        waiter.start()
+        waiter.join(PG_IDLE_IN_TRANSACTION_MS / 1000 + 20)
+        session.get(Lease, "daemon", populate_existing=True)  # a wakes: its session is gone
+    assert took == [True], "the standby took the lease over"
+    assert time.monotonic() - t0 < PG_IDLE_IN_TRANSACTION_MS / 1000 + 15
+    with pytest.raises(LeaseLost):
+        a.renew()
