@@ -27,8 +27,9 @@ def slurm_cli(cli, slurm_cluster):
 
 
 def _sacct(cluster, job_id: str, fields: str) -> list[str]:
-    out = cluster.cmd("sacct", "-X", "-n", "--parsable2", "-j", job_id, "-o", fields).stdout
-    return out.strip().split("|")
+    """sacct's record of a job, once slurmdbd has stored it (it lags the controller)."""
+    argv = ("sacct", "-X", "-n", "--parsable2", "-j", job_id, "-o", fields)
+    return _wait(lambda: cluster.cmd(*argv).stdout.strip(), 15, f"sacct {job_id}").split("|")
 
 
 def _wait(predicate, timeout: float, what: str):
