@@ -9,5 +9,11 @@ class LaunchError(ExecutorError):
     """A job could not be started."""
 
 
+class HostUnreachable(ExecutorError):
+    """The server (or a batch cluster's controller) could not be reached: refused, timed
+    out, dropped, or its host key did not match. The state of its jobs is unknown, not
+    failed."""
+
+
 class GpuControlError(ExecutorError):
     """NVML (or the GPU control backend) failed or is unavailable."""

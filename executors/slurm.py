@@ -26,13 +26,14 @@ import os
 import shlex
 import signal as _signal
 import subprocess
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from executors import runfiles
 from executors.base import Executor, Handle, LaunchSpec, PollResult, RunStatus
-from executors.errors import ExecutorError, LaunchError
+from executors.errors import ExecutorError, HostUnreachable, LaunchError
 
 log = logging.getLogger("gridshift.executors.slurm")
 
@@ -40,6 +41,8 @@ LIVE = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "RESIZING", "SUSPE
 RUNNING = {"RUNNING", "COMPLETING", "STOPPED", "SIGNALING", "STAGE_OUT"}
 LOST = {"NODE_FAIL", "BOOT_FAIL", "LAUNCH_FAILED"}
 SACCT_FIELDS = ("JobID", "JobName", "State", "ExitCode", "Start", "End", "ConsumedEnergyRaw")
+UNREACHABLE_SIGNS = ("Unable to contact slurm controller", "Socket timed out",
+                     "Connection refused", "Zero Bytes were transmitted")  # fmt: skip
 SCRIPT = "job.sbatch"
 RECORD = "slurm.json"
 
@@ -147,6 +150,7 @@ class SlurmExecutor(Executor):
         self.timeout_s = command_timeout_s
         self._queue: dict[str, SlurmJob] | None = None  # squeue, as of the last refresh
         self._fresh: set[str] = set()  # jobs the last refresh covered, not yet polled
+        self._down: tuple[float, str] | None = None  # since when, and why, Slurm cannot answer
         self._done: dict[str, SlurmJob] = {}  # sacct's finished jobs (they do not change)
 
     # -- commands -----------------------------------------------------------------------
@@ -157,10 +161,12 @@ class SlurmExecutor(Executor):
         except FileNotFoundError:
             raise ExecutorError(f"{argv[0]} not found: is Slurm's client installed?") from None
         except subprocess.TimeoutExpired:
-            raise ExecutorError(f"{argv[0]} did not answer in {self.timeout_s:g}s") from None
+            raise HostUnreachable(f"{argv[0]} did not answer in {self.timeout_s:g}s") from None
         if check and proc.returncode != 0:
             why = " ".join(proc.stderr.split()) or f"exit {proc.returncode}"
-            raise ExecutorError(f"{argv[0]}: {why}")
+            # the controller is away: the job's fate is unknown, not failed
+            gone = any(s in why for s in UNREACHABLE_SIGNS)
+            raise (HostUnreachable if gone else ExecutorError)(f"{argv[0]}: {why}")
         return proc
 
     def job_name(self, attempt_id: int) -> str:
@@ -202,6 +208,8 @@ class SlurmExecutor(Executor):
                 env[key] = os.environ[key]
         try:
             out = self._run(*argv, env=env).stdout.strip()
+        except HostUnreachable:
+            raise  # submitted or not is unknown: recovery finds it by name, or requeues it
         except ExecutorError as exc:
             raise LaunchError(str(exc)) from None
         job_id = out.split(";")[0]
@@ -216,13 +224,27 @@ class SlurmExecutor(Executor):
     # -- state --------------------------------------------------------------------------
     def refresh(self, handles: list[Handle]) -> None:
         """One ``squeue`` for the whole cluster (gridshift's jobs and everyone else's),
-        then one ``sacct`` for the attempts that left the queue."""
-        self._queue = self._squeue()
+        then one ``sacct`` for the attempts that left the queue. When the controller does
+        not answer (restarting, a network cut), the node reads unreachable for this pass:
+        its jobs keep running under Slurm, nothing new goes there, and the loop goes on."""
         ids = [h.data["slurm_job_id"] for h in handles if "slurm_job_id" in h.data]
-        gone = [j for j in ids if j not in self._done and not self._live(self._queue.get(j))]
-        if gone:
-            self._sacct(gone)
-        self._fresh = set(ids)
+        try:
+            self._queue = self._squeue()
+            gone = [j for j in ids if j not in self._done and not self._live(self._queue.get(j))]
+            if gone:
+                self._sacct(gone)
+        except ExecutorError as exc:
+            if self._down is None:
+                log.warning("Slurm does not answer: %s", exc)
+            self._down = (self._down or (time.time(), ""))[0], str(exc)
+            self._queue, self._fresh = None, set()
+            return
+        if self._down is not None:
+            log.info("Slurm answers again")
+        self._down, self._fresh = None, set(ids)
+
+    def unreachable_nodes(self) -> dict[str, float]:
+        return {self.node: self._down[0]} if self._down and self.node else {}
 
     def _squeue(self) -> dict[str, SlurmJob]:
         out = self._run("squeue", "-h", "-a", "-t", "all", "-o", "%i|%j|%T|%S|%b").stdout
@@ -283,6 +305,8 @@ class SlurmExecutor(Executor):
 
     def _do_poll(self, handle: Handle) -> PollResult:
         job_id = handle.data.get("slurm_job_id")
+        if self._down is not None:  # the last refresh found Slurm silent: not asked again
+            return PollResult(RunStatus.UNREACHABLE, detail=self._down[1])
         try:
             job = self.lookup(job_id)
         except ExecutorError as exc:
@@ -362,6 +386,8 @@ class SlurmExecutor(Executor):
     def foreign_gpus(self) -> dict[str, int]:
         """GPUs held now by running jobs that are not this queue's (the cluster is one
         gridshift node)."""
+        if self._down is not None:  # the whole node is held as unreachable meanwhile
+            return {}
         try:
             queue = self._queue if self._queue is not None else self._squeue()
         except ExecutorError as exc:
@@ -375,7 +401,10 @@ class SlurmExecutor(Executor):
     # -- recovery -----------------------------------------------------------------------
     def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None:
         record = runfiles.read_json(Path(run_dir) / RECORD)
-        job_id = record["job_id"] if record else self._find(self.job_name(attempt_id))
+        try:
+            job_id = record["job_id"] if record else self._find(self.job_name(attempt_id))
+        except ExecutorError as exc:  # cannot tell now: settled when Slurm answers
+            raise HostUnreachable(str(exc)) from None
         if job_id is None:
             return None
         return Handle(attempt_id, run_dir, {"node": node, "slurm_job_id": job_id})

@@ -29,15 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from executors import bundle
-from executors.errors import ExecutorError
+from executors.errors import ExecutorError, HostUnreachable
 
 log = logging.getLogger("gridshift.executors.ssh")
 RETRY_MIN_S, RETRY_MAX_S = 2.0, 30.0
-
-
-class HostUnreachable(ExecutorError):
-    """The server could not be reached (refused, timed out, dropped, or its host key did
-    not match): the state of its jobs is unknown, not failed."""
 
 
 class RemoteError(ExecutorError):

@@ -32,7 +32,7 @@ from orchestrator import cron, sshnodes
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.db import Database
 from orchestrator.dispatch import FAKE_GPU_STATE, Dispatcher
-from orchestrator.errors import DaemonError, GridshiftError
+from orchestrator.errors import ConfigError, DaemonError, GridshiftError
 from orchestrator.guard import suspend_due
 from orchestrator.health import HealthWriter
 from orchestrator.inventory import resolve_nodes, sync_inventory
@@ -95,9 +95,16 @@ def slurm_executors(settings: Settings, db: Database) -> dict[str, Executor]:
     """One Slurm executor per ``executor = "slurm"`` node. Its jobs are named after this
     queue (``gs<hash of the database>-a<attempt>``), so two queues can share a cluster."""
     import hashlib
+    import shutil
 
     from executors.slurm import SlurmExecutor
 
+    slurm = [cfg for cfg in settings.nodes if cfg.executor == "slurm"]
+    if slurm and shutil.which("sbatch") is None:
+        raise ConfigError(
+            f"node {slurm[0].name}: executor 'slurm' needs Slurm's client commands (sbatch, "
+            "squeue, sacct, scancel, scontrol) on PATH"
+        )
     prefix = "gs" + hashlib.sha1(db.safe_url.encode()).hexdigest()[:8]
     return {
         cfg.name: SlurmExecutor(

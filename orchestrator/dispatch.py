@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from sqlmodel import Session, col, select
 
 from executors.base import Executor, Handle, LaunchSpec
-from executors.sshlink import HostUnreachable
+from executors.errors import HostUnreachable
 from orchestrator.accounting import Accountant
 from orchestrator.db import Database
 from orchestrator.errors import ExecutorError, translate

@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from sqlmodel import Session, col, select
 
 from executors.base import Handle, PollResult, RunStatus
-from executors.sshlink import HostUnreachable
+from executors.errors import HostUnreachable
 from orchestrator.calibration import learn
 from orchestrator.errors import translate
 from orchestrator.models import Attempt, Job

@@ -99,7 +99,7 @@ def test_unreadable_database_is_a_failure_not_a_traceback(cli):
 
 
 def test_an_unreachable_postgresql_server_is_one_line(cli):
-    from tests.helpers.pgserver import free_port
+    from tests.helpers.waiting import free_port
 
     url = f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/gridshift"
     cli.env["GRIDSHIFT_DATABASE_URL"] = url
@@ -140,3 +140,19 @@ def test_a_bad_node_is_one_line(cli, node, message):
     proc = cli.run("nodes", check=False)
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and message in proc.stderr, proc.stderr
+
+
+def test_a_slurm_node_without_slurms_commands_is_one_line(cli):
+    cli.home.joinpath("gridshift.toml").write_text(
+        '[[nodes]]\nname = "cluster"\nexecutor = "slurm"\ngpus = 4\n'
+    )
+    cli.env["PATH"] = "/nonexistent"  # no sbatch anywhere
+    cli.submit("--", "true")
+    for args in (["daemon", "--until-idle"], ["plan", "--submit"]):
+        proc = cli.run(*args, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            "gridshift: error: node cluster: executor 'slurm' needs Slurm's client commands "
+            "(sbatch, squeue, sacct, scancel, scontrol) on PATH"
+        ]
+    assert cli.json("show", "1")["state"] == "queued", "nothing was lost"

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.waiting import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 TOY = str(ROOT / "examples" / "train_toy.py")
 PY = sys.executable
@@ -173,7 +175,7 @@ def test_suspend_by_stop_keeps_the_gpus_and_resumes_with_sigcont(cli, tmp_path):
     trace = tmp_path / "trace.csv"
     _write_trace(trace, t0)
     at = _intensity(t0)
-    port = _free_port()
+    port = free_port()
     daemon = cli.daemon(
         "--grid", f"csv:{trace}", "--slot", "1s", "--interval", "0.2", "--suspend", "stop",
         "--metrics-port", str(port),
@@ -202,11 +204,3 @@ def test_suspend_by_stop_keeps_the_gpus_and_resumes_with_sigcont(cli, tmp_path):
         assert _in_low(at, _ts(a["at"]), _ts(b["at"])), "it ran in low-carbon time"
     log = (cli.home / "logs" / f"{job_id}.log").read_text()
     assert "checkpointed" not in log and "training finished" in log
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

@@ -11,6 +11,7 @@ import pytest
 
 from orchestrator.db import Database
 from orchestrator.lease import DaemonLease, LeaseLost, current_holder
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.backends("postgresql")
 
@@ -29,14 +30,6 @@ def _submit(cli, ran, jobs: int = JOBS, sleep_s: float = 1.5) -> None:
 def _holder_pid(cli) -> int | None:
     holder = current_holder(Database(cli.db_url))
     return None if holder is None else holder["pid"]
-
-
-def _wait(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
 
 
 def _ran_once_each(cli, ran) -> None:
@@ -77,9 +70,9 @@ def _two_daemons(cli, lease: str) -> tuple[Logged, Logged]:
     cli.home.joinpath("gridshift.toml").write_text(f'[daemon]\nlease = "{lease}"\n')
     cli.env["GRIDSHIFT_FAKE_GPUS"] = "2"
     first = Logged(cli.daemon("--interval", "0.1"))
-    _wait(lambda: _holder_pid(cli) == first.pid, 30, "the first daemon to take the lease")
+    wait_for(lambda: _holder_pid(cli) == first.pid, 30, "the first daemon to take the lease")
     second = Logged(cli.daemon("--interval", "0.1"))
-    _wait(lambda: "standing by" in second.text, 30, "the second daemon to stand by")
+    wait_for(lambda: "standing by" in second.text, 30, "the second daemon to stand by")
     return first, second
 
 
@@ -87,12 +80,12 @@ def test_killed_daemon_is_replaced_by_the_one_standing_by(cli, tmp_path):
     ran = tmp_path / "ran"
     _submit(cli, ran)
     first, second = _two_daemons(cli, "30s")
-    _wait(lambda: ran.exists() and ran.read_text().count("start") >= 2, 30, "the first jobs")
+    wait_for(lambda: ran.exists() and ran.read_text().count("start") >= 2, 30, "the first jobs")
     assert _holder_pid(cli) == first.pid, "the second daemon stands by"
     first.stop(signal.SIGKILL)
     # Same host: the dead holder is known dead, so no need to wait out its 30 s lease.
-    _wait(lambda: _holder_pid(cli) == second.pid, 15, "the standby daemon to take over")
-    _wait(lambda: all(j["state"] == "completed" for j in cli.json("ls", "--all")), 60, "all")
+    wait_for(lambda: _holder_pid(cli) == second.pid, 15, "the standby daemon to take over")
+    wait_for(lambda: all(j["state"] == "completed" for j in cli.json("ls", "--all")), 60, "all")
     _ran_once_each(cli, ran)
     err = second.stop()
     assert "running on" not in err.split("holding the lease")[0], "nothing ran on standby"
@@ -103,19 +96,19 @@ def test_silent_daemon_loses_its_lease_and_cannot_launch_when_it_wakes(cli, tmp_
     ran = tmp_path / "ran"
     _submit(cli, ran)
     first, second = _two_daemons(cli, "2s")
-    _wait(lambda: ran.exists() and ran.read_text().count("start") >= 2, 30, "the first jobs")
+    wait_for(lambda: ran.exists() and ran.read_text().count("start") >= 2, 30, "the first jobs")
     first.proc.send_signal(signal.SIGSTOP)  # a hung host: alive, silent
     t0 = time.monotonic()
     # taken over once the lease expired; where the frozen daemon froze inside a transaction
     # that locks the lease row, once PostgreSQL ended that idle transaction (10 s)
-    _wait(lambda: _holder_pid(cli) == second.pid, 45, "the standby daemon to take over")
+    wait_for(lambda: _holder_pid(cli) == second.pid, 45, "the standby daemon to take over")
     assert time.monotonic() - t0 > 1.0, "taken over only once the lease expired"
-    _wait(lambda: ran.read_text().count("start") >= 4, 30, "the new holder to launch")
+    wait_for(lambda: ran.read_text().count("start") >= 4, 30, "the new holder to launch")
     first.proc.send_signal(signal.SIGCONT)  # wakes up believing it serves the queue
-    _wait(lambda: all(j["state"] == "completed" for j in cli.json("ls", "--all")), 60, "all")
+    wait_for(lambda: all(j["state"] == "completed" for j in cli.json("ls", "--all")), 60, "all")
     _ran_once_each(cli, ran)
     assert _holder_pid(cli) == second.pid
-    _wait(lambda: "taken over by" in first.text, 30, "the woken daemon to notice")
+    wait_for(lambda: "taken over by" in first.text, 30, "the woken daemon to notice")
     assert first.proc.poll() is None, "the woken daemon stands by, it does not exit"
     err = first.stop()
     assert "standing by" in err.split("taken over by")[1], err

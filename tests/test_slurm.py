@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from executors.slurm import parse_exit, parse_gres_gpus, parse_sacct
+from tests.helpers.waiting import wait_for
 
 HIGH, LOW = 500.0, 100.0
 
@@ -29,16 +30,7 @@ def slurm_cli(cli, slurm_cluster):
 def _sacct(cluster, job_id: str, fields: str) -> list[str]:
     """sacct's record of a job, once slurmdbd has stored it (it lags the controller)."""
     argv = ("sacct", "-X", "-n", "--parsable2", "-j", job_id, "-o", fields)
-    return _wait(lambda: cluster.cmd(*argv).stdout.strip(), 15, f"sacct {job_id}").split("|")
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while not (got := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
-    return got
+    return wait_for(lambda: cluster.cmd(*argv).stdout.strip(), 15, f"sacct {job_id}").split("|")
 
 
 def test_daemon_runs_jobs_on_slurm_and_show_reports_sacct(slurm_cli):
@@ -67,7 +59,7 @@ def test_jobs_submitted_by_hand_are_capacity_gridshift_does_not_use(slurm_cli, t
     cli = slurm_cli
     theirs = cli.cluster.cmd("sbatch", "--parsable", "--gres=gpu:3", "-o", "/dev/null",
                              "--wrap", "sleep 60").stdout.strip()  # fmt: skip
-    _wait(lambda: _sacct(cli.cluster, theirs, "State") == ["RUNNING"], 30, "the hand job")
+    wait_for(lambda: _sacct(cli.cluster, theirs, "State") == ["RUNNING"], 30, "the hand job")
     mine = cli.submit("--gpus", "2", "--", "true")
     daemon = cli.daemon("--interval", "0.2")
     time.sleep(3)  # several passes while 1 GPU of 4 is free
@@ -152,3 +144,18 @@ def test_sacct_and_squeue_fields_parse():
     assert parse_exit("0:15") == (143, 15) and parse_exit("x") == (None, None)
     assert parse_gres_gpus("gres/gpu:2") == 2 and parse_gres_gpus("gpu:a100:4") == 4
     assert parse_gres_gpus("gres:gpu:1,gres:nic:2") == 1 and parse_gres_gpus("N/A") == 0
+
+
+def test_a_silent_slurm_controller_makes_the_node_unreachable_not_the_daemon_fail(
+    tmp_path, monkeypatch
+):
+    from executors.base import Handle, RunStatus
+    from executors.slurm import SlurmExecutor
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue, as when it cannot be run
+    ex = SlurmExecutor(node="cluster")
+    handle = Handle(1, str(tmp_path), {"node": "cluster", "slurm_job_id": "5"})
+    ex.refresh([handle])  # does not raise: the daemon's pass goes on
+    assert ex.poll(handle).status is RunStatus.UNREACHABLE
+    assert "squeue not found" in ex.poll(handle).detail
+    assert set(ex.unreachable_nodes()) == {"cluster"} and ex.foreign_gpus() == {}

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import server_python
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -35,15 +36,6 @@ def write_config(home: Path, nodes: list[dict], top: dict | None = None) -> None
 def ssh_node(srv, servers, name: str, **extra) -> dict:
     return srv.node(name, servers.known_hosts, python=server_python(), lost_after="3s",
                     connect_timeout="2s", **extra)  # fmt: skip
-
-
-def _wait(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while not (got := predicate()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
-    return got
 
 
 # Names, arguments and environment full of shell syntax; the remote job writes what it
@@ -145,7 +137,7 @@ def test_two_servers_pack_place_and_survive_one_going_away(cli, ssh_servers, tmp
         shown = {j: cli.wait_state(j, {"running"}, timeout=30) for j in [wide, *singles]}
         assert {shown[j]["node"] for j in singles} == {"a"}, "single-GPU jobs packed on a"
         assert shown[wide]["node"] == "b" and len(shown[wide]["gpu_ids"]) == 4
-        _wait(lambda: ckpt.exists() and int(ckpt.read_text()) >= 4, what="wide job progress")
+        wait_for(lambda: ckpt.exists() and int(ckpt.read_text()) >= 4, what="wide job progress")
         first_pid = int(ckpt.with_suffix(".ckpt.starts").read_text().split()[0])
 
         b.stop()  # b goes off the network; its job keeps running there, unreachable
@@ -163,7 +155,7 @@ def test_two_servers_pack_place_and_survive_one_going_away(cli, ssh_servers, tmp
         b.start()  # back: the orphan is fenced, then b is used again
         again = cli.wait_state(wide, {"running", "completed"}, timeout=30)
         assert again["node"] == "b"
-        _wait(lambda: not _alive(first_pid), timeout_s=10, what="the orphan to be fenced")
+        wait_for(lambda: not _alive(first_pid), timeout_s=10, what="the orphan to be fenced")
         done = cli.wait_state(wide, {"completed"}, timeout=60)
         assert done["attempts"] == 2
         starts = [
@@ -246,10 +238,10 @@ def test_fencing_kills_what_runs_and_stops_what_never_started(ssh_servers, tmp_p
     spec = LaunchSpec(1, 1, ["sleep", "60"], str(tmp_path), env, [], str(tmp_path / "1.log"),
                       str(tmp_path / "run-1"), node="s")  # fmt: skip
     handle = ex.launch(spec)
-    _wait(lambda: Path(handle.data["remote_run_dir"], "job.json").exists(), what="job start")
+    wait_for(lambda: Path(handle.data["remote_run_dir"], "job.json").exists(), what="job start")
     # as the reaper knows an attempt whose launch never answered: its id and node only
     assert ex.fence(Handle(1, spec.run_dir, {"node": "s"}))
-    result = _wait(lambda: (r := ex.poll(handle)).status is not RunStatus.RUNNING and r)
+    result = wait_for(lambda: (r := ex.poll(handle)).status is not RunStatus.RUNNING and r)
     assert result.exit_code == 137
     assert ex.fence(Handle(2, str(tmp_path / "run-2"), {"node": "s"}))
     claim = Path(cfg.remote_dir) / "run" / "attempt-2" / "claim"

@@ -58,10 +58,12 @@ def plan(
     parsed_budget = Budget.parse(budget) if budget else None
     now = _when(at) if at else utc_now()
     c = context.get(ctx)
-    if submit:
+    if submit:  # before planning: a plan that cannot be handed over is not worth making
+        from orchestrator.daemon import slurm_executors
         from orchestrator.handover import slurm_nodes
 
         slurm_nodes(resolve_nodes(c.settings))
+        slurm_executors(c.settings, c.db)
     with c.db.read() as session:
         jobs = store.list_jobs(session, include_finished=False)
     queued = [j for j in jobs if j.state == "queued"]

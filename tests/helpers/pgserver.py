@@ -17,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.helpers.waiting import free_port
+
 
 def pg_bin() -> Path | None:
     """The newest installed PostgreSQL's bin directory, or None."""
@@ -44,12 +46,6 @@ def pg_missing() -> str | None:
         except KeyError:
             return "running as root, and there is no 'postgres' user to run PostgreSQL as"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PgServer:

@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from tests.helpers.waiting import free_port
+
 SBIN = Path("/usr/sbin")
 NEEDED = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "sacct", "scancel", "scontrol")
@@ -40,12 +42,6 @@ def accounting_missing() -> str | None:
     if not (SBIN / "mariadbd").exists() and not (SBIN / "mysqld").exists():
         return "MariaDB is not installed (Debian: apt-get install mariadb-server)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_port(port: int, proc: subprocess.Popen, log: Path, what: str, timeout: float = 30):
@@ -98,7 +94,7 @@ class SlurmCluster:
         if proc.returncode != 0:
             raise RuntimeError(f"mariadb-install-db failed: {proc.stderr[-1500:]}")
         server = SBIN / "mariadbd" if (SBIN / "mariadbd").exists() else SBIN / "mysqld"
-        self.mysql_port = _free_port()
+        self.mysql_port = free_port()
         log = self.dir / "mysql.log"
         proc = self._start(
             [str(server), "--no-defaults", "--user=root", f"--datadir={data}",
@@ -110,7 +106,7 @@ class SlurmCluster:
         _wait_port(self.mysql_port, proc, log, "MariaDB")
 
     def _slurmdbd(self) -> None:
-        self.dbd_port = _free_port()
+        self.dbd_port = free_port()
         conf = self.dir / "slurmdbd.conf"
         conf.write_text(
             "\n".join([
@@ -128,7 +124,7 @@ class SlurmCluster:
         _wait_port(self.dbd_port, proc, log, "slurmdbd")
 
     def _slurm_conf(self) -> None:
-        self.ctld_port, self.slurmd_port = _free_port(), _free_port()
+        self.ctld_port, self.slurmd_port = free_port(), free_port()
         for i in range(self.gpus):
             (self.dir / f"gpu{i}").touch()
         d = self.dir

@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.helpers.waiting import free_port
+
 SSHD = "/usr/sbin/sshd"
 HELPERS = Path(__file__).resolve().parent
 
@@ -41,12 +43,6 @@ def keygen(path: Path) -> Path:
         capture_output=True,
     )
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class SshServer:
