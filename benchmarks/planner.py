@@ -161,9 +161,10 @@ def replan_speed(quick: bool) -> dict:
     import numpy as np
 
     from grid.forecasters import StepForecaster
-    from orchestrator.budget import Budget, Ledger
-    from orchestrator.perfmodel import JobModel, curve_for
-    from orchestrator.policies.base import QueuedJob, Snapshot, resolve_policy
+    from orchestrator.planning.budgets import Budget, Ledger
+    from orchestrator.planning.perfmodel import JobModel, curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.planning.policies.base import QueuedJob, Snapshot
     from orchestrator.sim.inputs import prepare
     from orchestrator.sim.scenario import Scenario
 
@@ -207,8 +208,8 @@ def replan_speed(quick: bool) -> dict:
     out["replan_s_budget_with_budget"] = round(times[1], 3)
     out["replan_s_budget"] = round(max(times), 3)
     if not quick:
-        from orchestrator.policies.milp import score
-        from orchestrator.policies.problem import Problem
+        from orchestrator.planning.policies.milp import score
+        from orchestrator.planning.policies.problem import Problem
 
         policy = resolve_policy("optimal")
         started = time.perf_counter()

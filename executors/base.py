@@ -15,7 +15,7 @@ from typing import Any
 
 from executors.errors import LaunchError
 
-log = logging.getLogger("gridshift.executors")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class LaunchSpec:
     run_dir: str
     run_as_uid: int | None = None  # None: run as the executor's own user
     run_as_gid: int | None = None
-    log_gid: int | None = None  # group that may read the log (shared queues)
+    log_gid: int | None = None  # unused: a log is its job's user's alone (0600)
     gpu_backend: str = "none"  # "nvml", "smi", "fake[:<power_w>[@<state>]]" or "none"
     power_sample_s: float | None = None  # energy samples in the power log (None: default)
     node: str | None = None  # which node's executor runs it (None: the local one)
@@ -80,6 +80,8 @@ class PollResult:
     energy_j: float | None = None  # None: not measurable here, never invented
     detail: str | None = None
     started_at: datetime | None = None  # where the backend knows it (batch schedulers)
+    # LOST only: it may have run to its end (a batch scheduler forgot it): never rerun
+    unknown_outcome: bool = False
 
 
 class Executor(ABC):
@@ -151,6 +153,16 @@ class Executor(ABC):
         """GPUs that jobs gridshift did not start hold now, per node (batch clusters
         shared with people submitting by hand)."""
         return {}
+
+    def release(self, handle: Handle) -> None:  # noqa: B027 - optional hook
+        """Let a launched attempt start once it is recorded (batch schedulers submit it
+        held); nothing to do where a launch starts at once."""
+
+    def withdraw(self, handle: Handle) -> None:  # noqa: B027 - optional hook
+        """Undo a launch the daemon could not record (its lease was lost, or another
+        daemon settled the attempt meanwhile). Where the claim protocol settles it (local,
+        SSH: a recovering daemon either reattaches or abandoned it before its monitor
+        claimed it), nothing is done."""
 
     def reschedule(self, handle: Handle, begin_at: datetime) -> bool:
         """Move an attempt that was handed over but has not started to a new planned

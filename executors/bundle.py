@@ -18,12 +18,13 @@ from pathlib import Path
 FILES = (
     "__init__.py",
     "errors.py",
-    "gpu.py",
+    "gpu/__init__.py",
+    "gpu/base.py",
+    "gpu/smi.py",
     "procs.py",
     "remote.py",
     "runfiles.py",
     "shim.py",
-    "smi.py",
 )
 
 # Runs as ``python3 -c INSTALL LIB_DIR`` with the archive on standard input.

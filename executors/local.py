@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from datetime import datetime
 from pathlib import Path
 
 from executors import procs, runfiles, shim
@@ -24,10 +23,15 @@ class LocalExecutor(Executor):
     def _do_launch(self, spec: LaunchSpec) -> Handle:
         run_dir = Path(spec.run_dir)
         try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            os.chmod(run_dir, 0o711)  # the job may reach its progress file, not list
+            run_dir.parent.mkdir(parents=True, exist_ok=True)
+            # the monitor's; the job (maybe another user) reaches its progress file only
+            runfiles.make_dir(run_dir, 0o711)
             runfiles.write_json(run_dir / runfiles.SPEC, spec.to_dict())
-            child, monitor = shim.spawn(run_dir)
+            try:
+                child, monitor = shim.spawn(run_dir)
+            except OSError:
+                runfiles.remove(run_dir / runfiles.SPEC)  # no monitor will read it
+                raise
         except OSError as exc:
             raise LaunchError(f"cannot start the job monitor in {run_dir}: {exc}") from exc
         self._children[spec.attempt_id] = child
@@ -40,6 +44,8 @@ class LocalExecutor(Executor):
         monitor_alive = procs.is_alive(ProcessId.from_dict(handle.data["monitor"]))
         # exit.json is read after the liveness check: no lost race
         exit_data = runfiles.read_json(run_dir / runfiles.EXIT)
+        if exit_data is None and (run_dir / runfiles.EXIT).exists():
+            exit_data = ""  # there, but not a JSON object: a bad record (poll_result)
         job = self._job_process(run_dir)
         return poll_result(exit_data, monitor_alive, job is not None and procs.is_alive(job))
 
@@ -50,15 +56,17 @@ class LocalExecutor(Executor):
 
     @staticmethod
     def _job_process(run_dir: Path) -> ProcessId | None:
-        data = runfiles.read_json(run_dir / runfiles.JOB)
-        return ProcessId.from_dict(data) if data else None
+        """The job's process as its start record names it; None when there is no
+        believable record (``runfiles.check_job``)."""
+        try:
+            data = runfiles.read_job(run_dir)
+        except runfiles.BadRunFile:
+            return None
+        return ProcessId(data["pid"], data["start_ticks"]) if data and data["pid"] else None
 
     def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
-        try:
-            text = (Path(handle.run_dir) / runfiles.PROGRESS).read_text()
-        except (FileNotFoundError, PermissionError, UnicodeDecodeError):
-            return None
-        return runfiles.parse_progress(text)
+        text = runfiles.read_progress(Path(handle.run_dir))
+        return runfiles.parse_progress(text) if text is not None else None
 
     # -- signal -------------------------------------------------------------------------
     def _do_signal(self, handle: Handle, sig: int) -> bool:
@@ -66,6 +74,8 @@ class LocalExecutor(Executor):
         if job is None or not procs.is_alive(job):
             return False
         try:
+            if os.getpgid(job.pid) != job.pid:  # the job leads its own group; else forged
+                return False
             os.killpg(job.pid, sig)  # the job leads its own session and group
         except ProcessLookupError:
             return False
@@ -78,28 +88,36 @@ class LocalExecutor(Executor):
         path = Path(run_dir)
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         if runfiles.try_claim(path, "abandoned"):
+            runfiles.remove(path / runfiles.SPEC)  # it holds the job's environment
             return None  # the monitor never claimed it and now never will
         claim = runfiles.read_claim(path) or ""
         if not claim.startswith("started"):
             return None
-        _, pid, ticks = claim.split()
-        return Handle(
-            attempt_id=attempt_id,
-            run_dir=run_dir,
-            data={"monitor": {"pid": int(pid), "start_ticks": int(ticks)}},
-        )
+        try:
+            _, pid, ticks = claim.split()
+            monitor = {"pid": int(pid), "start_ticks": int(ticks)}
+        except ValueError:  # a claim the monitor did not write: no monitor to follow
+            monitor = {"pid": 0, "start_ticks": -1}
+        return Handle(attempt_id=attempt_id, run_dir=run_dir, data={"monitor": monitor})
 
 
-def poll_result(exit_data: dict | None, monitor_alive: bool, job_alive: bool) -> PollResult:
-    """What a run directory says (``exit.json`` read after the liveness checks)."""
-    if exit_data is not None:
+def poll_result(exit_data: dict | str | None, monitor_alive: bool, job_alive: bool) -> PollResult:
+    """What a run directory says (``exit.json`` read after the liveness checks). The
+    exit record counts once its monitor is gone (the monitor writes it last, then exits;
+    one a job forged while its monitor still waits is overwritten by the real one). One
+    that cannot be believed (``runfiles.check_exit``) makes the attempt lost, with why."""
+    if exit_data is not None and not monitor_alive:
+        try:
+            record = runfiles.check_exit(exit_data)
+        except runfiles.BadRunFile as exc:
+            return PollResult(RunStatus.LOST, detail=f"exit.json cannot be believed: {exc}")
         return PollResult(
             RunStatus.EXITED,
-            exit_code=exit_data["exit_code"],
-            signal=exit_data.get("signal"),
-            ended_at=datetime.fromisoformat(exit_data["ended_at"]),
-            energy_j=exit_data.get("energy_j"),
-            detail=exit_data.get("detail"),
+            exit_code=record["exit_code"],
+            signal=record["signal"],
+            ended_at=record["ended_at"],
+            energy_j=record["energy_j"],
+            detail=record["detail"],
         )
     if monitor_alive:
         return PollResult(RunStatus.RUNNING)

@@ -5,10 +5,11 @@ verbs over SSH with argument lists it quotes itself. Values from users (commands
 environments) travel as JSON on standard input, never on a command line. Every verb
 prints one JSON object. Paths are relative to the login directory unless absolute.
 
-- ``launch``: stdin ``{"spec": {...}}``; writes ``spec.json`` in the run directory and
-  starts the job monitor (``executors.shim``, the one local jobs use) in a session of its
-  own, so the job outlives the SSH connection. Prints the monitor's identity and the
-  absolute run directory and log path.
+- ``launch``: stdin ``{"spec": {...}}``; writes ``spec.json`` (which the monitor removes
+  once read: it holds the environment) and ``launch.json`` (the log's path, for recovery)
+  in the run directory and starts the job monitor (``executors.shim``, the one local jobs
+  use) in a session of its own, so the job outlives the SSH connection. Prints the
+  monitor's identity and the absolute run directory and log path.
 - ``status``: stdin ``{"runs": [{"run_dir", "monitor", "power_offset"}]}``; for each run
   its claim, ``job.json``, ``exit.json``, progress text, whether monitor and job live,
   and the power log from the offset on.
@@ -26,12 +27,14 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
 
 from executors import procs, runfiles, shim
 
 READ_MAX = 1 << 20
+LAUNCH = "launch.json"  # where the job's log is, for recovery
 
 
 def _abs(path: str) -> Path:
@@ -39,7 +42,31 @@ def _abs(path: str) -> Path:
 
 
 def _alive(data: dict | None) -> bool:
-    return bool(data) and procs.is_alive(procs.ProcessId.from_dict(data))
+    """Whether the process a record names (a monitor, or a job's ``job.json``, which
+    the job may have forged) still runs; False for a record that names none."""
+    if not isinstance(data, dict):
+        return False
+    try:
+        proc = procs.ProcessId.from_dict(data)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        return False
+    return proc.pid > 1 and procs.is_alive(proc)
+
+
+def _job(run_dir: Path) -> dict | None:
+    """The job's start record when it can be believed (``runfiles.check_job``)."""
+    data = runfiles.read_json(run_dir / runfiles.JOB)
+    try:
+        runfiles.check_job(data)
+    except runfiles.BadRunFile:
+        return None
+    return data
+
+
+def _ascii(data: bytes) -> str:
+    """Bytes as text of the same length (each byte not ASCII becomes ``?``), so the
+    daemon counts the bytes it mirrored right whatever a job wrote in its power log."""
+    return bytes(b if b < 128 else 63 for b in data).decode("ascii")
 
 
 def launch(request: dict) -> dict:
@@ -50,6 +77,8 @@ def launch(request: dict) -> dict:
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     spec.update(run_dir=str(run_dir), log_path=str(log_path), workdir=str(workdir))
+    # the log's path outlives spec.json, which the monitor removes once read
+    runfiles.write_json(run_dir / LAUNCH, {"log_path": str(log_path)})
     runfiles.write_json(run_dir / runfiles.SPEC, spec)
     _, monitor = shim.spawn(run_dir)
     return {"monitor": monitor, "run_dir": str(run_dir), "log_path": str(log_path)}
@@ -57,23 +86,26 @@ def launch(request: dict) -> dict:
 
 def _status_of(run: dict) -> dict:
     run_dir = _abs(run["run_dir"])
-    job = runfiles.read_json(run_dir / runfiles.JOB)  # before the power log: see shim
+    job = _job(run_dir)  # before the power log: see shim
     power_path = run_dir / runfiles.POWER
     power, offset = "", int(run.get("power_offset") or 0)
     if power_path.exists():
         with open(power_path, "rb") as fh:
             fh.seek(offset)
             data = fh.read(READ_MAX)
-        power = data[: data.rfind(b"\n") + 1].decode("ascii", "replace")
-    try:
-        progress = (run_dir / runfiles.PROGRESS).read_text(errors="replace")[:4096]
-    except OSError:
-        progress = None
+        end = data.rfind(b"\n") + 1
+        if end == 0 and len(data) == READ_MAX:  # no line end in a whole read: garbage,
+            data, end = data[:-1] + b"\n", READ_MAX  # passed on as one line to skip
+        power = _ascii(data[:end])
+    progress = runfiles.read_progress(run_dir)
     monitor_alive = _alive(run.get("monitor"))
+    exit_data = runfiles.read_json(run_dir / runfiles.EXIT)  # after the liveness checks
+    if exit_data is None and (run_dir / runfiles.EXIT).exists():
+        exit_data = ""  # there but not a JSON object: the daemon calls it a bad record
     return {
         "claim": runfiles.read_claim(run_dir) if run_dir.exists() else None,
         "job": job,
-        "exit": runfiles.read_json(run_dir / runfiles.EXIT),  # after the liveness checks
+        "exit": exit_data,
         "monitor_alive": monitor_alive,
         "job_alive": _alive(job),
         "progress": progress,
@@ -87,11 +119,13 @@ def status(request: dict) -> dict:
 
 
 def send_signal(run_dir: str, sig: int) -> dict:
-    job = runfiles.read_json(_abs(run_dir) / runfiles.JOB)
+    job = _job(_abs(run_dir))
     if not _alive(job):
         return {"sent": False}
     try:
-        os.killpg(int(job["pid"]), sig)
+        if os.getpgid(job["pid"]) != job["pid"]:  # the job leads its own group; else forged
+            return {"sent": False}
+        os.killpg(job["pid"], sig)
     except ProcessLookupError:
         return {"sent": False}
     return {"sent": True}
@@ -101,12 +135,14 @@ def claim(run_dir: str) -> dict:
     path = _abs(run_dir)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     claimed = runfiles.try_claim(path, "abandoned")
-    spec = runfiles.read_json(path / runfiles.SPEC) or {}
+    if claimed:
+        runfiles.remove(path / runfiles.SPEC)  # it holds the job's environment
+    launched = runfiles.read_json(path / LAUNCH) or {}
     return {
         "claimed": claimed,
         "claim": runfiles.read_claim(path),
         "run_dir": str(path),
-        "log_path": spec.get("log_path"),
+        "log_path": launched.get("log_path"),
     }
 
 
@@ -119,12 +155,20 @@ def fence(run_dir: str) -> dict:
 
 
 def read(path: str, offset: int) -> int:
+    """A block of a log: never through a link, only a regular file."""
     try:
-        with open(_abs(path), "rb") as fh:
-            fh.seek(offset)
-            data = fh.read(READ_MAX)
+        fd = os.open(_abs(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except FileNotFoundError:
         return 3
+    except OSError as exc:  # a link (ELOOP), a permission: not a log this account reads
+        sys.stderr.write(f"cannot read {path}: {exc.strerror}\n")
+        return 4
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            sys.stderr.write(f"cannot read {path}: not a regular file\n")
+            return 4
+        fh.seek(offset)
+        data = fh.read(READ_MAX)
     sys.stdout.buffer.write(data)
     return 0
 

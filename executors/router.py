@@ -69,6 +69,12 @@ class NodeRouter(Executor):
     def reschedule(self, handle: Handle, begin_at: datetime) -> bool:
         return self._of(handle).reschedule(handle, begin_at)
 
+    def release(self, handle: Handle) -> None:
+        self._of(handle).release(handle)
+
+    def withdraw(self, handle: Handle) -> None:
+        self._of(handle).withdraw(handle)
+
     def close(self) -> None:
         for ex in self._backends():
             ex.close()

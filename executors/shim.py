@@ -6,10 +6,18 @@ the job in a new session and process group with its output appended to the job's
 records the job's pid and start time, waits, and records the exit code, the end time and
 the GPU energy the job used (from energy counters; null where there are none). A job that
 ends while no daemon runs is thus recorded with its real exit code and end time.
+
+On a shared server the monitor runs as root and the job as its submitter. The monitor
+reads ``spec.json`` once and removes it (it holds the job's environment); it creates the
+job's log and progress file itself (``O_EXCL``, never through a link) and hands them to
+the job's user on their descriptors; the job's own process drops to the submitter
+(groups, gid, uid) before it enters the working directory, so that directory is resolved
+with the submitter's rights, not root's. The job cannot write the monitor's files.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import signal
@@ -40,7 +48,10 @@ class PowerLog:
 
     def __init__(self, path: Path, start: list[float] | None) -> None:
         self._start = sum(start) if start is not None else None
-        self._fh = open(path, "a", buffering=1) if start is not None else None  # noqa: SIM115
+        self._fh = None
+        if start is not None:
+            fd = runfiles.create_owned(path, None, None, os.O_APPEND)
+            self._fh = os.fdopen(fd, "a", buffering=1)
 
     def sample(self, t_s: float, reading: list[float] | None) -> None:
         if self._fh is None or reading is None:
@@ -68,81 +79,114 @@ def _ignore(_signum, _frame) -> None:
     pass
 
 
-def _open_log(spec: dict) -> int:
-    mode = 0o640 if spec.get("log_gid") is not None else 0o600
-    fd = os.open(spec["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode)
-    uid, gid = spec.get("run_as_uid"), spec.get("log_gid")
-    if os.geteuid() == 0 and (uid is not None or gid is not None):
-        os.fchown(fd, uid if uid is not None else -1, gid if gid is not None else -1)
-    return fd
+class Identity:
+    """Whom the job runs as, when that is not the monitor's own user."""
+
+    def __init__(self, uid: int, gid: int, groups: list[int]) -> None:
+        self.uid, self.gid, self.groups = uid, gid, groups
 
 
-def _progress_file(run_dir: Path, spec: dict) -> str:
-    """An empty progress file the job (as its own user) may overwrite."""
-    path = run_dir / runfiles.PROGRESS
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    uid = spec.get("run_as_uid")
-    if uid is not None and os.geteuid() == 0:
-        os.fchown(fd, uid, -1)
-    os.close(fd)
-    return str(path)
-
-
-def _identity_kwargs(spec: dict) -> dict:
+def _identity(spec: dict) -> Identity | None:
+    """The submitter (KeyError when that user no longer exists); None: run as ourselves."""
     uid = spec.get("run_as_uid")
     if uid is None or uid == os.geteuid():
-        return {}
+        return None
     entry = pwd.getpwuid(uid)
     gid = spec.get("run_as_gid")
     gid = entry.pw_gid if gid is None else gid
-    return {"user": uid, "group": gid, "extra_groups": os.getgrouplist(entry.pw_name, gid)}
+    return Identity(uid, gid, os.getgrouplist(entry.pw_name, gid))
 
 
-def run(run_dir: Path) -> int:
-    me = procs.self_id()
-    if not runfiles.try_claim(run_dir, f"started {me.pid} {me.start_ticks}"):
-        return 0  # a recovering daemon abandoned this attempt before we got here
-    spec = runfiles.read_json(run_dir / runfiles.SPEC)
-    assert spec is not None, "spec.json is written before the monitor starts"
-    # Only the job's own group is ever signalled; the monitor shrugs off stray signals.
-    # A handler, not SIG_IGN: ignored signals would stay ignored in the job after exec.
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _ignore)
+def _start(spec: dict, env: dict, log_fd: int, who: Identity | None) -> subprocess.Popen:
+    """Start the job in a session of its own. ``subprocess`` enters ``cwd=`` before it
+    changes the user, so the working directory is entered here after the change (its
+    ``preexec_fn`` runs after setgroups, setregid and setreuid): a path swapped for a link
+    after submission leads only where the submitter may go. Why it could not enter it
+    comes back over a pipe, as an OSError naming the directory."""
+    workdir = spec["workdir"]
+    err_r, err_w = os.pipe()  # close-on-exec: the job never holds it
 
-    log_fd = _open_log(spec)
-    env = dict(spec["env"])
-    env["GRIDSHIFT_PROGRESS_FILE"] = _progress_file(run_dir, spec)
-    gpus: list[int] = spec["gpu_indices"]
+    def enter() -> None:
+        try:
+            os.chdir(workdir)
+        except OSError as exc:
+            os.write(err_w, str(exc.errno or errno.EACCES).encode())
+            raise
+
+    identity = {}
+    if who is not None:
+        identity = {"user": who.uid, "group": who.gid, "extra_groups": who.groups}
     try:
-        ctl = gpu_control_for(spec["gpu_backend"])
-    except Exception:
-        ctl = None
-    try:
-        identity = _identity_kwargs(spec)  # KeyError: the user no longer exists
-        child = subprocess.Popen(
+        return subprocess.Popen(
             spec["command"],
-            cwd=spec["workdir"],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=log_fd,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            preexec_fn=enter,  # runs after the uid change; the monitor has no threads
             **identity,
         )
-    except (OSError, subprocess.SubprocessError, KeyError) as exc:
+    except subprocess.SubprocessError:
+        os.close(err_w)
+        err_w = -1
+        code = os.read(err_r, 16)
+        if code.isdigit():
+            raise OSError(int(code), os.strerror(int(code)), workdir) from None
+        raise
+    finally:
+        os.close(err_r)
+        if err_w >= 0:
+            os.close(err_w)
+
+
+def _cannot_start(run_dir: Path, code: int, detail: str) -> int:
+    runfiles.write_json(
+        run_dir / runfiles.EXIT,
+        {"exit_code": code, "signal": None, "ended_at": _now_iso(), "energy_j": None,
+         "detail": detail},
+    )  # fmt: skip
+    return 0
+
+
+def run(run_dir: Path) -> int:
+    me = procs.self_id()
+    if not runfiles.try_claim(run_dir, f"started {me.pid} {me.start_ticks}"):
+        runfiles.remove(run_dir / runfiles.SPEC)  # abandoned: its environment goes too
+        return 0  # a recovering daemon abandoned this attempt before we got here
+    spec = runfiles.read_json(run_dir / runfiles.SPEC)
+    assert spec is not None, "spec.json is written before the monitor starts"
+    runfiles.remove(run_dir / runfiles.SPEC)  # it holds the environment: read once
+    # Only the job's own group is ever signalled; the monitor shrugs off stray signals.
+    # A handler, not SIG_IGN: ignored signals would stay ignored in the job after exec.
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _ignore)
+
+    try:
+        who = _identity(spec)
+    except KeyError:
+        return _cannot_start(run_dir, 126, f"cannot start: no user {spec['run_as_uid']}")
+    uid, gid = (who.uid, who.gid) if who is not None else (None, None)
+    try:
+        log_fd = runfiles.open_log(Path(spec["log_path"]), uid, gid)
+    except OSError as exc:
+        return _cannot_start(run_dir, 126, f"cannot start: the log: {exc}")
+    env = dict(spec["env"])
+    progress = run_dir / runfiles.PROGRESS
+    try:
+        os.close(runfiles.create_owned(progress, uid, gid))
+        env["GRIDSHIFT_PROGRESS_FILE"] = str(progress)
+        gpus: list[int] = spec["gpu_indices"]
+        try:
+            ctl = gpu_control_for(spec["gpu_backend"])
+        except Exception:
+            ctl = None
+        child = _start(spec, env, log_fd, who)
+    except (OSError, subprocess.SubprocessError) as exc:
         code = 127 if isinstance(exc, FileNotFoundError) else 126
         os.write(log_fd, f"gridshift: cannot start {spec['command'][0]!r}: {exc}\n".encode())
-        runfiles.write_json(
-            run_dir / runfiles.EXIT,
-            {
-                "exit_code": code,
-                "signal": None,
-                "ended_at": _now_iso(),
-                "energy_j": None,
-                "detail": f"cannot start: {exc}",
-            },
-        )
-        return 0
+        os.close(log_fd)
+        return _cannot_start(run_dir, code, f"cannot start: {exc}")
     os.close(log_fd)
     started_s = time.time()
     energy_start = _energy_reading(ctl, gpus)
@@ -196,7 +240,8 @@ def spawn(run_dir: Path) -> tuple[subprocess.Popen, dict[str, int]]:
     env = dict(os.environ)
     root = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-    with open(run_dir / "monitor.err", "ab") as err:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(run_dir / "monitor.err", flags, 0o600), "ab") as err:
         child = subprocess.Popen(
             [sys.executable, "-m", "executors.shim", str(run_dir)],
             stdin=subprocess.DEVNULL,

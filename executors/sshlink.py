@@ -9,18 +9,29 @@ loop inside APScheduler and no crypto wheels to build.
 Every remote command is an argument list joined with ``shlex.join``: the remote shell
 sees each argument as one word, whatever it holds. Host keys are checked against
 ``known_hosts`` (``StrictHostKeyChecking=yes``) unless a node turns that off, which is
-logged. A server that refuses, times out or drops the connection is marked down: calls
+logged. The master connections' sockets live in a directory the daemon owns (its home's
+``ssh/``, or a private one where that path is too long for a socket), checked with
+``lstat`` before every use: owned by this user, mode 0700, not a symlink; anything else
+is refused and nothing is sent through it. A node's ``user`` may be ``"{user}"``: each
+job then logs in as its submitter's account there, one master per (server, account).
+
+A server that refuses, times out or drops the connection is marked down: calls
 to it fail at once (``HostUnreachable``) until the next retry is due, with a back-off
 from 2 s to 30 s, so one dead server never stalls the daemon.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import json
 import logging
 import os
+import pwd
+import re
 import shlex
+import stat
 import subprocess
 import tempfile
 import threading
@@ -28,15 +39,30 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from executors import bundle
+from executors import bundle, sshanswers
 from executors.errors import ExecutorError, HostUnreachable
 
-log = logging.getLogger("gridshift.executors.ssh")
+log = logging.getLogger(__name__)
 RETRY_MIN_S, RETRY_MAX_S = 2.0, 30.0
+
+
+USER_TEMPLATE = "{user}"
+ACCOUNT = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\Z")
+SOCKET_NAME_LEN = 16  # hex digits of a hash: sockets' paths are limited to ~108 bytes
+MAX_CONTROL_PATH = 90  # 107 less the ".<16 random>" ssh adds while it binds a master
 
 
 class RemoteError(ExecutorError):
     """The server ran the command and it failed."""
+
+
+class BadAnswer(HostUnreachable):
+    """The server answered something that is not the verb's answer (not JSON, wrong
+    types, missing keys): that node is erroring for the pass, like one that is down."""
+
+
+class UnsafeControlDir(HostUnreachable):
+    """The control sockets' directory is not this user's own private directory."""
 
 
 @dataclass(frozen=True)
@@ -60,25 +86,80 @@ class SshTarget:
     def address(self) -> str:
         return f"{self.user}@{self.host}" if self.user else self.host
 
+    @property
+    def per_user(self) -> bool:
+        """Jobs log in as their submitter (``user = "{user}"``), not one shared account."""
+        return USER_TEMPLATE in (self.user or "")
+
+    def for_account(self, account: str) -> SshTarget:
+        """This server as ``account`` (``{user}`` in ``user`` and ``remote_dir``)."""
+        if not ACCOUNT.match(account):
+            raise ExecutorError(f"node {self.node}: {account!r} is not an account name")
+        return dataclasses.replace(
+            self,
+            user=(self.user or "").replace(USER_TEMPLATE, account),
+            remote_dir=self.remote_dir.replace(USER_TEMPLATE, account),
+        )
+
     def remote_path(self, *parts: str) -> str:
         base = self.remote_dir[2:] if self.remote_dir.startswith("~/") else self.remote_dir
         return "/".join([base.rstrip("/"), *parts])
 
 
-def control_dir() -> Path:
-    """Where master connections' sockets live: short (sockets have a ~100 byte path
-    limit), private to this user."""
-    path = Path(tempfile.gettempdir()) / f"gridshift-ssh-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
+def own_account() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+@functools.lru_cache(maxsize=1)
+def private_control_dir() -> Path:
+    """A directory of this process's own, created atomically with an unguessable name
+    (where no other is given, or the given one is too long for a socket's path)."""
+    return Path(tempfile.mkdtemp(prefix="gs-ssh-"))
+
+
+def check_control_dir(path: Path) -> None:
+    """Create ``path`` (0700) when missing; then insist, by ``lstat``, that it is a
+    directory (not a symlink) owned by this user with mode 0700. Raises
+    ``UnsafeControlDir`` otherwise."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise UnsafeControlDir(f"cannot create the SSH control directory {path}: {exc}") from None
+    st = os.lstat(path)
+    why = None
+    if stat.S_ISLNK(st.st_mode):
+        why = "it is a symlink"
+    elif not stat.S_ISDIR(st.st_mode):
+        why = "it is not a directory"
+    elif st.st_uid != os.geteuid():
+        why = f"it belongs to uid {st.st_uid}, not {os.geteuid()}"
+    elif stat.S_IMODE(st.st_mode) != 0o700:
+        why = f"its mode is {stat.S_IMODE(st.st_mode):04o}, not 0700"
+    if why:
+        raise UnsafeControlDir(
+            f"refusing the SSH control directory {path}: {why}; nothing is sent through "
+            "it (remove it and let gridshift create its own)"
+        )
 
 
 class SshLink:
-    def __init__(self, target: SshTarget, clock=time.monotonic) -> None:
-        self.target = target
+    """One server as one account. For a ``{user}`` node, ``template`` keeps the node as
+    configured and ``target`` is it as this process's own account (discovery, caps)."""
+
+    def __init__(
+        self, target: SshTarget, clock=time.monotonic, control_dir: Path | None = None
+    ) -> None:
+        self.template = target
+        self.target = target.for_account(own_account()) if target.per_user else target
         self._clock = clock
-        key = f"{target.address}:{target.port}:{target.identity_file}:{target.known_hosts}"
-        self._socket = control_dir() / hashlib.sha256(key.encode()).hexdigest()[:20]
+        self.control_dir = control_dir or private_control_dir()
+        if len(str(self.control_dir)) + 1 + SOCKET_NAME_LEN > MAX_CONTROL_PATH:
+            self.control_dir = private_control_dir()  # too long for a socket's path
+        t = self.target
+        key = f"{t.address}:{t.host}:{t.port}:{t.identity_file}:{t.known_hosts}"
+        self._socket = self.control_dir / hashlib.sha256(key.encode()).hexdigest()[:SOCKET_NAME_LEN]
         self._lock = threading.Lock()
         self._master_lock = threading.Lock()  # one master at a time, never two
         self._lib: str | None = None
@@ -112,6 +193,28 @@ class SshLink:
             self.last_error = reason
             self._retry_at = self._clock() + self._backoff_s
             self._lib = None
+
+    @property
+    def socket_path(self) -> Path:
+        """Where this link's master connection listens."""
+        return self._socket
+
+    def bad_answer(self, what: str, why: str) -> BadAnswer:
+        """The node answered nonsense: erroring (down) for this pass; retried later."""
+        reason = f"{what}: malformed answer ({why})"
+        self._mark_down(reason)
+        return BadAnswer(f"node {self.target.node}: {reason}")
+
+    def for_account(self, account: str) -> SshLink:
+        """This server as another account (a ``{user}`` node's submitter)."""
+        return SshLink(self.template.for_account(account), self._clock, self.control_dir)
+
+    def _check_dir(self) -> None:
+        try:
+            check_control_dir(self.control_dir)
+        except UnsafeControlDir as exc:
+            self._mark_down(str(exc))
+            raise UnsafeControlDir(f"node {self.target.node}: {exc}") from None
 
     def _mark_up(self) -> None:
         if self.down_since is not None:
@@ -147,6 +250,7 @@ class SshLink:
             self._start_master()
 
     def _start_master(self) -> None:
+        self._check_dir()
         if self._socket.exists():
             return
         with tempfile.TemporaryFile() as err:
@@ -187,6 +291,7 @@ class SshLink:
                 f"{max(0.0, self._retry_at - self._clock()):.0f}s"
             )
         self._master()
+        self._check_dir()
         cmd = ["ssh", *self._options(), "-o", "ControlMaster=no", self.target.address,
                "--", shlex.join(argv)]  # fmt: skip
         try:
@@ -219,11 +324,9 @@ class SshLink:
         stdin = json.dumps(request).encode() if request is not None else None
         out = self.run(argv, stdin=stdin).stdout
         try:
-            return json.loads(out)
-        except json.JSONDecodeError:
-            raise RemoteError(
-                f"node {self.target.node}: {verb}: bad answer {out[:200]!r}"
-            ) from None
+            return sshanswers.check(verb, json.loads(out))
+        except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            raise self.bad_answer(verb, f"{exc}; got {out[:120]!r}") from None
 
     def read(self, path: str, offset: int) -> bytes | None:
         """A file on the server (a job's log) from byte ``offset`` on, at most 1 MiB;
@@ -254,6 +357,10 @@ class SshLink:
 
     def close(self) -> None:
         """End the master connection."""
+        try:
+            check_control_dir(self.control_dir)
+        except UnsafeControlDir:
+            return  # nothing of ours to close there
         if self._socket.exists():
             subprocess.run(
                 ["ssh", *self._options(), "-O", "exit", self.target.address],

@@ -1,6 +1,8 @@
 """HTTP for the adapters: an injected ``httpx.Client``, retries with exponential backoff
 on 429, 5xx and transport errors (honouring ``Retry-After``), and httpx errors translated
-into ``ProviderError``. Messages name the path, never the query: it may hold a token."""
+into ``ProviderError``. Messages name the path, never the query: it may hold a token; and
+a provider's answer quoted in one has the request's secrets (token and key parameters,
+auth headers, the Basic password) cut out, should the provider echo them."""
 
 from __future__ import annotations
 
@@ -16,6 +18,11 @@ import httpx
 from grid.errors import MissingCredentials, ProviderError
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+#: parameters and headers whose values are secrets (compared in lower case)
+SECRET_NAMES = frozenset(
+    {"securitytoken", "token", "api_key", "apikey", "key", "auth-token", "authorization",
+     "x-api-key", "password"}
+)  # fmt: skip
 
 
 class HttpApi:
@@ -50,6 +57,7 @@ class HttpApi:
     ) -> httpx.Response:
         url = f"{self.base_url}{path}"
         path = path or "/"  # for messages
+        secrets = _secrets(params, headers, auth)
         last = ""
         for attempt in range(self.retries + 1):
             try:
@@ -69,7 +77,7 @@ class HttpApi:
                 if response.status_code not in RETRY_STATUS:
                     raise ProviderError(
                         f"{self.name}: {path} answered HTTP "
-                        f"{response.status_code}: {_brief(response)}"
+                        f"{response.status_code}: {_brief(response, secrets)}"
                     )
                 last = f"HTTP {response.status_code}"
                 if attempt < self.retries:
@@ -100,8 +108,33 @@ class HttpApi:
         return max(0.0, min(self.max_wait_s, wait))
 
 
-def _brief(response: httpx.Response) -> str:
-    text = " ".join(response.text.split())
+def _secrets(params, headers, auth) -> list[str]:
+    """The secret values a request carries (to cut out of messages)."""
+    found = [
+        str(value)
+        for pairs in (params or {}, headers or {})
+        for name, value in pairs.items()
+        if name.lower() in SECRET_NAMES and value
+    ]
+    found += [word for value in list(found) for word in str(value).split()[1:]]  # "Bearer x"
+    if isinstance(auth, httpx.BasicAuth):  # its header: the base64 of user:password
+        found.append(getattr(auth, "_auth_header", "").split(" ")[-1])
+    elif isinstance(auth, tuple) and len(auth) == 2:
+        found.append(str(auth[1]))
+    return found
+
+
+def scrub(text: str, secrets: list[str]) -> str:
+    """``text`` with each secret (of 4 characters or more: shorter ones are too common
+    to cut) replaced by ``***``."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _brief(response: httpx.Response, secrets: list[str] = ()) -> str:
+    text = scrub(" ".join(response.text.split()), list(secrets))
     return text[:160] or response.reason_phrase
 
 

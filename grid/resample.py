@@ -10,6 +10,10 @@ The rule, stated once:
    gap is at most ``max_gap_s`` (default 6 hours), else left NaN ("missing"). A row whose
    value the provider gave as null stays NaN: it is unknown, not absent.
 A row is a forecast when any row averaged into it was one.
+
+Bounds, so that no file or answer can ask for more than memory holds: timestamps lie in
+1900 .. 2200, and the regular series has at most ``MAX_POINTS`` points (ten 1-second rows
+followed by one three years later would make 94.7 million).
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from grid.errors import SourceSpecError
 from grid.signal import ResampleReport
 
 MAX_GAP_S = 6 * 3600
+MAX_POINTS = 1_000_000  # e.g. ten years of 5-minute data
+EARLIEST = pd.Timestamp("1900-01-01", tz="UTC")
+LATEST = pd.Timestamp("2200-01-01", tz="UTC")
 
 
 def infer_resolution_s(index: pd.DatetimeIndex) -> int:
@@ -42,7 +49,14 @@ def regularise(
     column: str = "value",
 ) -> tuple[pd.DataFrame, int, ResampleReport]:
     """Apply the rule above. Returns (frame, resolution_s, report)."""
-    index = pd.DatetimeIndex(pd.to_datetime(times, utc=True))
+    try:
+        index = pd.DatetimeIndex(pd.to_datetime(times, utc=True))
+    except (pd.errors.OutOfBoundsDatetime, OverflowError):
+        raise SourceSpecError("timestamps must lie between 1900 and 2200") from None
+    if len(index) and (index.min() < EARLIEST or index.max() >= LATEST):
+        raise SourceSpecError(
+            f"timestamps must lie between 1900 and 2200, not {index.min()} .. {index.max()}"
+        )
     raw = pd.DataFrame(
         {
             column: pd.to_numeric(pd.Series(values, index=index), errors="coerce").astype(float),
@@ -55,6 +69,14 @@ def regularise(
     by_time = raw.groupby(level=0).agg({column: "mean", "forecast": "max"})
     duplicates = raw_rows - len(by_time)
     res = resolution_s or infer_resolution_s(by_time.index)
+    first, last = by_time.index[0], by_time.index[-1]
+    points = int((last - first).total_seconds() // res) + 1
+    if points > MAX_POINTS:
+        raise SourceSpecError(
+            f"rows from {first:%Y-%m-%d %H:%M:%S} to {last:%Y-%m-%d %H:%M:%S} at {res}s "
+            f"intervals make {points:,} points, more than {MAX_POINTS:,}: give a coarser "
+            "resolution (e.g. ?resolution=1h) or split the data"
+        )
     floor = by_time.index.floor(f"{res}s")
     grouped = by_time.groupby(floor).agg({column: "mean", "forecast": "max"})
     aggregated = len(by_time) - len(grouped)

@@ -7,6 +7,7 @@ exits with ``exit_code``: 2 for a user's mistake, 1 for a failure.
     │   ├── ConfigError         a configuration file or setting that cannot be used
     │   ├── NotFoundError       an unknown job id or node
     │   ├── PermissionDenied    acting on another user's job
+    │   ├── SchemaError         a database older (or newer) than this gridshift
     │   └── PlacementError      a request no node could ever satisfy
     ├── StateError              an illegal job state transition
     ├── StoreError              the database failed
@@ -15,12 +16,16 @@ exits with ``exit_code``: 2 for a user's mistake, 1 for a failure.
     └── DaemonError             the daemon cannot run (e.g. another one holds the lock)
 
 The leaf packages raise their own exceptions (they import nothing of the orchestrator);
-``translate`` maps those, and foreign errors such as SQLAlchemy's, at the boundary.
+``translate`` maps those, and foreign errors such as SQLAlchemy's, at one boundary
+(``boundary()``, at the CLI's and the daemon's edges; the database has its own in
+``queue.db``).
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class GridshiftError(Exception):
@@ -48,6 +53,10 @@ class PermissionDenied(UserError):
 
 
 class PlacementError(UserError):
+    pass
+
+
+class SchemaError(UserError):
     pass
 
 
@@ -96,3 +105,21 @@ def translate(exc: BaseException) -> GridshiftError | None:
         orig = getattr(exc, "orig", None)
         return StoreError(f"database error: {orig or exc}")
     return None
+
+
+@contextmanager
+def boundary() -> Iterator[None]:
+    """The one place foreign errors become gridshift errors: the CLI's and the daemon's
+    edges (and the what-if inputs, used by both) run inside it, as httpx maps transport
+    errors in one place. A gridshift error passes through; a foreign one that
+    ``translate`` knows is raised as its gridshift error; anything else (a bug) passes
+    through unchanged, traceback and all."""
+    try:
+        yield
+    except GridshiftError:
+        raise
+    except Exception as exc:
+        translated = translate(exc)
+        if translated is None:
+            raise
+        raise translated from exc

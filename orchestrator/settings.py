@@ -22,22 +22,30 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings.exceptions import SettingsError
 
 from orchestrator.errors import ConfigError
 
 DEFAULT_HOME = Path("~/.local/share/gridshift").expanduser()
 CONFIG_NAME = "gridshift.toml"
+MAX_CONFIG_BYTES = 1 << 20
+#: GPUs one node may declare (a Slurm partition planned as one node included), and the
+#: pretend GPUs of a test node (each is a row and a monitor thread's worth of work).
+MAX_NODE_GPUS = 65_536
+MAX_FAKE_GPUS = 1024
 
 
 class NodeConfig(BaseModel):
     """One ``[[nodes]]`` table."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=255)
     executor: Literal["local", "ssh", "slurm"] = "local"
-    gpus: int | None = Field(default=None, ge=0, description="count; detected when left out")
-    fake_gpus: int | None = Field(default=None, ge=0)
+    gpus: int | None = Field(
+        default=None, ge=0, le=MAX_NODE_GPUS, description="count; detected when left out"
+    )
+    fake_gpus: int | None = Field(default=None, ge=0, le=MAX_FAKE_GPUS)
     gpu_model: str | None = None
     rack: str | None = None
     nvlink_islands: list[list[int]] | None = Field(
@@ -45,7 +53,11 @@ class NodeConfig(BaseModel):
     )
     host: str | None = None
     port: int = Field(default=22, ge=1, le=65535)
-    user: str | None = None
+    user: str | None = Field(
+        default=None,
+        description='SSH account; "{user}": each job logs in as its submitter\'s name '
+        "(else all jobs share this one account: one trust domain on that server)",
+    )
     identity_file: Path | None = None
     # -- SSH nodes ----------------------------------------------------------------------
     known_hosts: Path | None = Field(
@@ -56,7 +68,9 @@ class NodeConfig(BaseModel):
     )
     python: str = Field(default="python3", min_length=1, description="python on the server")
     remote_dir: str = Field(
-        default=".gridshift", min_length=1, description="runs and logs on the server"
+        default=".gridshift",
+        min_length=1,
+        description="runs and logs on the server ({user}: the job's account)",
     )
     sudo: bool = Field(default=False, description="power limits through sudo -n nvidia-smi")
     connect_timeout: str = Field(default="10s", description="SSH connect timeout")
@@ -70,13 +84,46 @@ class NodeConfig(BaseModel):
         default_factory=list, description="further sbatch options, e.g. ['--qos=green']"
     )
     time_margin: float = Field(
-        default=0.25, ge=0, description="--time: the estimate plus this share, plus 5 min"
+        default=0.25, ge=0, le=100, description="--time: the estimate plus this share, plus 5 min"
+    )
+    slurm_bin_dir: Path | None = Field(
+        default=None,
+        description="where sbatch, squeue, sacct, scancel and scontrol are (absolute); "
+        "default: /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin",
     )
 
     @field_validator("connect_timeout", "lost_after", mode="after")
     @classmethod
     def _durations(cls, value: str) -> str:
         return _duration(value)
+
+    @field_validator("name", mode="after")
+    @classmethod
+    def _printable_name(cls, value: str) -> str:
+        if not value.isprintable() or value != value.strip():
+            raise ValueError(f"node name {value!r}: no control characters or outer spaces")
+        return value
+
+    @model_validator(mode="after")
+    def _islands(self) -> NodeConfig:
+        """The declared NVLink islands are the node's topology: each GPU index in exactly
+        one island; with a known count (gpus, fake_gpus), they cover 0 .. count-1."""
+        if self.nvlink_islands is None:
+            return self
+        flat = [g for island in self.nvlink_islands for g in island]
+        count = self.gpus if self.gpus is not None else self.fake_gpus
+        if any(not island for island in self.nvlink_islands):
+            raise ValueError(f"node {self.name}: nvlink_islands holds an empty island")
+        if any(not 0 <= g < MAX_NODE_GPUS for g in flat):
+            raise ValueError(f"node {self.name}: nvlink_islands: GPU indices are 0 and up")
+        if len(set(flat)) != len(flat):
+            raise ValueError(f"node {self.name}: nvlink_islands: a GPU appears in two islands")
+        if count is not None and sorted(flat) != list(range(count)):
+            raise ValueError(
+                f"node {self.name}: nvlink_islands must hold each of its {count} GPUs "
+                f"(0 to {count - 1}) once"
+            )
+        return self
 
     @model_validator(mode="after")
     def _ssh_needs_host(self) -> NodeConfig:
@@ -87,6 +134,8 @@ class NodeConfig(BaseModel):
                 f"node {self.name}: a slurm node needs gpus (how many of the partition's GPUs "
                 "gridshift plans with)"
             )
+        if self.slurm_bin_dir is not None and not self.slurm_bin_dir.is_absolute():
+            raise ValueError(f"node {self.name}: slurm_bin_dir must be an absolute path")
         if self.executor != "local" and self.fake_gpus is not None:
             raise ValueError(
                 f"node {self.name}: fake_gpus is for local nodes; a server's GPUs are "
@@ -103,7 +152,7 @@ class NodeConfig(BaseModel):
 class ProviderSettings(BaseModel):
     """One grid provider: ``[grid.electricitymaps]`` or ``GRIDSHIFT_GRID__ELECTRICITYMAPS__*``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     base_url: str | None = Field(default=None, description="for proxies, mirrors, tests")
     api_key: SecretStr | None = None
@@ -112,13 +161,13 @@ class ProviderSettings(BaseModel):
 
 
 class GridSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     source: list[str] = Field(
         default_factory=list, description="default source chain, tried in order"
     )
     cache: bool = True
-    timeout_s: float = Field(default=30.0, gt=0)
+    timeout_s: float = Field(default=30.0, gt=0, le=600)
     retries: int = Field(default=4, ge=0, le=10)
     uk: ProviderSettings = Field(default_factory=ProviderSettings)
     electricitymaps: ProviderSettings = Field(default_factory=ProviderSettings)
@@ -142,7 +191,7 @@ def _duration(value: str | None) -> str | None:
 class DaemonSettings(BaseModel):
     """``[daemon]``: what the carbon-aware daemon plans with (each also a daemon option)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     grid: list[str] = Field(default_factory=list, description="carbon signal; default: grid.source")
     price: str | None = Field(default=None, description="price signal, for cost and accounts")
@@ -163,6 +212,10 @@ class DaemonSettings(BaseModel):
     power_caps: bool = True
     power_sample: str = Field(default="5s", description="energy samples in each power log")
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_addr: str = Field(
+        default="127.0.0.1",
+        description="address the metrics listen on; 0.0.0.0 or :: for every interface",
+    )
     discovery: str = Field(
         default="1m", description="how often the SSH servers' GPUs are looked at again"
     )
@@ -179,11 +232,35 @@ class DaemonSettings(BaseModel):
     def _durations(cls, value: str | None) -> str | None:
         return _duration(value)
 
+    @field_validator("slot", mode="after")
+    @classmethod
+    def _slot(cls, value: str) -> str:
+        from orchestrator.timeparse import parse_duration_s
+
+        if not 1.0 <= parse_duration_s(value) <= 3600.0:
+            raise ValueError(f"{value!r}: a planning slot is 1s to 1h")
+        return value
+
+    @field_validator("metrics_addr", mode="after")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        import ipaddress
+
+        if value != "localhost":
+            try:
+                ipaddress.ip_address(value)
+            except ValueError:
+                raise ValueError(
+                    f"{value!r} is not an IP address (e.g. 127.0.0.1, or 0.0.0.0 for every "
+                    "interface)"
+                ) from None
+        return value
+
     @field_validator("budget", mode="after")
     @classmethod
     def _budget(cls, value: str | None) -> str | None:
         if value is not None:
-            from orchestrator.budget import Budget
+            from orchestrator.planning.budgets import Budget
 
             try:
                 Budget.parse(value)
@@ -200,23 +277,32 @@ class DaemonSettings(BaseModel):
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="GRIDSHIFT_", env_nested_delimiter="__", extra="forbid"
+        env_prefix="GRIDSHIFT_", env_nested_delimiter="__", extra="forbid", allow_inf_nan=False
     )
 
     home: Path = DEFAULT_HOME
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default SQLite (WAL) under home"
     )
-    fake_gpus: int | None = Field(default=None, ge=0, description="pretend GPUs, local node")
+    fake_gpus: int | None = Field(
+        default=None, ge=0, le=MAX_FAKE_GPUS, description="pretend GPUs, local node"
+    )
     fake_gpu_power_w: float | None = Field(
-        default=None, gt=0, description="constant draw of each fake GPU, for energy accounting"
+        default=None,
+        gt=0,
+        le=10_000,
+        description="constant draw of each fake GPU, for energy accounting",
     )
     nodes: list[NodeConfig] = Field(default_factory=list)
     shared_group: str | None = Field(
-        default=None, description="Unix group that shares this queue (database and logs)"
+        default=None,
+        description="Unix group whose members use this queue through the daemon's socket",
     )
-    cancel_grace_s: float = Field(default=10.0, ge=0, description="SIGTERM to SIGKILL")
-    daemon_interval_s: float = Field(default=1.0, gt=0)
+    socket: Path | None = Field(
+        default=None, description="the daemon's Unix socket; default: home/gridshift.sock"
+    )
+    cancel_grace_s: float = Field(default=10.0, ge=0, le=86400, description="SIGTERM to SIGKILL")
+    daemon_interval_s: float = Field(default=1.0, ge=0.05, le=3600, description="between passes")
     daemon: DaemonSettings = Field(default_factory=DaemonSettings)
     grid: GridSettings = Field(default_factory=GridSettings)
 
@@ -244,6 +330,10 @@ class Settings(BaseSettings):
     @property
     def db_url(self) -> str:
         return self.database_url or f"sqlite:///{self.home / 'gridshift.db'}"
+
+    @property
+    def socket_path(self) -> Path:
+        return (self.socket or self.home / "gridshift.sock").expanduser().absolute()
 
     @property
     def logs_dir(self) -> Path:
@@ -277,15 +367,25 @@ class _FileSource(PydanticBaseSettingsSource):
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    """The file's tables; any problem (not there, too large, not UTF-8, not TOML, nested
+    too deeply) is one ConfigError."""
     try:
         with open(path, "rb") as fh:
-            return tomllib.load(fh)
+            data = fh.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path}: {exc}") from None
     except OSError as exc:
         raise ConfigError(f"config file {path}: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path}: larger than {MAX_CONFIG_BYTES >> 20} MiB")
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path}: not UTF-8 (byte {exc.start + 1})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {path}: nested too deeply") from None
 
 
 def load_settings(config: Path | None = None) -> Settings:
@@ -309,5 +409,9 @@ def load_settings(config: Path | None = None) -> Settings:
         raise ConfigError(
             f"invalid setting {where} (from {source} or GRIDSHIFT_* environment): {first['msg']}"
         ) from None
+    except SettingsError as exc:  # a GRIDSHIFT_* variable that is not the JSON it must be
+        raise ConfigError(f"invalid GRIDSHIFT_* environment: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise ConfigError("invalid GRIDSHIFT_* environment: JSON nested too deeply") from None
     finally:
         _FILE_DATA.reset(token)

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import UTC, datetime, timedelta
 
 from orchestrator.errors import SpecError
 
 _UNITS_S = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
+_PART = re.compile(r"(\d+(?:\.\d+)?)([wdhms])", re.ASCII)
+#: The longest duration, window or ``within`` gridshift takes, and the farthest deadline:
+#: one year. Beyond it a plan is meaningless and its horizon would not fit in memory.
+MAX_DURATION_S = 365 * 86400.0
+MAX_DURATION_TEXT = "one year (365d)"
+#: A deadline given as a date may lie further out (a "some time this decade" date), but
+#: not without bound: ten years.
+MAX_DEADLINE_S = 10 * 365 * 86400.0
 
 
 def parse_duration_s(text: str) -> float:
     """Seconds in a duration such as ``45s``, ``90m``, ``2h30m``, ``1.5h``, ``1d12h``, ``1w``.
-    A unit is required on every number."""
+    A unit is required on every number; the total is more than zero and at most
+    ``MAX_DURATION_S`` (one year)."""
+    if not isinstance(text, str):
+        raise SpecError(f"invalid duration {text!r}: use e.g. 45s, 90m, 2h30m, 1.5h or 1d")
     cleaned = text.strip().lower().replace(" ", "")
     pos, total = 0, 0.0
     for match in _PART.finditer(cleaned):
@@ -23,9 +34,22 @@ def parse_duration_s(text: str) -> float:
         pos = match.end()
     if not cleaned or pos != len(cleaned):
         raise SpecError(f"invalid duration {text!r}: use e.g. 45s, 90m, 2h30m, 1.5h or 1d")
-    if total <= 0:
-        raise SpecError(f"invalid duration {text!r}: it must be longer than zero")
-    return total
+    return check_seconds(total, text)
+
+
+def check_seconds(seconds: float, given: object = None) -> float:
+    """``seconds`` if it is a finite duration longer than zero and at most one year."""
+    shown = _shown(seconds if given is None else given)
+    if not math.isfinite(seconds) or seconds > MAX_DURATION_S:
+        raise SpecError(f"invalid duration {shown}: it must be at most {MAX_DURATION_TEXT}")
+    if seconds <= 0:
+        raise SpecError(f"invalid duration {shown}: it must be longer than zero")
+    return float(seconds)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def format_duration(seconds: float | None) -> str:
@@ -44,24 +68,56 @@ def format_duration(seconds: float | None) -> str:
 
 def parse_deadline(text: str, now: datetime) -> datetime:
     """An ISO 8601 time; without an offset it is read in the local time zone. Returned in
-    UTC. A deadline not after ``now`` is refused."""
+    UTC. A deadline not after ``now``, or more than ten years after it, is refused."""
+    shown = _shown(text)
     try:
         value = datetime.fromisoformat(text.strip())
-    except ValueError:
+        if value.tzinfo is None:
+            value = value.astimezone()  # local wall-clock time as the user typed it
+        value = value.astimezone(UTC)
+    except (ValueError, OverflowError, AttributeError, TypeError):
         raise SpecError(
-            f"invalid deadline {text!r}: use ISO 8601, e.g. 2026-11-23T08:00 or "
+            f"invalid deadline {shown}: use ISO 8601, e.g. 2026-11-23T08:00 or "
             "2026-11-23T08:00+01:00"
         ) from None
-    if value.tzinfo is None:
-        value = value.astimezone()  # local wall-clock time as the user typed it
-    value = value.astimezone(UTC)
     if value <= now:
-        raise SpecError(f"deadline {text!r} is in the past")
+        raise SpecError(f"deadline {shown} is in the past")
+    if (value - now).total_seconds() > MAX_DEADLINE_S:
+        raise SpecError(f"deadline {shown} is too far away: at most ten years from now")
     return value
 
 
 def within_to_deadline(text: str, now: datetime) -> datetime:
     return now + timedelta(seconds=parse_duration_s(text))
+
+
+def local_zone():
+    """This machine's time zone (``TZ``, else the system's) as a ZoneInfo; one SpecError
+    when ``TZ`` names no zone."""
+    import os
+
+    import tzlocal
+
+    try:  # read afresh (about 1 ms): tzlocal's cache would outlive a change of TZ
+        return tzlocal.reload_localzone()
+    except Exception as exc:  # tzlocal raises zoneinfo's, ValueError and its own errors
+        zone = os.environ.get("TZ", "the system's")
+        raise SpecError(
+            f"unknown local time zone {_shown(zone)} (TZ): set TZ to a zone such as "
+            f"Europe/Berlin or UTC ({type(exc).__name__})"
+        ) from None
+
+
+def zone_info(name: str):
+    """The ZoneInfo of an IANA name; one SpecError for anything else."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        if not isinstance(name, str) or not name or "\x00" in name or len(name) > 255:
+            raise ValueError(name)
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError, IndexError):
+        raise SpecError(f"unknown time zone {_shown(name)} (e.g. UTC, Europe/Berlin)") from None
 
 
 def utc_now() -> datetime:

@@ -72,6 +72,14 @@ class ClusterAllocator:
     def free_gpus(self) -> int:
         return self._free_total
 
+    @property
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(self._names)
+
+    def gpus_of(self, node: str) -> tuple[int, ...]:
+        """The GPU indices of one node (free or not)."""
+        return tuple(self._orders[self._names.index(node)])
+
     def free_on(self, node: str) -> list[int]:
         """The free GPU indices of one node."""
         i = self._names.index(node)
@@ -150,7 +158,9 @@ class ClusterAllocator:
         """Allocations among ``movable`` (keys) whose release lets a request of ``k`` GPUs
         fit, releasing as few GPUs as it can; None when releasing them all would not do.
         Nothing changes: the caller releases them (suspends their jobs) and allocates."""
-        movable = {key for key in movable if key in self._held}
+        # in the caller's order (a set's would follow string hashing, which varies per
+        # process): ties go to the first, the same in every run
+        movable = [key for key in dict.fromkeys(movable) if key in self._held]
         size = {key: sum(m.bit_count() for _, m in self._held[key]) for key in movable}
         if k <= self.max_node_gpus:  # one node: the cheapest set of its movable holders
             on_node: dict[int, list[tuple[int, object, int]]] = {}
@@ -178,7 +188,7 @@ class ClusterAllocator:
         clearable = sorted(
             (sum(size[key] for key in holders.get(i, ())), i)
             for i in range(len(self._size))
-            if holders.get(i, set()) <= movable
+            if holders.get(i, set()) <= set(movable)
         )
         total, out = 0, set()
         for _, i in clearable:

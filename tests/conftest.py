@@ -4,6 +4,11 @@ Every test that touches the store runs twice, once on SQLite and once on a real
 PostgreSQL server (``[sqlite]`` and ``[postgresql]`` in its id): a test asks for
 ``db_url`` (or for ``cli``, which uses it) and gets a fresh empty database of each kind.
 ``@pytest.mark.backends("sqlite")`` keeps a test on the backends it is about.
+
+The suite runs on two pytest-xdist workers (``pyproject.toml``). The end-to-end tests that
+wait on wall-clock time or share a server (the live daemon, SSH, Slurm, the lease, crash
+recovery) carry ``E2E``: they all run on one worker, one after another, so they never
+compete with each other for the cores; everything else shares the other worker.
 """
 
 from __future__ import annotations
@@ -21,6 +26,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# the timing-sensitive end-to-end tests: one xdist group, one worker (see the docstring)
+E2E = pytest.mark.xdist_group("e2e")
 
 
 class Cli:
@@ -103,14 +111,29 @@ class Cli:
             return 0
 
     def wait_state(self, job_id: int, states: set[str], timeout: float = 30) -> dict:
+        """``gridshift show`` of the job once its state is one of ``states``. The polling
+        reads the job's row here, not through a CLI process each time (one costs about half
+        a second of CPU, which the daemons and jobs under test need on a loaded machine)."""
         deadline = time.monotonic() + timeout
         while True:
-            job = self.json("show", str(job_id))
-            if job["state"] in states:
-                return job
-            if time.monotonic() > deadline:
-                raise AssertionError(f"job {job_id} stayed {job['state']}, wanted {states}")
+            expired = time.monotonic() > deadline
+            if expired or self.job_state(job_id) in states:
+                job = self.json("show", str(job_id))
+                if job["state"] in states:
+                    return job
+                if expired:
+                    raise AssertionError(f"job {job_id} stayed {job['state']}, wanted {states}")
             time.sleep(0.1)
+
+    def job_state(self, job_id: int) -> str | None:
+        """The job's state in the store, or None where it cannot be read now."""
+        from sqlalchemy.exc import DBAPIError
+
+        try:
+            rows = self.db_rows(f"SELECT state FROM job WHERE id = {int(job_id)}")
+        except (LookupError, DBAPIError):  # no database yet, or SQLite busy a moment
+            return None
+        return rows[0][0] if rows else None
 
 
 def _null_pool():

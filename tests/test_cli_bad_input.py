@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+# Parsing and one-line errors are the CLI's, the same whatever the store; the test about
+# the store's all-or-nothing cancel runs on both backends.
+pytestmark = pytest.mark.backends("sqlite")
+
 CASES = {
     "malformed duration": (["submit", "--duration", "2hours", "--", "true"], "invalid duration"),
     "duration without unit": (["submit", "--duration", "90", "--", "true"], "invalid duration"),
@@ -49,6 +53,30 @@ CASES = {
         ["submit", "--cron", "0 2 * * *", "--window", "1h", "--duration", "2h", "--", "true"],
         "longer than its window",
     ),
+    "synthetic signal too many points": (
+        ["plan", "--policy", "fifo", "--grid", "synthetic:days=3650&step=1m"],
+        "more than 1,000,000",
+    ),
+    "planning slot too short": (
+        ["plan", "--grid", "synthetic:days=30", "--slot", "0.001s"],
+        "a planning slot is 1s to 1h",
+    ),
+    "cron that never fires": (
+        ["submit", "--cron", "0 0 31 2 *", "--window", "8h", "--", "true"],
+        "never fires",
+    ),
+    "cron window beyond a year": (
+        ["submit", "--cron", "0 2 * * *", "--window", "1000000w", "--", "true"],
+        "at most one year (365d)",
+    ),
+    "infinite cron window": (
+        ["submit", "--cron", "0 2 * * *", "--window", "9" * 400 + "h", "--", "true"],
+        "at most one year (365d)",
+    ),
+    "cron weekday out of range": (
+        ["submit", "--cron", "0 2 * * 8", "--window", "8h", "--", "true"],
+        "invalid weekday",
+    ),
     "cron with a deadline": (
         ["submit", "--cron", "0 2 * * *", "--window", "8h", "--within", "2h", "--", "true"],
         "each occurrence plus --window",
@@ -75,6 +103,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(cli, args, message):
     assert cli.job_count() == 0
 
 
+@pytest.mark.backends("sqlite", "postgresql")
 def test_cancel_of_several_ids_is_all_or_nothing(cli):
     cli.submit("--", "true")
     proc = cli.run("cancel", "1", "99", check=False)
@@ -143,16 +172,19 @@ def test_a_bad_node_is_one_line(cli, node, message):
 
 
 def test_a_slurm_node_without_slurms_commands_is_one_line(cli):
+    # Slurm's commands are found in slurm_bin_dir (else fixed system directories), never
+    # on the caller's PATH: a directory without them stands for a host without Slurm
     cli.home.joinpath("gridshift.toml").write_text(
         '[[nodes]]\nname = "cluster"\nexecutor = "slurm"\ngpus = 4\n'
+        'slurm_bin_dir = "/nonexistent"\n'
     )
-    cli.env["PATH"] = "/nonexistent"  # no sbatch anywhere
     cli.submit("--", "true")
     for args in (["daemon", "--until-idle"], ["plan", "--submit"]):
         proc = cli.run(*args, check=False)
         assert proc.returncode == 2, proc.stderr
         assert proc.stderr.strip().splitlines() == [
             "gridshift: error: node cluster: executor 'slurm' needs Slurm's client commands "
-            "(sbatch, squeue, sacct, scancel, scontrol) on PATH"
+            "(sbatch, squeue, sacct, scancel, scontrol) in /nonexistent (slurm_bin_dir sets "
+            "where)"
         ]
     assert cli.json("show", "1")["state"] == "queued", "nothing was lost"

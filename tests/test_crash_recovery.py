@@ -10,24 +10,24 @@ import time
 from datetime import datetime
 
 from executors.local import LocalExecutor
-from orchestrator.daemon import Daemon
-from orchestrator.db import Database
+from orchestrator.daemon.service import Daemon
+from orchestrator.queue.db import Database
 from orchestrator.settings import load_settings
+from tests.conftest import E2E
+
+pytestmark = E2E
 
 
 def test_sigkill_at_random_moments_loses_nothing_and_runs_nothing_twice(cli, tmp_path):
     ran = tmp_path / "ran"
     jobs = 16
-    for _ in range(jobs):
-        cli.submit(
-            "--gpus",
-            "1",
-            "--",
-            "sh",
-            "-c",
-            f'echo "$GRIDSHIFT_JOB_ID start" >> {ran}; sleep 0.4; '
-            f'echo "$GRIDSHIFT_JOB_ID end" >> {ran}',
-        )
+    script = (
+        f'echo "$GRIDSHIFT_JOB_ID start" >> {ran}; sleep 0.4; echo "$GRIDSHIFT_JOB_ID end" >> {ran}'
+    )
+    sweep = tmp_path / "jobs.jsonl"  # one submit command for the 16 jobs, ids 1 to 16
+    row = json.dumps({"gpus": 1, "command": ["sh", "-c", script]})
+    sweep.write_text(f"{row}\n" * jobs)
+    assert [j["id"] for j in cli.json("submit", "--file", str(sweep))] == list(range(1, jobs + 1))
     rng = random.Random(7)
     for _ in range(10):
         daemon = cli.daemon("--interval", "0.05")

@@ -19,6 +19,7 @@ from executors.errors import LaunchError
 from executors.local import LocalExecutor
 from executors.simulated import SimulatedExecutor, Workload
 from orchestrator.sim.events import EventLoop
+from tests.conftest import E2E
 
 # A job that reports progress 1 of 2 and then runs ``secs``; SIGTERM makes it checkpoint
 # and exit 0, as an interruptible training job does.
@@ -103,7 +104,9 @@ class SimHarness:
         return self.executor  # the simulator's state is the executor's
 
 
-@pytest.fixture(params=["local", "ssh", "slurm", "simulated"])
+# the real servers' runs time real round trips and share one Slurm cluster: the E2E group
+@pytest.fixture(params=["local", pytest.param("ssh", marks=E2E), pytest.param("slurm", marks=E2E),
+                        "simulated"])  # fmt: skip
 def harness(request, tmp_path, monkeypatch):
     if request.param == "simulated":
         yield SimHarness()
@@ -125,8 +128,8 @@ def harness(request, tmp_path, monkeypatch):
         return
     from executors.ssh import SshExecutor
     from executors.sshlink import SshLink
+    from orchestrator.nodes.ssh import ssh_target
     from orchestrator.settings import NodeConfig
-    from orchestrator.sshnodes import ssh_target
     from tests.conftest import server_python
 
     servers = request.getfixturevalue("ssh_servers")
@@ -180,6 +183,7 @@ def test_a_started_attempt_is_recovered_not_restarted(harness):
     harness.executor = harness.fresh()  # a restarted daemon's executor
     again = harness.executor.recover(1, handle.run_dir, harness.node)
     assert again is not None
+    assert again.data.get("log_path") == handle.data.get("log_path"), "its log found again"
     result = harness.wait(again)
     assert result.status is RunStatus.EXITED and result.exit_code == 0
 

@@ -17,6 +17,8 @@ from tests.grid_fixtures import uk_rows
 DATA = shared_data() / "grid"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared grid data is absent")
 SECRET = "supersecret-token-4711"
+# ``gridshift grid`` never opens the queue's store: one backend is enough
+pytestmark = pytest.mark.backends("sqlite")
 
 
 class FakeProvider(BaseHTTPRequestHandler):

@@ -9,11 +9,12 @@ import time
 
 import pytest
 
-from orchestrator.db import Database
-from orchestrator.lease import DaemonLease, LeaseLost, current_holder
+from orchestrator.daemon.lease import DaemonLease, LeaseLost, current_holder
+from orchestrator.queue.db import Database
+from tests.conftest import E2E
 from tests.helpers.waiting import wait_for
 
-pytestmark = pytest.mark.backends("postgresql")
+pytestmark = [pytest.mark.backends("postgresql"), E2E]
 
 JOBS = 6
 
@@ -125,7 +126,7 @@ def test_lease_is_checked_in_the_launch_transaction(db_url):
     with db.write() as session:
         a.check(session)  # a may launch
     with db.write() as session:  # a's lease runs out: b takes over
-        from orchestrator.models import Lease
+        from orchestrator.queue.models import Lease
 
         row = session.get(Lease, "daemon")
         row.expires_at = row.acquired_at
@@ -145,9 +146,9 @@ def test_a_frozen_holder_cannot_keep_the_lease_row_locked(db_url):
     block every takeover; PostgreSQL ends such idle transactions, so the standby gets in."""
     import threading
 
-    from orchestrator.db import PG_IDLE_IN_TRANSACTION_MS
     from orchestrator.errors import StoreError
-    from orchestrator.models import Lease
+    from orchestrator.queue.db import PG_IDLE_IN_TRANSACTION_MS
+    from orchestrator.queue.models import Lease
 
     db = Database(db_url)
     db.ensure_schema()

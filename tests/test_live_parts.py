@@ -1,5 +1,5 @@
-"""The daemon's carbon-aware parts on their own: fake GPU limits, power caps, the cron
-rule for missed occurrences, accounting from a power log, the signal fallback."""
+"""The daemon's carbon-aware parts on their own: fake GPU limits, power caps, accounting
+from a power log, the signal fallback (cron's rules: tests/test_cron.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from executors.fakegpu import FakeGpuControl
-from orchestrator.accounting import Accountant
-from orchestrator.models import CronTemplate
-from orchestrator.powercaps import PowerCaps
+from executors.gpu.fake import FakeGpuControl
+from orchestrator.accounting.meter import Accountant
+from orchestrator.nodes.powercaps import PowerCaps
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -47,38 +46,6 @@ def test_power_caps_apply_restore_and_reconcile(tmp_path):
     off = PowerCaps(ctl, 4, wanted=False)
     assert not off.enabled and "turned off" in off.reason
     assert off.apply([0], 0.5) is None and ctl.power_limit_w(0) == 300
-
-
-def _template(cron: str, window_s: float, last: datetime | None) -> CronTemplate:
-    return CronTemplate(
-        id=1, cron=cron, window_s=window_s, spec={}, user="u", uid=1,
-        created_at=T0, last_fire=last,
-    )  # fmt: skip
-
-
-def test_cron_missed_occurrences_run_once_when_their_window_is_open():
-    from orchestrator import cron
-
-    every_10s = "*/10 * * * * *"
-    row = _template(every_10s, 25.0, T0)
-    # down for 45 s: occurrences at +10 .. +40; +10 and +20 have closed windows
-    chosen, skipped = cron.due(row, T0 + timedelta(seconds=45))
-    assert chosen == T0 + timedelta(seconds=40)
-    assert skipped == [T0 + timedelta(seconds=s) for s in (10, 20, 30)]
-    assert cron.due(row, T0 + timedelta(seconds=5)) == (None, [])
-    # all windows closed: nothing queued, every occurrence skipped
-    short = _template(every_10s, 2.0, T0)
-    chosen, skipped = cron.due(short, T0 + timedelta(seconds=33))
-    assert chosen is None and len(skipped) == 3
-
-
-@pytest.mark.parametrize("bad", ["* * *", "61 * * * *", "0 2 * * * * *"])
-def test_cron_expressions_are_checked(bad):
-    from orchestrator import cron
-    from orchestrator.errors import SpecError
-
-    with pytest.raises(SpecError, match="cron expression"):
-        cron.trigger(bad)
 
 
 def test_accounting_integrates_power_times_intensity_and_is_recomputed_not_added(tmp_path):
@@ -139,11 +106,11 @@ class _Chain:
 
 
 def test_the_planner_falls_back_when_the_signal_is_too_old():
-    from orchestrator.live import LatestStart, LivePlanner
-    from orchestrator.livesignal import SignalFeed
-    from orchestrator.perfmodel import curve_for
-    from orchestrator.policies.base import resolve_policy
-    from orchestrator.policies.baselines import Fifo
+    from orchestrator.daemon.planner import LatestStart, LivePlanner
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.planning.policies.baselines import Fifo
+    from orchestrator.signals.feed import SignalFeed
 
     feed = SignalFeed(_Chain(), horizon_s=86400, lookback_s=3600)
     planner = LivePlanner(resolve_policy("budget"), 900.0, curve_for(None), feed=feed,
@@ -160,3 +127,42 @@ def test_the_planner_falls_back_when_the_signal_is_too_old():
     feed.chain.fail = False
     assert feed.refresh(T0 + timedelta(hours=3))
     assert planner._choose(T0 + timedelta(hours=3)).name == "budget"
+
+
+def test_the_report_saving_counts_running_and_never_run_jobs(tmp_path):
+    """A job still running (energy accounted, run unfinished) and a job that never drew
+    energy do not make the whole report's saving unknown."""
+    import numpy as np
+
+    from grid.steps import StepSeries
+    from orchestrator.accounting.reports import report
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Attempt, Job
+
+    t0 = datetime(2026, 3, 2, tzinfo=UTC)
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+
+    def job(state: str, energy_j: float | None, carbon_g: float | None) -> Job:
+        return Job(
+            state=state, user="alice", uid=1000, command=["x"], workdir="/", gpus_min=1,
+            gpus_max=1, submitted_at=t0, energy_j=energy_j, carbon_g=carbon_g, cost=0.0,
+        )  # fmt: skip
+
+    with db.write() as s:
+        done, running, idle = job("completed", 3.6e6, 100.0), job("running", 3.6e6, 50.0), None
+        idle = job("cancelled", 0.0, 0.0)
+        s.add_all([done, running, idle])
+        s.flush()
+        hour = timedelta(hours=1)
+        s.add(Attempt(job_id=done.id, number=1, state="completed", node="local", run_dir="/x",
+                      started_at=t0, finished_at=t0 + hour))  # fmt: skip
+        s.add(Attempt(job_id=running.id, number=1, state="running", node="local", run_dir="/y",
+                      started_at=t0, accounted_until=t0 + hour))  # fmt: skip
+    carbon = StepSeries(t0.timestamp(), 3600.0, np.array([400.0, 400.0]))
+    with db.read() as s:
+        out = report(s, None, carbon=carbon)
+    total = out["total"]
+    assert total["jobs"] == 3
+    assert total["carbon_at_submission_kg"] == pytest.approx(0.8)  # 2 kWh at 400 g/kWh
+    assert total["saving_pct"] == pytest.approx(100 * (1 - 150 / 800), abs=0.1)

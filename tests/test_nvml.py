@@ -9,8 +9,8 @@ import types
 import pytest
 
 from executors.errors import GpuControlError
-from executors.fakegpu import FakeGpuControl
 from executors.gpu import gpu_control_for
+from executors.gpu.fake import FakeGpuControl
 
 
 class _NVMLError(Exception):
@@ -47,7 +47,7 @@ def _fake_pynvml(energy_mj: dict[int, int | None], init_fails: bool = False):
 
 def test_energy_counter_in_joules_and_unsupported_gpus(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml({0: 123_456, 1: None}))
-    from executors.nvml import NvmlGpuControl
+    from executors.gpu.nvml import NvmlGpuControl
 
     ctl = NvmlGpuControl()
     assert ctl.device_count() == 2
@@ -62,7 +62,7 @@ def test_energy_counter_in_joules_and_unsupported_gpus(monkeypatch):
 def test_no_driver_is_a_gpu_control_error_and_detection_finds_nothing(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml({}, init_fails=True))
     from executors.gpu import detect_gpus
-    from executors.nvml import NvmlGpuControl
+    from executors.gpu.nvml import NvmlGpuControl
 
     with pytest.raises(GpuControlError, match="NVML unavailable"):
         NvmlGpuControl()
@@ -83,7 +83,7 @@ def test_fake_gpus():
 def test_link_levels_give_the_buddy_order(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml({0: 1, 1: 1, 2: 1, 3: 1}))
     from executors.gpu import detect_link_levels
-    from orchestrator.inventory import ResolvedNode, topology
+    from orchestrator.nodes.inventory import ResolvedNode, topology
 
     levels = detect_link_levels([0, 1, 2, 3])
     assert levels[0] == [0, 30, 10, 30]
@@ -109,8 +109,8 @@ def test_power_limits_in_watts_and_no_permission_means_unsupported(monkeypatch):
     mod.nvmlDeviceGetPowerManagementLimitConstraints = lambda h: (100_000, 350_000)
     mod.nvmlDeviceSetPowerManagementLimit = set_limit
     monkeypatch.setitem(sys.modules, "pynvml", mod)
-    from executors.nvml import NvmlGpuControl
-    from orchestrator.powercaps import PowerCaps
+    from executors.gpu.nvml import NvmlGpuControl
+    from orchestrator.nodes.powercaps import PowerCaps
 
     ctl = NvmlGpuControl()
     assert ctl.supports_power_limit(0) and not ctl.supports_power_limit(1)

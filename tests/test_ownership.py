@@ -7,15 +7,16 @@ import os
 import pwd
 import stat
 import tempfile
+import time
 from datetime import UTC, datetime
 
 import pytest
 
-from orchestrator import store
-from orchestrator.db import Database
 from orchestrator.errors import PermissionDenied
-from orchestrator.ownership import User
-from orchestrator.spec import build_spec
+from orchestrator.queue import store
+from orchestrator.queue.db import Database
+from orchestrator.queue.ownership import User
+from orchestrator.queue.spec import build_spec
 
 NOBODY = pwd.getpwnam("nobody") if "nobody" in {p.pw_name for p in pwd.getpwall()} else None
 needs_root = pytest.mark.skipif(
@@ -65,7 +66,11 @@ def test_users_cannot_cancel_each_others_jobs(tmp_path, db_url):
     assert store.cancel(db, [b], user=root, now=now) == [(b, "cancelled")]
 
 
-def test_shared_group_makes_the_queue_group_readable(cli):
+def test_a_shared_queue_is_the_daemons_alone_and_reached_through_its_socket(cli):
+    """Shared mode: home, logs and run directories are the daemon's (root's), group
+    shared_group, 0710 (members pass through, no one else writes or lists); the database
+    and each log are their owner's alone (0600); commands go through the daemon's socket
+    (0660, group shared_group), and without a daemon nothing opens the database."""
     group = "nogroup" if os.geteuid() == 0 else None
     if group is None:
         pytest.skip("needs root to hand files to another group")
@@ -75,11 +80,26 @@ def test_shared_group_makes_the_queue_group_readable(cli):
     home = cli.home / "shared"
     cli.env["GRIDSHIFT_HOME"] = str(home)
     cli.env["GRIDSHIFT_SHARED_GROUP"] = group
-    cli.submit("--", "true")
-    cli.run_until_idle()
-    assert stat.S_IMODE(home.stat().st_mode) == 0o2770 and home.stat().st_gid == gid
+    proc = cli.run("submit", "--", "true", check=False)
+    assert proc.returncode == 1 and "no gridshift daemon serves" in proc.stderr
+    cli.daemon("--interval", "0.1")
+    sock = home / "gridshift.sock"
+    deadline = time.monotonic() + 60
+    while not sock.exists():
+        assert time.monotonic() < deadline, "the daemon serves its socket"
+        time.sleep(0.1)
+    job = cli.submit("--", "true")
+    cli.wait_state(job, {"completed"})
+    st = sock.lstat()
+    assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o660 and st.st_gid == gid
+    for path in (home, home / "logs", home / "run"):
+        assert not path.stat().st_mode & 0o022, f"{path} is writable by the daemon only"
     if cli.backend == "sqlite":
-        db = (home / "gridshift.db").stat()
-        assert stat.S_IMODE(db.st_mode) == 0o660 and db.st_gid == gid
-    log = (home / "logs" / "1.log").stat()
-    assert stat.S_IMODE(log.st_mode) == 0o640 and log.st_gid == gid
+        assert stat.S_IMODE((home / "gridshift.db").stat().st_mode) == 0o600
+    for path in (home, home / "logs", home / "run"):
+        st = path.lstat()
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o710, 0, gid), path
+    if cli.backend == "sqlite":
+        assert (home / "gridshift.db").stat().st_uid == 0
+    log = (home / "logs" / f"{job}.log").stat()
+    assert stat.S_IMODE(log.st_mode) == 0o600 and log.st_uid == 0

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from orchestrator.errors import SpecError
-from orchestrator.spec import build_spec, parse_env, parse_gpus
+from orchestrator.queue.spec import build_spec, parse_env, parse_gpus
 from orchestrator.timeparse import format_duration, parse_deadline, parse_duration_s
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)

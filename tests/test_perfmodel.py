@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from orchestrator.perfmodel import CURVES, JobModel, curve_for
+from orchestrator.planning.perfmodel import CURVES, JobModel, curve_for
 from tests.conftest import shared_data
 
 ZEUS = shared_data() / "perf" / "zeus"
@@ -22,7 +22,7 @@ MAX_ERR_TPUT, MAX_ERR_ENERGY = 0.05, 0.06
 
 @needs_zeus
 def test_committed_coefficients_are_what_the_fit_produces():
-    from orchestrator.perffit import fit_all
+    from orchestrator.planning.perffit import fit_all
 
     committed = json.loads(CURVES.read_text())
     assert fit_all(ZEUS) == committed
@@ -31,7 +31,7 @@ def test_committed_coefficients_are_what_the_fit_produces():
 @needs_zeus
 @pytest.mark.parametrize("gpu", GPUS)
 def test_curves_reproduce_the_measurements(gpu):
-    from orchestrator.perffit import errors, normalised
+    from orchestrator.planning.perffit import errors, normalised
 
     data, _, _ = normalised(ZEUS / f"summary_power_{gpu}.csv")
     fitted = json.loads(CURVES.read_text())["gpus"][gpu]
@@ -43,7 +43,7 @@ def test_curves_reproduce_the_measurements(gpu):
 @needs_zeus
 @pytest.mark.parametrize("gpu", GPUS)
 def test_energy_per_unit_of_work_is_lowest_below_full_power(gpu):
-    from orchestrator.perffit import normalised
+    from orchestrator.planning.perffit import normalised
 
     data, _, _ = normalised(ZEUS / f"summary_power_{gpu}.csv")
     measured = data.groupby("f")["energy"].median()
@@ -109,9 +109,9 @@ def test_throughput_table_and_calibration():
 def test_calibration_refines_later_runs_of_the_same_name(db_url):
     from datetime import UTC, datetime, timedelta
 
-    from orchestrator.calibration import learn, model_for
-    from orchestrator.db import Database
-    from orchestrator.models import Attempt, Job
+    from orchestrator.accounting.calibration import learn, model_for
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Attempt, Job
 
     db = Database(db_url)
     db.ensure_schema()
@@ -156,7 +156,7 @@ def test_calibration_refines_later_runs_of_the_same_name(db_url):
 
 
 def test_cluster_idle_power_and_right_sizing():
-    from orchestrator.perfmodel import ClusterPower
+    from orchestrator.planning.perfmodel import ClusterPower
 
     power = ClusterPower(node_idle_w=150, gpu_idle_w=50, pue=1.5)
     assert power.idle_power_w(nodes_on=2, idle_gpus_on=3) == pytest.approx((300 + 150) * 1.5)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import ConfigError
-from orchestrator.inventory import resolve_nodes
+from orchestrator.nodes.inventory import resolve_nodes
 from orchestrator.settings import DEFAULT_HOME, load_settings
 
 
@@ -87,7 +87,7 @@ def test_the_example_config_is_valid():
 
 
 def test_nvlink_islands_from_the_config_set_the_buddy_order(tmp_path):
-    from orchestrator.inventory import topology
+    from orchestrator.nodes.inventory import topology
 
     config = tmp_path / "c.toml"
     config.write_text(

@@ -15,6 +15,8 @@ from orchestrator.sim.scenario import Scenario
 from tests.conftest import ROOT, shared_data
 
 DATA = shared_data()
+# ``gridshift simulate`` never opens the queue's store: one backend is enough
+pytestmark = pytest.mark.backends("sqlite")
 KEYS = {
     "carbon_kg",
     "energy_kwh",

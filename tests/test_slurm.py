@@ -12,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from executors.slurm import parse_exit, parse_gres_gpus, parse_sacct
+from tests.conftest import E2E
 from tests.helpers.waiting import wait_for
+
+# the Slurm executor's tests: the store's part is the daemon's own, which test_cli_queue,
+# test_crash_recovery and test_daemon_live run on both backends
+pytestmark = [E2E, pytest.mark.backends("sqlite")]
 
 HIGH, LOW = 500.0, 100.0
 
@@ -96,7 +101,10 @@ def test_a_what_if_plan_handed_to_slurm_runs_at_the_planned_times(slurm_cli, tmp
     assert [s["action"] for s in plan["submitted"]] == ["submitted", "submitted"]
     for row in plan["submitted"]:
         squeue = ("squeue", "-h", "-j", row["slurm_job_id"], "-o", "%T %r")
-        assert cli.cluster.cmd(*squeue).stdout.split() == ["PENDING", "BeginTime"]
+        # held, released once recorded, then pending on its begin time (Slurm's scheduler
+        # sets the reason on its next pass)
+        wait_for(lambda q=squeue: cli.cluster.cmd(*q).stdout.split() == ["PENDING", "BeginTime"],
+                 what="the job pending on its begin time")  # fmt: skip
         assert cli.json("show", str(row["id"]))["state"] == "planned"
     cli.daemon("--interval", "0.2")
     for job_id, planned in starts.items():
@@ -147,13 +155,12 @@ def test_sacct_and_squeue_fields_parse():
 
 
 def test_a_silent_slurm_controller_makes_the_node_unreachable_not_the_daemon_fail(
-    tmp_path, monkeypatch
+    tmp_path,
 ):
     from executors.base import Handle, RunStatus
     from executors.slurm import SlurmExecutor
 
-    monkeypatch.setenv("PATH", str(tmp_path))  # no squeue, as when it cannot be run
-    ex = SlurmExecutor(node="cluster")
+    ex = SlurmExecutor(node="cluster", bin_dir=str(tmp_path))  # no squeue there
     handle = Handle(1, str(tmp_path), {"node": "cluster", "slurm_job_id": "5"})
     ex.refresh([handle])  # does not raise: the daemon's pass goes on
     assert ex.poll(handle).status is RunStatus.UNREACHABLE

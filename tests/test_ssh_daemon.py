@@ -6,15 +6,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import server_python
+from tests.conftest import E2E, server_python
 from tests.helpers.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+# the SSH executor's tests: the store's part (jobs, attempts, lost and requeued) is the
+# daemon's own, which test_cli_queue, test_crash_recovery and test_daemon_live run on both
+pytestmark = [pytest.mark.slow, E2E, pytest.mark.backends("sqlite")]
 
 
 def _toml_value(v) -> str:
@@ -53,7 +56,8 @@ RECORD = (
 def test_user_values_reach_the_server_literally_and_nothing_else_runs(cli, ssh_servers, tmp_path):
     srv = ssh_servers(gpus=2)
     write_config(cli.home, [ssh_node(srv, ssh_servers, "gpu1")])
-    canary = tmp_path / "canary"
+    short = Path(tempfile.mkdtemp(prefix="gs-"))  # a job name is at most 256 characters
+    canary = short / "canary"
     nasty = NASTY.format(c=canary)
     out = tmp_path / "received.json"
     args = [str(out), nasty, "$(touch " + str(canary) + "5)", "`id`", "it's", "line\nbreak"]
@@ -64,7 +68,8 @@ def test_user_values_reach_the_server_literally_and_nothing_else_runs(cli, ssh_s
     assert shown["state"] == "completed", shown
     got = json.loads(out.read_text())
     assert got == {"argv": args, "env": nasty, "name": nasty, "gpus": "0"}
-    assert not list(tmp_path.glob("canary*")), "a shell ran something it was handed"
+    assert not list(short.glob("canary*")), "a shell ran something it was handed"
+    short.rmdir()
     assert cli.run("logs", str(job)).stdout == f"hello from {job}\n", "read from the server"
     assert shown["energy_modelled"] is False, "the fake GPU's energy counter, over SSH"
     assert shown["energy_kwh"] > 0
@@ -91,9 +96,9 @@ def test_nodes_shows_what_nvidia_smi_says_and_a_bad_host_key_is_refused(cli, ssh
 
 def test_power_caps_go_through_nvidia_smi_on_the_server(ssh_servers):
     from executors.sshlink import SshLink
-    from orchestrator.powercaps import PowerCaps
+    from orchestrator.nodes.powercaps import PowerCaps
+    from orchestrator.nodes.ssh import gpu_control, ssh_target
     from orchestrator.settings import NodeConfig
-    from orchestrator.sshnodes import gpu_control, ssh_target
 
     srv = ssh_servers(gpus=2)
     cfg = NodeConfig(**ssh_node(srv, ssh_servers, "gpu1"))
@@ -184,8 +189,8 @@ def test_a_server_that_hangs_does_not_hold_the_others(ssh_servers, tmp_path):
     from executors.base import LaunchSpec, RunStatus
     from executors.ssh import SshExecutor
     from executors.sshlink import SshLink
+    from orchestrator.nodes.ssh import ssh_target
     from orchestrator.settings import NodeConfig
-    from orchestrator.sshnodes import ssh_target
 
     fast, slow = ssh_servers(gpus=1), ssh_servers(gpus=1)
     links = {
@@ -228,8 +233,8 @@ def test_fencing_kills_what_runs_and_stops_what_never_started(ssh_servers, tmp_p
     from executors.base import Handle, LaunchSpec, RunStatus
     from executors.ssh import SshExecutor
     from executors.sshlink import SshLink
+    from orchestrator.nodes.ssh import ssh_target
     from orchestrator.settings import NodeConfig
-    from orchestrator.sshnodes import ssh_target
 
     srv = ssh_servers(gpus=1)
     cfg = NodeConfig(**ssh_node(srv, ssh_servers, "s"))

@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlmodel import select
 
-from orchestrator.db import Database
 from orchestrator.errors import StateError
-from orchestrator.models import Event, Job
-from orchestrator.states import ALLOWED, FINAL, JobState, transition
+from orchestrator.queue.db import Database
+from orchestrator.queue.models import Event, Job
+from orchestrator.queue.states import ALLOWED, FINAL, JobState, transition
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

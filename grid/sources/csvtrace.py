@@ -14,6 +14,7 @@ History and forecast both read the file: a trace is what happened.
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 from grid.errors import SourceSpecError
@@ -24,6 +25,9 @@ EM_TIME = "Datetime (UTC)"
 EM_LCA = "Carbon Intensity gCO₂eq/kWh (LCA)"
 EM_DIRECT = "Carbon Intensity gCO₂eq/kWh (direct)"
 _PRICE = re.compile(r"^Price \((\w+)/MWh\)$")
+#: The largest value a trace may hold in either sign (g/kWh, or a currency per MWh):
+#: far above any grid's, and small enough that sums over years stay finite.
+MAX_VALUE = 1e6
 
 
 class CsvTrace(FileSource):
@@ -79,22 +83,59 @@ class CsvTrace(FileSource):
             ) from None
         time_col, value_col = self._columns(frame)
         try:
-            times = pd.to_datetime(frame[time_col], utc=False, format="mixed")
-        except (ValueError, TypeError):
-            raise SourceSpecError(f"csv: column {time_col!r} does not hold timestamps") from None
+            with warnings.catch_warnings():  # numbers beyond any date: pandas only warns
+                warnings.simplefilter("error", RuntimeWarning)
+                times = pd.to_datetime(frame[time_col], utc=False, format="mixed")
+            if times.isna().any():
+                raise ValueError(time_col)
+        except (ValueError, TypeError, OverflowError, RuntimeWarning):
+            raise SourceSpecError(
+                f"csv: column {time_col!r} does not hold timestamps (ISO 8601, 1900 to 2200)"
+            ) from None
         if times.dt.tz is None:
-            times = times.dt.tz_localize(
-                self.options.get("tz", "UTC"), ambiguous="infer", nonexistent="shift_forward"
-            )
-        values = pd.to_numeric(frame[value_col], errors="coerce")
-        if values.notna().sum() == 0:
-            raise SourceSpecError(f"csv: column {value_col!r} has no numbers")
+            zone = _zone(self.options.get("tz", "UTC"))
+            try:
+                times = times.dt.tz_localize(zone, ambiguous="infer", nonexistent="shift_forward")
+            except (ValueError, OverflowError) as exc:
+                raise SourceSpecError(
+                    f"csv: cannot read the times in {zone}: {str(exc).splitlines()[0]}"
+                ) from None
+        values = self._values(frame[value_col], value_col)
         if "resolution" in self.options:
             self.resolution_s = _resolution_s(self.options["resolution"])
         rows = list(
             zip(times.dt.tz_convert("UTC"), values.tolist(), [False] * len(values), strict=True)
         )
         return self.signal(rows)
+
+    def _values(self, column, name: str):
+        """The column's numbers. An empty cell is a value not known (NaN); anything else
+        must be a finite number, and a carbon intensity is not negative."""
+        import numpy as np
+        import pandas as pd
+
+        values = pd.to_numeric(column, errors="coerce")
+        given = column.notna() & (column.astype(str).str.strip() != "")
+        bad = np.flatnonzero(given & values.isna())
+        if len(bad):
+            raise SourceSpecError(
+                f"csv: row {int(bad[0]) + 2}: {_shown(column.iloc[bad[0]])} in column "
+                f"{name!r} is not a number"
+            )
+        if values.notna().sum() == 0:
+            raise SourceSpecError(f"csv: column {name!r} has no numbers")
+        numbers = values.to_numpy(dtype=float)
+        low = 0.0 if self.quantity != PRICE else -MAX_VALUE
+        wrong = np.flatnonzero(~np.isnan(numbers) & ~((numbers >= low) & (numbers <= MAX_VALUE)))
+        if len(wrong):
+            what = "a price" if self.quantity == PRICE else "a carbon intensity"
+            allowed = f"-{MAX_VALUE:g} to {MAX_VALUE:g}" if low else f"0 to {MAX_VALUE:g}"
+            value = float(numbers[wrong[0]])
+            raise SourceSpecError(
+                f"csv: row {int(wrong[0]) + 2}: {value!r} in column {name!r} is not "
+                f"{what} ({allowed} {self.unit})"
+            )
+        return values
 
     def _columns(self, frame) -> tuple[str, str]:
         cols = list(frame.columns)
@@ -150,7 +191,32 @@ class CsvTrace(FileSource):
 
 
 def _resolution_s(text: str) -> int:
-    match = re.fullmatch(r"(\d+)([smh]?)", text.strip())
-    if not match or int(match.group(1)) == 0:
-        raise SourceSpecError(f"csv: invalid resolution {text!r}; use e.g. 30m, 1h, 900")
-    return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    match = re.fullmatch(r"([0-9]{1,9})([smh]?)", text.strip())
+    seconds = (
+        int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)] if match else 0
+    )
+    if not 1 <= seconds <= 86400:
+        raise SourceSpecError(
+            f"csv: invalid resolution {_shown(text)}; use e.g. 30m, 1h, 900 (1s to 24h)"
+        )
+    return seconds
+
+
+def _zone(name: str) -> str:
+    """An IANA time zone name that zoneinfo knows; SourceSpecError otherwise."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    try:
+        if not name or len(name) > 255 or "\x00" in name:
+            raise ValueError(name)
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError, IndexError):
+        raise SourceSpecError(
+            f"csv: unknown time zone {_shown(name)} (e.g. UTC, Europe/Berlin)"
+        ) from None
+    return name
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

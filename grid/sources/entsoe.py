@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from datetime import datetime, timedelta
 
 from grid.errors import ProviderError, SourceSpecError
-from grid.http import HttpApi, shape_error
+from grid.http import HttpApi, scrub, shape_error
 from grid.signal import PRICE, Signal
 from grid.sources.base import GridSource, Row, chunks, parse_time
 
@@ -110,7 +110,10 @@ class Entsoe(GridSource):
                 "periodStart": a.strftime("%Y%m%d%H%M"),
                 "periodEnd": b.strftime("%Y%m%d%H%M"),
             }
-            rows += parse_a44(self.api.get("", params=params).text)
+            try:
+                rows += parse_a44(self.api.get("", params=params).text)
+            except ProviderError as exc:  # its acknowledgement might quote the request
+                raise ProviderError(scrub(str(exc), [self._token])) from None
         return self.signal(rows, start=start, end=end)
 
     def forecast(self, issued_at: datetime, horizon: timedelta) -> Signal:

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from grid.errors import SourceSpecError
+from grid.resample import MAX_POINTS
 from grid.signal import PRICE, Signal
 from grid.sources.base import FileSource
 
@@ -44,13 +45,19 @@ class Synthetic(FileSource):
                 f"known: {', '.join(DEFAULTS)}"
             )
         opts = {**DEFAULTS, **options}
-        self.mean = _number(opts, "mean", low=0.0, open_low=True)
-        self.days = _number(opts, "days", low=0.0, open_low=True)
+        self.mean = _number(opts, "mean", low=0.0, open_low=True, high=1e6)
+        self.days = _number(opts, "days", low=0.0, open_low=True, high=3650.0)
         self.solar = _number(opts, "solar", low=0.0, high=1.0)
         self.weekly = _number(opts, "weekly", low=0.0, high=1.0)
         self.noise = _number(opts, "noise", low=0.0, high=2.0)
-        self.seed = int(_number(opts, "seed", low=0))
+        self.seed = int(_number(opts, "seed", low=0, high=2.0**63))
         self.step_s = _step_s(opts["step"])
+        points = self.days * 86400 / self.step_s
+        if points > MAX_POINTS:
+            raise SourceSpecError(
+                f"synthetic: {self.days:g} days of {self.step_s:g} s steps make {points:,.0f} "
+                f"points, more than {MAX_POINTS:,}: give fewer days or a longer step"
+            )
         try:
             start = datetime.fromisoformat(opts["start"])
         except ValueError:

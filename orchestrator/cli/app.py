@@ -11,9 +11,9 @@ import typer
 
 from orchestrator.cli import context
 from orchestrator.cli.accounts import budget, report, status
-from orchestrator.cli.cancel import cancel
+from orchestrator.cli.cancel import cancel, clean
 from orchestrator.cli.cron_cmd import cron_app
-from orchestrator.cli.daemon_cmd import daemon
+from orchestrator.cli.daemon_cmd import daemon, db_app
 from orchestrator.cli.grid_cmd import grid_app
 from orchestrator.cli.listing import ls, show
 from orchestrator.cli.logs import logs
@@ -51,6 +51,7 @@ app.command(help=SUBMIT_HELP, context_settings={"allow_interspersed_args": False
 app.command()(ls)
 app.command()(show)
 app.command()(cancel)
+app.command()(clean)
 app.command()(logs)
 app.command()(nodes)
 app.command()(daemon)
@@ -61,25 +62,32 @@ app.command()(budget)
 app.command()(report)
 app.add_typer(grid_app, name="grid")
 app.add_typer(cron_app, name="cron")
+app.add_typer(db_app, name="db")
 
 
 def _fail(message: str, code: int) -> None:
-    sys.stderr.write(f"gridshift: error: {message}\n")
+    from orchestrator.signals.redact import printable, redact
+
+    # errors quote URLs and users' values: no secret, no control character gets through
+    sys.stderr.write(f"gridshift: error: {printable(redact(message))}\n")
     sys.exit(code)
 
 
 def main(argv: list[str] | None = None) -> None:
     import logging
 
-    from orchestrator.errors import GridshiftError, translate
+    from orchestrator.errors import GridshiftError, boundary
 
     # Outside the daemon (which sets up logging), what these say already reaches the
     # user as the command's one error line or its output: no stray warnings on stderr.
-    for name in ("gridshift.daemon", "gridshift.executors"):
+    for name in ("orchestrator", "executors", "grid"):
         logging.getLogger(name).addHandler(logging.NullHandler())
+    for name in ("httpx", "httpcore"):  # their INFO lines carry full URLs, tokens and all
+        logging.getLogger(name).setLevel(logging.WARNING)
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=argv, prog_name="gridshift", standalone_mode=False)
+        with boundary():
+            result = command.main(args=argv, prog_name="gridshift", standalone_mode=False)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
@@ -93,9 +101,4 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(0)
     except GridshiftError as exc:
         _fail(str(exc), exc.exit_code)
-    except Exception as exc:
-        translated = translate(exc)
-        if translated is None:
-            raise
-        _fail(str(translated), translated.exit_code)
     sys.exit(result if isinstance(result, int) else 0)

@@ -1,4 +1,6 @@
-"""What every command needs, loaded lazily: settings, database, the current user."""
+"""What every command needs, loaded lazily: settings, database, the current user, and
+``call``: one request to the daemon's socket, or (single-user, no daemon serving) the
+same request answered in this process."""
 
 from __future__ import annotations
 
@@ -22,24 +24,64 @@ class CliContext:
 
     @cached_property
     def layout(self):
-        from orchestrator.ownership import prepare_home
+        from orchestrator.queue.ownership import prepare_home
 
         return prepare_home(self.settings)
 
     @cached_property
     def db(self):
-        from orchestrator.db import Database
-
-        layout = self.layout
-        db = Database(self.settings.db_url, file_mode=layout.file_mode, group_gid=layout.gid)
+        """The database at this gridshift's schema (a new one is created so; an older or
+        newer one is one line: ``gridshift db upgrade``)."""
+        db = self.unchecked_db
         db.ensure_schema()
         return db
 
     @cached_property
+    def unchecked_db(self):
+        """The database as it is, for ``gridshift db``."""
+        from orchestrator.queue.db import Database
+        from orchestrator.signals.redact import remember_url
+
+        remember_url(self.settings.db_url)  # hidden from every error line and log record
+        layout = self.layout
+        return Database(self.settings.db_url, file_mode=layout.file_mode, group_gid=layout.gid)
+
+    @cached_property
     def user(self):
-        from orchestrator.ownership import current_user
+        from orchestrator.queue.ownership import current_user
 
         return current_user()
+
+    def call(self, op: str, args: dict):
+        """The answer to one request: from the daemon serving this queue's socket, else
+        (single-user only) from this process, through the same handler and JSON."""
+        from orchestrator.api.client import NoDaemon, locate, request
+
+        where = locate(self.config_path)
+        if where is not None:
+            try:
+                return request(where.socket, op, args)
+            except NoDaemon:
+                if where.shared:
+                    raise
+        if self.settings.shared_group is not None:
+            raise NoDaemon(f"no gridshift daemon serves {self.settings.socket_path}")
+        return self.answer_here(op, args)
+
+    def answer_here(self, op: str, args: dict):
+        import json
+
+        from orchestrator.daemon.ops import handle
+        from orchestrator.daemon.ops.base import Caller, OpContext
+
+        def running() -> bool:
+            from orchestrator.daemon.service import daemon_running
+
+            return daemon_running(self.settings, self.db)
+
+        ops = OpContext(self.settings, open_db=lambda: self.db, daemon_running=running)
+        # through JSON as the socket would: one shape of answer on both paths
+        return json.loads(json.dumps(handle(ops, Caller.this_process(), op, args)))
 
 
 def get(ctx: typer.Context) -> CliContext:

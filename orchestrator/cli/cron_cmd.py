@@ -19,38 +19,12 @@ def cron_ls(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON (stable keys).")] = False,
 ) -> None:
-    """List the cron templates, with their next occurrence and last job."""
-    from sqlmodel import col, func, select
+    """List the cron templates, with their next occurrence and last job, and why any is
+    disabled or paused."""
+    from orchestrator.cli.render import console, print_json, safe
+    from orchestrator.timeparse import format_duration
 
-    from orchestrator import cron
-    from orchestrator.cli.render import console, print_json
-    from orchestrator.models import Job
-    from orchestrator.timeparse import format_duration, utc_now
-
-    c = context.get(ctx)
-    now = utc_now()
-    with c.db.read() as session:
-        rows = cron.active(session)
-        counts = dict(
-            session.exec(
-                select(Job.cron_id, func.count()).where(col(Job.cron_id).is_not(None))
-                .group_by(Job.cron_id)
-            ).all()
-        )  # fmt: skip
-    data = [
-        {
-            "id": r.id,
-            "cron": r.cron,
-            "window_s": r.window_s,
-            "command": r.spec.get("command"),
-            "name": r.spec.get("name"),
-            "user": r.user,
-            "last_occurrence": r.last_fire.isoformat() if r.last_fire else None,
-            "next_occurrence": _iso(cron.next_fire(r, now)),
-            "jobs": counts.get(r.id, 0),
-        }
-        for r in rows
-    ]
+    data = context.get(ctx).call("cron_ls", {})
     if as_json:
         print_json(data)
         return
@@ -66,14 +40,17 @@ def cron_ls(
         command = d["command"]
         table.add_row(
             str(d["id"]),
-            d["cron"],
+            safe(d["cron"]),
             format_duration(d["window_s"]),
             (d["next_occurrence"] or "-")[:19],
             str(d["jobs"]),
-            d["user"],
-            " ".join(command) if isinstance(command, list) else str(command),
+            safe(d["user"]),
+            safe(" ".join(command) if isinstance(command, list) else command),
         )
     console().print(table)
+    for d in data:
+        if d.get("fault"):  # disabled or paused, and why
+            console().print(f"cron template {d['id']} {safe(d['fault'])}")
 
 
 @cron_app.command("rm")
@@ -82,18 +59,6 @@ def cron_rm(
     template_ids: Annotated[list[int], typer.Argument(help="Template ids.", show_default=False)],
 ) -> None:
     """Remove cron templates (jobs they already queued stay queued)."""
-    from orchestrator import cron
-    from orchestrator.timeparse import utc_now
-
-    c = context.get(ctx)
-    now = utc_now()
-
-    def _remove(session):
-        return [cron.remove(session, i, c.user, now).id for i in dict.fromkeys(template_ids)]
-
-    for template_id in c.db.write_retrying(_remove):
+    removed = context.get(ctx).call("cron_rm", {"template_ids": template_ids})
+    for template_id in removed:
         typer.echo(f"cron template {template_id}: removed")
-
-
-def _iso(value) -> str | None:
-    return value.isoformat() if value is not None else None

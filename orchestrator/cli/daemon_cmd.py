@@ -37,9 +37,13 @@ def daemon(
     metrics_port: Annotated[
         int | None, Opt(min=1, max=65535, help="Serve Prometheus metrics on this port.")
     ] = None,
+    metrics_addr: Annotated[
+        str | None,
+        Opt(help="Address the metrics listen on (default 127.0.0.1; 0.0.0.0: every interface)."),
+    ] = None,
     interval: Annotated[
         float | None,
-        Opt(min=0.05, help="Seconds between passes (default: daemon_interval_s, 1)."),
+        Opt(min=0.05, max=3600, help="Seconds between passes (default: daemon_interval_s, 1)."),
     ] = None,
     until_idle: Annotated[
         bool, Opt("--until-idle", help="Exit once nothing is queued or running.")
@@ -56,18 +60,20 @@ def daemon(
     from rich.console import Console
     from rich.logging import RichHandler
 
-    from orchestrator.daemon import Daemon
+    from orchestrator.daemon.service import Daemon
     from orchestrator.errors import ConfigError
     from orchestrator.settings import DaemonSettings
+    from orchestrator.signals.redact import guard
+    from orchestrator.signals.sources import provider_configs
 
+    # httpx logs full URLs (ENTSO-E's token is a query parameter) at INFO: WARNING for
+    # it, and every record redacted and escaped on its way out
+    handler = guard(RichHandler(console=Console(stderr=True), show_path=False, markup=False))
     logging.basicConfig(
-        level=logging.INFO,
-        format="%(message)s",
-        datefmt="[%X]",
-        handlers=[RichHandler(console=Console(stderr=True), show_path=False, markup=False)],
+        level=logging.INFO, format="%(message)s", datefmt="[%X]", handlers=[handler]
     )
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
     c = context.get(ctx)
+    provider_configs(c.settings)  # remembers the providers' secrets, to hide them
     given = {
         "grid": grid or None,
         "policy": policy,
@@ -78,6 +84,7 @@ def daemon(
         "suspend": suspend,
         "fallback": fallback,
         "metrics_port": metrics_port,
+        "metrics_addr": metrics_addr,
     }
     merged = c.settings.daemon.model_dump() | {k: v for k, v in given.items() if v is not None}
     try:
@@ -87,3 +94,67 @@ def daemon(
         where = "--" + "-".join(str(p) for p in first["loc"]).replace("_", "-")
         raise ConfigError(f"invalid {where}: {first['msg']}") from None
     Daemon(settings=c.settings, db=c.db, interval_s=interval).run(until_idle=until_idle)
+
+
+db_app = typer.Typer(
+    no_args_is_help=True,
+    help="The database's schema: its revision, and upgrading it after installing a newer "
+    "gridshift (run as the daemon's user, with the daemon stopped).",
+)
+
+
+@db_app.command("status")
+def db_status(
+    ctx: typer.Context,
+    json_out: Annotated[bool, Opt("--json", help="Print JSON.")] = False,
+) -> None:
+    """The database's schema revision and this gridshift's (head); exit 0 either way."""
+    from orchestrator.cli.render import print_json
+
+    db = context.get(ctx).unchecked_db
+    status = db.schema_status()
+    if json_out:
+        print_json({**status.to_dict(), "database": db.safe_url})
+        return
+    current = status.current or ("none (empty)" if status.state == "empty" else "none")
+    typer.echo(f"database: {db.safe_url}\nrevision: {current}\nhead:     {status.head}")
+    typer.echo(f"state:    {status.state}")
+
+
+@db_app.command("upgrade")
+def db_upgrade(ctx: typer.Context) -> None:
+    """Bring the database to this gridshift's schema: a SQLite file is first copied to
+    <file>.backup-<UTC time> (mode 0600). Refused while a daemon serves the queue."""
+    from orchestrator.queue import schema
+
+    c = context.get(ctx)
+    db = c.unchecked_db
+    before = db.schema_status()
+    if before.up_to_date:
+        typer.echo(f"the database is at revision {before.head} already")
+        return
+    if before.state == "newer":
+        schema.require_up_to_date(before, db.safe_url)
+    _refuse_while_served(c, db)
+    backup = None
+    if db.sqlite_path is not None and before.state != "empty":
+        backup = schema.backup_sqlite(db.sqlite_path)
+        typer.echo(f"backed up the database to {backup}")
+    db.upgrade_schema()
+    after = db.schema_status()
+    typer.echo(f"upgraded the database from {before.current or before.state} to {after.current}")
+
+
+def _refuse_while_served(c, db) -> None:
+    """An older daemon must not find its tables changed under it."""
+    from sqlalchemy.exc import DBAPIError
+
+    from orchestrator.daemon.service import daemon_running
+    from orchestrator.errors import GridshiftError, UserError
+
+    try:
+        serving = daemon_running(c.settings, db)
+    except (GridshiftError, DBAPIError):  # an old database without a lease table
+        serving = False
+    if serving:
+        raise UserError("a daemon serves this queue: stop it, then run gridshift db upgrade")

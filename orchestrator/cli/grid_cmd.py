@@ -41,17 +41,19 @@ def sources(
     """List the grid sources and whether each has its credentials (never their values)."""
     from grid.registry import CREDENTIALS, DEFAULT_BASE_URLS
     from orchestrator.cli.render import console, print_json
-    from orchestrator.gridsource import provider_configs
+    from orchestrator.signals.redact import redact
+    from orchestrator.signals.sources import provider_configs
 
     configs = provider_configs(context.get(ctx).settings)
     rows = []
     for name, description in DESCRIPTIONS.items():
         cfg = configs.get(name)
+        base_url = cfg.base_url if cfg and cfg.base_url else DEFAULT_BASE_URLS.get(name)
         rows.append(
             {
                 "name": name,
                 "description": description,
-                "base_url": (cfg.base_url if cfg and cfg.base_url else DEFAULT_BASE_URLS.get(name)),
+                "base_url": redact(base_url) if base_url else None,  # a proxy's password
                 "needs": list(CREDENTIALS[name]),
                 "ready": cfg.has_credentials(name) if cfg else True,
             }
@@ -96,7 +98,7 @@ def _range(chain, start, end) -> tuple[datetime | None, datetime | None]:
 
 def _load(ctx, source, start, end, forecast: bool, horizon: str):
     from orchestrator.errors import SpecError
-    from orchestrator.gridsource import open_chain
+    from orchestrator.signals.sources import open_chain
     from orchestrator.timeparse import parse_duration_s
 
     chain = open_chain(context.get(ctx).settings, source or [])

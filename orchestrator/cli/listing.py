@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -17,54 +18,39 @@ def ls(
     as_json: Annotated[bool, JSON_OPT] = False,
 ) -> None:
     """List jobs: those queued, planned, running, suspended or lost (--all: every job)."""
-    from orchestrator import store
-    from orchestrator.cli.render import (
-        STATE_STYLE,
-        command_text,
-        console,
-        job_dict,
-        local_time,
-        print_json,
-    )
-    from orchestrator.timeparse import format_duration, utc_now
+    from orchestrator.cli.render import STATE_STYLE, command_text, console, print_json
+    from orchestrator.timeparse import format_duration
 
     c = context.get(ctx)
-    with c.db.read() as session:
-        jobs = store.list_jobs(session, include_finished=show_all)
-        deps = store.dependencies(session, [j.id for j in jobs])
-        hidden = 0 if show_all else store.count_finished(session)
-        reports = store.latest_progress(session, [j.id for j in jobs if j.attempts])
+    made = c.call("ls", {"all": show_all})
+    jobs, hidden = made["jobs"], made["hidden"]
     if as_json:
-        print_json(
-            [
-                job_dict(j, deps[j.id], str(c.settings.log_path(j.id)), reports.get(j.id))
-                for j in jobs
-            ]
-        )
+        print_json(jobs)
         return
-    now = utc_now()
+    now = datetime.now(UTC)
     rows = []
     for j in jobs:
         runtime = None
-        if j.started_at:
-            runtime = ((j.finished_at or now) - j.started_at).total_seconds()
-        if j.node:
-            gpus = ",".join(map(str, j.gpu_ids)) or "-"
-        elif j.gpus_min == j.gpus_max:
-            gpus = str(j.gpus_max)
+        if j["started_at"]:
+            ended = _dt(j["finished_at"]) or now
+            runtime = (ended - _dt(j["started_at"])).total_seconds()
+        if j["node"]:
+            gpus = ",".join(map(str, j["gpu_ids"])) or "-"
+        elif j["gpus_min"] == j["gpus_max"]:
+            gpus = str(j["gpus_max"])
         else:
-            gpus = f"{j.gpus_min}-{j.gpus_max}"
+            gpus = f"{j['gpus_min']}-{j['gpus_max']}"
         rows.append(
             [
-                str(j.id),
-                j.name or "",
-                j.state,
-                j.user,
+                str(j["id"]),
+                j["name"] or "",
+                j["state"],
+                j["user"],
                 gpus,
-                local_time(j.submitted_at),
+                _local(j["submitted_at"]),
                 format_duration(runtime),
-                "" if j.exit_code is None else str(j.exit_code),
-                command_text(j.command),
+                "" if j["exit_code"] is None else str(j["exit_code"]),
+                command_text(j["command"]),
             ]
         )
     out = console()
@@ -76,6 +62,16 @@ def ls(
         out.print(f"[bright_black]{hidden} finished job(s) hidden; --all shows them[/]")
 
 
+def _dt(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+def _local(text: str | None) -> str:
+    from orchestrator.cli.render import local_time
+
+    return local_time(_dt(text))
+
+
 LS_COLUMNS = ("ID", "NAME", "STATE", "USER", "GPUS", "SUBMITTED", "RUNTIME", "EXIT", "COMMAND")
 
 
@@ -84,9 +80,10 @@ def _table(columns, rows, styles=None):
     to fit the terminal. Much faster than a rich Table for thousands of rows."""
     from rich.text import Text
 
-    from orchestrator.cli.render import console
+    from orchestrator.cli.render import console, plain
 
     styles = styles or {}
+    rows = [[plain(cell) for cell in row] for row in rows]  # users' names, commands ...
     widths = [max([len(name)] + [len(r[i]) for r in rows]) for i, name in enumerate(columns)]
     room = max(12, console().width - sum(widths[:-1]) - 2 * (len(columns) - 1))
     text = Text(no_wrap=True, overflow="ignore")
@@ -102,77 +99,16 @@ def _table(columns, rows, styles=None):
     return text
 
 
-def _slurm(handle: dict) -> dict:
-    """What Slurm says of an attempt now (squeue, then sacct): state, exit code, times."""
-    from executors.errors import ExecutorError
-    from executors.slurm import SlurmExecutor
-
-    job_id = handle["data"]["slurm_job_id"]
-    try:
-        job = SlurmExecutor().lookup(job_id)
-    except ExecutorError as exc:
-        return {"job_id": job_id, "error": str(exc)}
-    if job is None:
-        return {"job_id": job_id, "error": "Slurm does not know this job any more"}
-    return {
-        "job_id": job_id,
-        "state": job.state,
-        "exit_code": job.exit_code,
-        "signal": job.signal,
-        "started_at": job.started_at.isoformat() if job.started_at else None,
-        "ended_at": job.ended_at.isoformat() if job.ended_at else None,
-        "energy_j": job.energy_j,
-    }
-
-
 def show(
     ctx: typer.Context,
     job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
     as_json: Annotated[bool, JSON_OPT] = False,
 ) -> None:
     """Show one job: its spec, state, times, exit code, energy and its history."""
-    from orchestrator import store
-    from orchestrator.cli.render import console, iso, job_dict, local_time, print_json
+    from orchestrator.cli.render import console, print_json, safe
 
     c = context.get(ctx)
-    with c.db.read() as session:
-        job = store.get_job(session, job_id)
-        data = job_dict(
-            job,
-            store.dependencies(session, [job_id])[job_id],
-            str(c.settings.log_path(job_id)),
-            store.latest_progress(session, [job_id]).get(job_id),
-        )
-        events = store.events(session, job_id)
-        runs = store.attempts(session, job_id)
-    data["runs"] = [
-        {
-            "attempt": a.number,
-            "state": a.state,
-            "node": a.node,
-            "gpu_ids": list(a.gpu_ids),
-            "cap": a.cap,
-            "started_at": iso(a.started_at),
-            "finished_at": iso(a.finished_at),
-            "exit_code": a.exit_code,
-            "energy_kwh": None if a.energy_j is None else a.energy_j / 3.6e6,
-            "energy_modelled": a.energy_modelled,
-            "carbon_g": a.carbon_g,
-            "cost": a.cost,
-            "slurm": _slurm(a.handle) if a.handle and "slurm_job_id" in a.handle["data"] else None,
-        }
-        for a in runs
-    ]
-    data["events"] = [
-        {
-            "at": iso(e.at),
-            "from": e.from_state,
-            "to": e.to_state,
-            "reason": e.reason,
-            "actor": e.actor,
-        }
-        for e in events
-    ]
+    data = c.call("show", {"job_id": job_id})
     if as_json:
         print_json(data)
         return
@@ -185,11 +121,11 @@ def show(
         if key in ("events", "runs"):
             continue
         if key.endswith("_at") or key == "deadline":
-            value = local_time(getattr(job, key))
-        grid.add_row(key, "-" if value is None or value == [] else str(value))
+            value = _local(value)
+        grid.add_row(key, "-" if value is None or value == [] else safe(value))
     out = console()
     out.print(grid)
-    if runs:
+    if data["runs"]:
         out.print("[bold]runs[/]")
         for r in data["runs"]:
             kwh = "-" if r["energy_kwh"] is None else f"{r['energy_kwh']:.4f} kWh"
@@ -197,15 +133,15 @@ def show(
             grams = "-" if r["carbon_g"] is None else f"{r['carbon_g']:.1f} g CO2e"
             cap = f", cap {100 * r['cap']:.0f}%" if r["cap"] else ""
             out.print(
-                f"  #{r['attempt']} {r['state']} on {r['node']} GPUs {r['gpu_ids']}{cap}: "
+                f"  #{r['attempt']} {r['state']} on {safe(r['node'])} GPUs {r['gpu_ids']}{cap}: "
                 f"{kwh}, {grams}"
             )
             if (s := r["slurm"]) is not None:
                 said = s.get("error") or (
                     f"{s['state']}, exit code {'-' if s['exit_code'] is None else s['exit_code']}"
                 )
-                out.print(f"     Slurm job {s['job_id']}: {said}")
+                out.print(f"     Slurm job {s['job_id']}: {safe(said)}")
     out.print("[bold]history[/]")
-    for e in events:
-        reason = f"  ({e.reason})" if e.reason else ""
-        out.print(f"  {local_time(e.at)}  {e.from_state or '-'} → {e.to_state}{reason}")
+    for e in data["events"]:
+        reason = f"  ({safe(e['reason'])})" if e["reason"] else ""
+        out.print(f"  {_local(e['at'])}  {e['from'] or '-'} → {e['to']}{reason}")

@@ -1,11 +1,12 @@
-"""``gridshift logs``: a job's output, optionally followed until the job ends. A job that
-ran on an SSH server is read from that server (its log stays there)."""
+"""``gridshift logs``: a job's output, optionally followed until the job ends. The daemon
+reads it (a job that ran on an SSH server, from that server) and answers in blocks; only
+the job's owner (or root) may read it."""
 
 from __future__ import annotations
 
+import base64
 import sys
 import time
-from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -13,8 +14,7 @@ import typer
 from orchestrator.cli import context
 
 POLL_S = 0.25
-CHUNK = 1 << 20
-Reader = Callable[[int], bytes | None]  # bytes from an offset on; None: no such file
+DONE = {"completed", "failed", "cancelled", "lost"}
 
 
 def logs(
@@ -25,110 +25,46 @@ def logs(
     ] = False,
 ) -> None:
     """Print a job's output (stdout and stderr together)."""
-    from orchestrator import store
-    from orchestrator.states import FINAL, JobState
-
     c = context.get(ctx)
-
-    def job_state() -> str:
-        with c.db.read() as session:
-            return store.get_job(session, job_id).state
-
-    state = job_state()  # unknown ids fail here
-    done = {s.value for s in FINAL} | {JobState.LOST.value}
-    links: dict = {}
-    sources = _sources(c, job_id, links)
     out = sys.stdout.buffer
-    try:
-        for read in sources[:-1]:  # earlier attempts on other servers: as they are
-            _drain(read, 0, out)
-        read = sources[-1]
-        offset = 0
-        while True:
-            got = _drain(read, offset, out)
-            if got is None and not follow:
-                print(f"job {job_id} has no output yet ({state})", file=sys.stderr)
+
+    def block(source: int | None, offset: int) -> dict:
+        return c.call("logs", {"job_id": job_id, "source": source, "offset": offset})
+
+    first = block(None, 0)  # unknown ids and other users' jobs fail here
+    last = first["sources"] - 1
+    for source in range(last):  # earlier attempts on other servers: as they are
+        _drain(lambda offset, s=source: block(s, offset), 0, out)
+    state, offset = first["state"], 0
+    read = lambda offset: block(last, offset)  # noqa: E731
+    got = _drain(read, offset, out, first if last == 0 else None)
+    if got is None and not follow:
+        print(f"job {job_id} has no output yet ({state})", file=sys.stderr)
+        return
+    offset += got or 0
+    while follow:
+        answer = read(offset)
+        state = answer["state"]
+        got = _drain(read, offset, out, answer)
+        offset += got or 0
+        if not got:
+            if state in DONE:  # what it wrote last was in this answer
                 return
-            offset += got or 0
-            if not follow:
-                return
-            if not got:
-                if state in done:
-                    return
-                time.sleep(POLL_S)
-                state = job_state()
-                if state in done:  # what it wrote last, then stop
-                    offset += _drain(read, offset, out) or 0
-                    return
-    finally:
-        for link in links.values():
-            link.close()
+            time.sleep(POLL_S)
 
 
-def _drain(read: Reader, offset: int, out) -> int | None:
-    """Copy from ``offset`` to the end; bytes copied, None when there is no file."""
+def _drain(read, offset: int, out, answer: dict | None = None) -> int | None:
+    """Copy from ``offset`` to the end (``answer``: the first block, already asked for);
+    bytes copied, None when there is no file."""
     total = 0
     while True:
-        block = read(offset + total)
-        if block is None:
+        answer = answer or read(offset + total)
+        if answer["data"] is None:
             return None if total == 0 else total
-        if not block:
+        data = base64.b64decode(answer["data"])
+        answer = None
+        if not data:
             return total
-        out.write(block)
+        out.write(data)
         out.flush()
-        total += len(block)
-
-
-def _sources(c, job_id: int, links: dict) -> list[Reader]:
-    """Where the job's output is: this host's log, or each server it ran on, in the
-    order of its attempts."""
-    from sqlmodel import select
-
-    from orchestrator.models import Attempt
-
-    with c.db.read() as session:
-        attempts = session.exec(
-            select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)
-        ).all()
-    ssh_nodes = {n.name: n for n in c.settings.nodes if n.executor == "ssh"}
-    keys: list[tuple[str, str]] = []
-    for att in attempts:
-        if att.node in ssh_nodes:
-            path = (att.handle or {}).get("data", {}).get("log_path")
-            if path is None:
-                from orchestrator.sshnodes import ssh_target
-
-                path = ssh_target(ssh_nodes[att.node]).remote_path("logs", f"{job_id}.log")
-            key = (att.node, path)
-        else:
-            key = ("", str(c.settings.log_path(job_id)))
-        if key not in keys:
-            keys.append(key)
-    if not keys:
-        keys.append(("", str(c.settings.log_path(job_id))))
-    return [_reader(c, node, path, links) for node, path in keys]
-
-
-def _reader(c, node: str, path: str, links: dict) -> Reader:
-    if not node:
-
-        def local(offset: int) -> bytes | None:
-            from orchestrator.errors import PermissionDenied
-
-            try:
-                with open(path, "rb") as fh:
-                    fh.seek(offset)
-                    return fh.read(CHUNK)
-            except FileNotFoundError:
-                return None
-            except PermissionError:
-                raise PermissionDenied(f"cannot read {path}: permission denied") from None
-
-        return local
-    from orchestrator import sshnodes
-
-    if node not in links:
-        cfg = next(n for n in c.settings.nodes if n.name == node)
-        links[node] = sshnodes.build_links([cfg])[node]
-    link = links[node]
-    return lambda offset: link.read(path, offset)
+        total += len(data)

@@ -40,125 +40,38 @@ def plan(
 ) -> None:
     """Plan the queued jobs: start, GPUs, power cap, and expected energy, carbon and cost
     against running each now at full power."""
-    from orchestrator import store
-    from orchestrator.budget import Budget, BudgetState
     from orchestrator.cli.render import print_json
-    from orchestrator.errors import SpecError
-    from orchestrator.inventory import resolve_nodes
-    from orchestrator.perfmodel import curve_for
-    from orchestrator.plan_view import PlanInputs, build_snapshot, plan_rows
-    from orchestrator.policies.base import check_objective, resolve_policy
-    from orchestrator.timeparse import parse_duration_s, utc_now
 
-    chosen = resolve_policy(policy)
-    if getattr(chosen, "clairvoyant", False):
-        raise SpecError(f"{chosen.name} needs every future job: it runs only in simulate")
-    objective = check_objective(objective, bool(price))
-    slot_s = parse_duration_s(slot)
-    parsed_budget = Budget.parse(budget) if budget else None
-    now = _when(at) if at else utc_now()
-    c = context.get(ctx)
-    if submit:  # before planning: a plan that cannot be handed over is not worth making
-        from orchestrator.daemon import slurm_executors
-        from orchestrator.handover import slurm_nodes
-
-        slurm_nodes(resolve_nodes(c.settings))
-        slurm_executors(c.settings, c.db)
-    with c.db.read() as session:
-        jobs = store.list_jobs(session, include_finished=False)
-    queued = [j for j in jobs if j.state == "queued"]
-    if submit:  # handed over before, not started: planned again, and moved if need be
-        from orchestrator.handover import handed_over
-
-        pending = handed_over(c.db)
-        queued += [j for j in jobs if j.state == "planned" and j.id in pending]
-    running = [
-        (j, len(j.gpu_ids or []), j.started_at)
-        for j in jobs
-        if j.state == "running" and j.started_at
-    ]
-    nodes = resolve_nodes(c.settings)
-    total = sum(n.gpu_count for n in nodes)
-    largest = max((n.gpu_count for n in nodes), default=0)
-    curve = curve_for(next((n.gpu_model for n in nodes if n.gpu_model), None))
-    horizon_s = _horizon_s(queued, now.timestamp())
-    carbon = _forecast(c.settings, grid, now, horizon_s)
-    price_fc = _forecast(c.settings, price, now, horizon_s) if price else None
-    state = None
-    if parsed_budget is not None:
-        start, end = parsed_budget.period_of(now.timestamp())
-        state = BudgetState(parsed_budget, start, end, 0.0)
-    inputs = PlanInputs(
-        now.timestamp(), queued, running, total, curve, carbon, price_fc, state,
-        objective, slot_s,
-    )  # fmt: skip
-    rows = plan_rows(chosen, build_snapshot(inputs, largest), inputs)
-    data = {
-        "policy": chosen.name,
-        "now": now.isoformat(),
-        "objective": inputs.objective,
-        "budget": str(parsed_budget) if parsed_budget else None,
-        "gpus": total,
-        "running": len(running),
-        "jobs": rows,
-    }
-    if submit:
-        from orchestrator.handover import hand_over
-        from orchestrator.ownership import current_user
-
-        data["submitted"] = hand_over(c.settings, c.db, rows, now, current_user())
+    grid, price = absolute_source(grid), absolute_source(price)
+    args = {"policy": policy, "grid": grid, "price": price, "budget": budget,
+            "objective": objective, "slot": slot, "at": at, "submit": submit}  # fmt: skip
+    data = context.get(ctx).call("plan", args)
     if as_json:
         print_json(data)
         return
     _table(data)
 
 
-def _when(text: str):
-    from datetime import UTC
+def absolute_source(spec: str | None) -> str | None:
+    """A CSV trace named relative to this shell's directory, made absolute: the daemon that
+    reads it runs elsewhere."""
+    import os
 
-    from grid.sources.base import parse_time
-    from orchestrator.errors import SpecError
-
-    try:
-        value = parse_time(text)
-    except ValueError:
-        raise SpecError(f"invalid time {text!r}: use ISO 8601, e.g. 2023-03-06T10:00") from None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-def _horizon_s(queued, now_s: float) -> float:
-    latest = [j.deadline.timestamp() for j in queued if j.deadline]
-    wanted = max([now_s + 48 * 3600.0, *latest]) - now_s
-    return min(wanted + 86400.0, 14 * 86400.0)
-
-
-def _forecast(settings, spec: str | None, now, horizon_s: float):
-    from datetime import timedelta
-
-    from grid.errors import GridDataError as LeafGridError
-    from grid.forecasters import StepForecaster
-    from grid.steps import StepSeries
-    from orchestrator.errors import GridDataError, translate
-    from orchestrator.gridsource import open_chain
-
-    try:
-        chain = open_chain(settings, [spec] if spec else [])
-        signal = chain.forecast(now, timedelta(seconds=horizon_s))
-        if not len(signal.frame):
-            raise GridDataError(f"{spec or 'grid source'}: no forecast from {now.isoformat()}")
-        series, _ = StepSeries.from_signal(signal)
-    except LeafGridError as exc:
-        raise translate(exc) from None
-    return StepForecaster(series)
+    if not spec or not spec.startswith("csv:"):
+        return spec
+    path, sep, options = spec[4:].partition("?")
+    if path and not os.path.isabs(os.path.expanduser(path)):
+        path = os.path.abspath(os.path.expanduser(path))
+    return f"csv:{path}{sep}{options}"
 
 
 def _table(data: dict) -> None:
     from rich.table import Table
 
-    from orchestrator.cli.render import console
+    from orchestrator.cli.render import console, safe
 
     out = console()
-    head = f"[bold]{data['policy']}[/] plan at {data['now'][:16]} for {data['gpus']} GPUs"
+    head = f"[bold]{safe(data['policy'])}[/] plan at {data['now'][:16]} for {data['gpus']} GPUs"
     if data["budget"]:
         head += f", budget {data['budget']} (none spent yet: accounting comes with the daemon)"
     out.print(head)
@@ -184,7 +97,7 @@ def _table(data: dict) -> None:
         saving = "-" if r["carbon_saving_pct"] is None else f"{r['carbon_saving_pct']:.0f}%"
         table.add_row(
             str(r["id"]),
-            r["name"] or "",
+            safe(r["name"] or ""),
             r["start"][:16] + (" *" if r["forced"] else "") + (" ⋯" if r["intervals"] else ""),
             f"{r['wait_h']:.1f}",
             str(r["gpus"]),
@@ -203,4 +116,4 @@ def _table(data: dict) -> None:
         out.print("[dim]jobs without --duration have no estimate: they start now[/]")
     for s in data.get("submitted", []):
         slurm = f" (Slurm job {s['slurm_job_id']})" if s.get("slurm_job_id") else ""
-        out.print(f"job {s['id']}: {s['action']}{slurm}, start {s['start'][:19]}")
+        out.print(f"job {s['id']}: {safe(s['action'])}{slurm}, start {s['start'][:19]}")

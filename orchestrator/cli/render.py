@@ -1,126 +1,62 @@
-"""Jobs and nodes as JSON objects (stable keys) and as rich tables."""
+"""Jobs and nodes as JSON objects (stable keys) and as rich tables.
+
+Human output shows what users typed (names, labels, commands, reasons) with control
+characters escaped (``\\x1b``): ``console()`` escapes every string it renders, ``safe``
+also escapes rich markup for values put inside markup, ``plain`` is for ``typer.echo``
+lines. ``--json`` keeps the exact values (JSON escapes them)."""
 
 from __future__ import annotations
 
 import json
+import math
 import shlex
 import sys
 from datetime import datetime
 from typing import Any
 
-JOB_KEYS = (
-    "id",
-    "name",
-    "state",
-    "reason",
-    "user",
-    "gpus",
-    "gpus_min",
-    "gpus_max",
-    "gpu_ids",
-    "node",
-    "command",
-    "workdir",
-    "priority",
-    "labels",
-    "after",
-    "interruptible",
-    "duration_s",
-    "deadline",
-    "submitted_at",
-    "started_at",
-    "finished_at",
-    "exit_code",
-    "energy_kwh",
-    "energy_modelled",
-    "carbon_g",
-    "cost",
-    "attempts",
-    "cancel_requested",
-    "log_path",
-    "progress",
-    "progress_source",
-    "planned_start",
-    "plan_note",
-    "cron_id",
-)
-
-
-def iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value else None
+from orchestrator.daemon.ops.views import JOB_KEYS, iso, job_dict, progress_of  # noqa: F401
+from orchestrator.signals.redact import printable
 
 
 def local_time(value: datetime | None) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
-def progress_of(
-    job, report: tuple[float | None, float | None] | None, now: datetime
-) -> tuple[float | None, str | None]:
-    """Fraction done: the job's own report (done / total) where it made one, else an
-    estimate from elapsed time over the declared duration while it runs."""
-    if job.state == "completed":
-        return 1.0, "completed"
-    if report and report[0] is not None and report[1]:
-        return min(1.0, report[0] / report[1]), "reported"
-    if job.state == "running" and job.started_at and job.duration_s:
-        elapsed = (now - job.started_at).total_seconds()
-        return min(0.99, max(0.0, elapsed / job.duration_s)), "estimated"
-    return None, None
-
-
-def job_dict(job, after: list[int], log_path: str, report=None, now=None) -> dict[str, Any]:
-    """A job as JSON. ``gpus`` is the number it holds (or held) once placed, else the
-    most it asks for. The environment is never shown: it may hold secrets."""
-    from datetime import UTC
-
-    progress, source = progress_of(job, report, now or datetime.now(UTC))
-    data = {
-        "id": job.id,
-        "name": job.name,
-        "state": job.state,
-        "reason": job.reason,
-        "user": job.user,
-        "gpus": len(job.gpu_ids) if job.node else job.gpus_max,
-        "gpus_min": job.gpus_min,
-        "gpus_max": job.gpus_max,
-        "gpu_ids": list(job.gpu_ids),
-        "node": job.node,
-        "command": list(job.command),
-        "workdir": job.workdir,
-        "priority": job.priority,
-        "labels": list(job.labels),
-        "after": sorted(after),
-        "interruptible": job.interruptible,
-        "duration_s": job.duration_s,
-        "deadline": iso(job.deadline),
-        "submitted_at": iso(job.submitted_at),
-        "started_at": iso(job.started_at),
-        "finished_at": iso(job.finished_at),
-        "exit_code": job.exit_code,
-        "energy_kwh": None if job.energy_j is None else job.energy_j / 3.6e6,
-        "energy_modelled": job.energy_modelled,
-        "carbon_g": job.carbon_g,
-        "cost": job.cost,
-        "attempts": job.attempts,
-        "cancel_requested": job.cancel_requested_at is not None,
-        "log_path": log_path,
-        "progress": None if progress is None else round(progress, 4),
-        "progress_source": source,
-        "planned_start": iso(job.planned_start) if job.state == "queued" else None,
-        "plan_note": job.plan_note if job.state in ("queued", "suspended") else None,
-        "cron_id": job.cron_id,
-    }
-    assert tuple(data) == JOB_KEYS
-    return data
-
-
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+    """JSON as the standard has it: a value that is not a finite number (which Python
+    would write as NaN or Infinity, which no JSON reader takes) is written null."""
+    try:
+        text = json.dumps(data, indent=2, allow_nan=False)
+    except ValueError:
+        text = json.dumps(_finite(data), indent=2, allow_nan=False)
+    sys.stdout.write(text + "\n")
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def plain(value: Any) -> str:
+    """A value for a plain text line: control characters escaped."""
+    return printable(str(value))
+
+
+def safe(value: Any) -> str:
+    """A value to put inside rich markup: control characters and markup escaped (a name
+    such as ``[link=...]`` is shown, not obeyed)."""
+    from rich.markup import escape
+
+    return escape(printable(str(value)))
 
 
 def command_text(command: list[str], width: int = 120) -> str:
-    text = shlex.join(command)
+    text = printable(shlex.join(command))
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -137,6 +73,12 @@ STATE_STYLE = {
 
 
 def console():
+    """A rich console that escapes control characters in every string it renders (table
+    cells included); Text objects built by hand must escape their own (``plain``)."""
     from rich.console import Console
 
-    return Console(highlight=False)
+    class _Console(Console):
+        def render_str(self, text: str, **kwargs):
+            return super().render_str(printable(text), **kwargs)
+
+    return _Console(highlight=False)

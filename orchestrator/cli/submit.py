@@ -74,26 +74,23 @@ def submit(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    from orchestrator import store
     from orchestrator.cli.render import print_json
     from orchestrator.errors import SpecError
-    from orchestrator.inventory import largest_node_gpus
-    from orchestrator.spec import build_spec, submitter_env
-    from orchestrator.timeparse import utc_now
 
     c = context.get(ctx)
-    now, cwd, base_env = utc_now(), os.getcwd(), submitter_env()
+    cwd = os.getcwd()
     if (cron is None) != (window is None):
         raise SpecError("give --cron and --window together")
     if cron is not None and file is not None:
         raise SpecError("--cron repeats one job; it does not take --file")
+    request: dict = {"cwd": cwd, "env": dict(os.environ)}
     if file is not None:
         given = [command, name, duration, deadline, within, after, label, workdir, env]
         if any(given) or gpus != "1" or priority or interruptible:
             raise SpecError(
                 "with --file, give the job options inside the file, one JSON object per line"
             )
-        specs = _read_sweep(file, now=now, cwd=cwd, base_env=base_env)
+        request |= _read_sweep(file, cwd)
     else:
         raw = {
             "command": command or [],
@@ -106,62 +103,79 @@ def submit(
             "priority": priority,
             "after": _split_ids(after or []),
             "labels": label or [],
-            "workdir": str(workdir) if workdir else None,
+            "workdir": _workdir(str(workdir) if workdir else None, cwd),
             "env": env or [],
         }
+        request["jobs"] = [raw]
         if cron is not None:
-            _add_cron(c, raw, cron, window, now, cwd, base_env, as_json)
-            return
-        specs = [build_spec(raw, now=now, cwd=cwd, base_env=base_env)]
-    largest = largest_node_gpus(c.settings, c.db)
-    jobs = store.submit(c.db, specs, user=c.user, now=now, largest_node_gpus=largest)
-    if as_json:
-        out = [{"id": j.id, "state": j.state} for j in jobs]
+            request |= {"cron": cron, "window": window}
+    made = c.call("submit", request)
+    if cron is not None:
+        _print_cron(made, as_json)
+    elif as_json:
+        out = made["jobs"]
         print_json(out if file is not None else out[0])
     else:
-        for job in jobs:
-            typer.echo(job.id)
+        for job in made["jobs"]:
+            typer.echo(job["id"])
+
+
+def _workdir(given, cwd: str) -> str:
+    """The job's working directory as this user sees it: absolute, and there (the daemon
+    does not look at the user's paths; it enters it as the user at launch)."""
+    from orchestrator.errors import SpecError
+    from orchestrator.queue.checks import text
+
+    if given is not None and not isinstance(given, str):
+        raise SpecError("workdir must be a string")
+    path = Path(text(given or cwd, "workdir")).expanduser()
+    if not path.is_absolute():
+        path = Path(cwd) / path
+    if not path.is_dir():
+        raise SpecError(f"working directory {str(path)!r} does not exist")
+    return str(path)
 
 
 def _split_ids(values: list[str]) -> list[int]:
     from orchestrator.errors import SpecError
+    from orchestrator.queue.checks import job_id, shown
 
     ids = []
     for value in values:
         for part in value.split(","):
-            if not part.strip().isdigit():
-                raise SpecError(f"invalid job id {part.strip()!r} in --after")
-            ids.append(int(part))
+            if not part.strip().isascii() or not part.strip().isdigit():
+                raise SpecError(f"invalid job id {shown(part.strip())} in --after")
+            ids.append(job_id(int(part), "--after"))
     return ids
 
 
-def _read_sweep(path: Path, **kwargs) -> list:
+def _read_sweep(path: Path, cwd: str) -> dict:
+    """The sweep's job objects (each workdir resolved here) and their line numbers; the
+    daemon validates the rest and names the line of the first problem."""
     from orchestrator.errors import GridshiftError, SpecError
-    from orchestrator.spec import build_spec, read_json_lines
+    from orchestrator.queue.spec import read_json_lines
 
-    specs = []
+    jobs, lines = [], []
     for number, raw in read_json_lines(path):
         try:
-            specs.append(build_spec(raw, **kwargs))
+            raw["workdir"] = _workdir(raw.get("workdir"), cwd)
         except GridshiftError as exc:
             raise SpecError(f"{path}:{number}: {exc}") from None
-    if not specs:
+        jobs.append(raw)
+        lines.append(number)
+    if not jobs:
         raise SpecError(f"{path} holds no job specs")
-    return specs
+    return {"jobs": jobs, "lines": lines, "file": str(path)}
 
 
-def _add_cron(c, raw: dict, cron: str, window: str, now, cwd: str, base_env, as_json: bool):
-    from orchestrator import cron as crons
+def _print_cron(made: dict, as_json: bool) -> None:
+    from datetime import datetime
+
     from orchestrator.cli.render import print_json
-    from orchestrator.timeparse import parse_duration_s
 
-    window_s = parse_duration_s(window)
-    raw = dict(raw, workdir=str(Path(raw["workdir"] or cwd).expanduser().absolute()))
-    row = c.db.write_retrying(
-        lambda session: crons.add(session, raw, cron, window_s, c.user, now, base_env)
-    )
-    upcoming = crons.next_fire(row, now)
     if as_json:
-        print_json({"cron_id": row.id, "next": upcoming.isoformat() if upcoming else None})
-    else:
-        typer.echo(f"cron template {row.id}; next occurrence {upcoming:%Y-%m-%d %H:%M:%S %Z}")
+        print_json(made)
+        return
+    upcoming = made["next"] and datetime.fromisoformat(made["next"]).astimezone()
+    when = f"{upcoming:%Y-%m-%d %H:%M:%S %Z}" if upcoming else "none"
+    typer.echo(f"cron template {made['cron_id']}; next occurrence {when}")

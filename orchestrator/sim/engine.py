@@ -1,21 +1,21 @@
-"""One what-if run: the daemon's pass, ``tick(now)``, on simulated time.
+"""One what-if run: the daemon's pass on simulated time.
 
-``SimDaemon.tick`` has the live daemon's parts: reap what ended (recording progress of
-suspended jobs), admit arrivals to the queue, plan with the policy, and launch what is due
-through buddy placement, all with the same ``Scheduler``, policy and ``ClusterAllocator``
-the live daemon uses, on a ``SimulatedExecutor``. Only the bookkeeping differs: jobs live
-in arrays, not in the database, so a trace of 100,000 jobs runs in seconds.
+``SimDaemon`` is the array-backed ``QueueState`` of the one pass both the daemon and the
+simulator run (``orchestrator.planning.onepass``): the same named steps (suspend, reap,
+admit, plan, launch, guard), ``Scheduler``, policy and ``ClusterAllocator`` as the live
+daemon, on a ``SimulatedExecutor``. Only the bookkeeping differs: jobs live in arrays, not
+in the database, so a trace of 100,000 jobs runs in seconds; and the event loop jumps to
+what is due next instead of sleeping.
 
 A job planned to run in intervals (``lowest-slots``, ``budget``, ``optimal``) is suspended
-at the end of each but the last (SIGTERM: it checkpoints and leaves its GPUs) and requeued
-with the rest of its plan; if it fell behind (it waited for GPUs), the policy plans its
-remaining work again. Each attempt runs on the GPU count and power cap its plan says.
+at the end of each but the last (SIGTERM: it checkpoints and leaves its GPUs; the event
+loop sends it at the piece's end, before that time's pass) and requeued with the rest of
+its plan; if it fell behind (it waited for GPUs), the policy plans its remaining work
+again. Each attempt runs on the GPU count and power cap its plan says.
 
-The deadline guard: when the job at the head of the queue cannot start and must start
-within a slot to meet its deadline, the jobs that may be suspended and have an hour of
-slack to spare are suspended, the fewest GPUs' worth that make room for it
-(``ClusterAllocator.make_room``), and it starts ahead of them (not under the oracle,
-which plans once and could not place them again).
+The deadline guard is the pass's (``onepass``: the planner's slack rule, at least four
+slots of it); not under the oracle, which plans once and could not place the jobs it
+moves again.
 
 With a budget, a ledger charges what ran to its periods before every plan; with a site
 power limit, running jobs' caps are split under it after every launch (PowerGrad). A
@@ -33,40 +33,20 @@ import numpy as np
 
 from executors.base import Handle, LaunchSpec
 from executors.simulated import SimulatedExecutor, Workload
-from orchestrator.budget import Ledger
-from orchestrator.perfmodel import JobModel
-from orchestrator.policies.base import Commitment, Decision, Policy, QueuedJob, Snapshot
-from orchestrator.policies.powersplit import split_power
-from orchestrator.scheduler import Scheduler
+from orchestrator.planning.budgets import Ledger
+from orchestrator.planning.onepass import Pass, Running
+from orchestrator.planning.perfmodel import JobModel
+from orchestrator.planning.pieces import piece_index, width_of
+from orchestrator.planning.policies.base import Commitment, Decision, Policy, QueuedJob, Snapshot
+from orchestrator.planning.policies.powersplit import split_power
+from orchestrator.planning.scheduler import Scheduler
 from orchestrator.sim.events import EventLoop
 from orchestrator.sim.inputs import SimInputs
+from orchestrator.sim.result import RunResult
 from placement.cluster import ClusterAllocator
 
 SAMPLE_S = 900.0  # fragmentation is sampled at most this often (simulated seconds)
 PROGRESS_EVERY = 2000  # ticks between progress reports
-GUARD_ROUNDS = 8  # urgent jobs the deadline guard makes room for in one pass, at most
-GUARD_SLACK_S = 3600.0  # the slack a job keeps after the guard suspends it, at least
-
-
-@dataclass
-class RunResult:
-    policy: str
-    forecast: str
-    first_start_s: np.ndarray
-    finish_s: np.ndarray
-    seg_start_s: np.ndarray
-    seg_end_s: np.ndarray
-    seg_power_w: np.ndarray
-    seg_gpus: np.ndarray
-    suspensions: int
-    fragmentation: float  # mean share of the cluster free but unusable by a waiting job
-    wall_s: float
-    ticks: int
-    forced: int = 0  # starts a deadline forced against the budget or the objective
-    guard_suspensions: int = 0  # jobs the deadline guard suspended to make room
-    replans: int = 0
-    ledger: Ledger | None = None
-    solver: dict | None = None  # what the oracle's solve reported
 
 
 @dataclass(slots=True)
@@ -124,7 +104,6 @@ class SimDaemon:
         self._deadline = [None if np.isnan(d) else float(d) for d in inputs.deadline_s]
         self._interruptible = inputs.interruptible.tolist()
         self._next = 0
-        self._arrival_wake = -1
         self._attempt_id = 0
         self._running: dict[int, _Attempt] = {}
         self._models: dict[int, JobModel] = {}
@@ -132,27 +111,25 @@ class SimDaemon:
         self._next_sample = -np.inf
         self._frag: list[float] = []
         self.suspensions = 0
-        self.guard_suspensions = 0
         self.ticks = 0
+        self.slot_s, self.max_defer_s = inputs.slot_s, inputs.max_defer_s
+        after = [("sample", self._sample)]
+        if inputs.power_limit_w is not None:
+            after.insert(0, ("split power", lambda _now: self._split_power()))
+        self.onepass = Pass(self, guard=not self.clairvoyant, after=after)
 
     # -- the pass -----------------------------------------------------------------------
     def tick(self, now: float) -> None:
         self.ticks += 1
-        self.reap(now)
-        self.admit(now)
-        self._charge()
-        if not self.clairvoyant:
-            self.scheduler.plan(now)
-        self.launch_due(now)
-        self.guard_deadlines(now)
-        if self.inputs.power_limit_w is not None:
-            self._split_power()
-        self._sample(now)
-        wake = self.scheduler.next_start_s()
-        if wake is not None and wake > now:
-            self._wake(wake)
+        self.onepass.tick(now)
+        for at in self.onepass.wakes:  # each, as found: a joint planner replans on ticks
+            self._wake(at)
         if self.progress is not None and self.ticks % PROGRESS_EVERY == 0:
             self.progress(now)
+
+    # -- QueueState: the pass's steps on arrays --------------------------------------------
+    def suspend_due(self, now: float) -> None:
+        """Nothing to do: the event loop sent each ended piece its SIGTERM already."""
 
     def reap(self, now: float) -> None:
         for handle in self.executor.drain_ended():
@@ -182,58 +159,40 @@ class SimDaemon:
                 self.scheduler.add_planned(job, self._oracle.get(job.id) or Decision(now))
         elif jobs:
             self.scheduler.add(jobs)
-        if i < self.n and self._arrival_wake != i:
-            self._arrival_wake = i  # one wake-up per arrival, however many ticks pass
-            self.loop.schedule(self._submit[i])
+        self._charge()
 
-    def launch_due(self, now: float) -> None:
-        for job, decision, allocation in self.scheduler.launchable(now, self._allocate):
-            self._launch(job, decision, allocation, now)
-
-    def guard_deadlines(self, now: float) -> None:
-        """The deadline guard: while the blocked head of the queue must start within a slot
-        to meet its deadline, suspend running jobs that may be suspended and can spare the
-        time (the fewest GPUs that make room for it), and launch again. Not under a
-        clairvoyant policy: its one plan cannot take back what the guard would move."""
-        if self.clairvoyant:
-            return
-        for _ in range(GUARD_ROUNDS):
-            latest = self.scheduler.blocked_latest_start_s()
-            if latest is None:
-                return
-            if now < latest - self.inputs.slot_s:
-                self._wake(latest - self.inputs.slot_s)  # look again then
-                return
-            head = self.scheduler.blocked()
-            width = self._width(head, self.scheduler.decision_of(head.id), now)
-            movable = {
-                a.key: a
-                for a in self._running.values()
-                if a.job.interruptible and self._slack_s(a.job, now) >= GUARD_SLACK_S
-            }
-            victims = self.alloc.make_room(width, movable)
-            if not victims:
-                return
-            for key in victims:
-                self.guard_suspensions += 1
-                self.executor.signal(movable[key].handle, signal.SIGTERM)
-            self.reap(now)  # they go back to the queue, behind the urgent job
-            started = self.scheduler.launch_out_of_order(head.id, self._allocate)
-            if started is not None:
-                self._launch(*started, now)
+    def plan(self, now: float) -> Scheduler:
+        if not self.clairvoyant:
             self.scheduler.plan(now)
-            self.launch_due(now)
+        return self.scheduler
+
+    def allocate(self, job: QueuedJob, decision: Decision, now: float):
+        return self.alloc.allocate(("job", job.id), width_of(job, decision, now))
+
+    def running(self, now: float) -> list[Running]:
+        out = []
+        for a in self._running.values():
+            left = None
+            if a.job.interruptible:  # only these may move: their run left, at now
+                done, _ = self.executor.progress(a.handle)
+                left = self._duration[a.job.id] * (1.0 - done)
+            out.append(Running(a.key, a.job, left, ref=a))
+        return out
+
+    def make_room(self, width: int, movable: dict) -> list:
+        return self.alloc.make_room(width, movable) or []
+
+    def checkpoint(self, run: Running, now: float) -> bool:
+        return bool(self.executor.signal(run.ref.handle, signal.SIGTERM))
+
+    def next_due_s(self, now: float) -> float | None:
+        """The next arrival (piece ends and job ends are on the event loop itself)."""
+        return self._submit[self._next] if self._next < self.n else None
 
     def _wake(self, at: float) -> None:
         if at not in self._wakes:
             self._wakes.add(at)
             self.loop.schedule(at)
-
-    def _slack_s(self, job: QueuedJob, now: float) -> float:
-        """How long a running job could still wait and finish by its latest finish (the
-        planner's rule) at full speed."""
-        remaining = self._duration[job.id] * (1.0 - float(self.done[job.id]))
-        return job.latest_finish_s(self.inputs.max_defer_s) - now - remaining
 
     # -- parts --------------------------------------------------------------------------
     def _queued(self, i: int, remaining_s: float) -> QueuedJob:
@@ -289,22 +248,6 @@ class SimDaemon:
             self.ledger.record(ex.seg_start[k], ex.seg_end[k], ex.seg_power_w[k], carbon)
         self._seg_seen = len(ex.seg_start)
 
-    def _piece(self, decision: Decision, now: float) -> int:
-        """Index of the interval of ``decision`` that a launch at ``now`` runs in."""
-        if not decision.intervals:
-            return 0
-        for k, (_, b) in enumerate(decision.intervals):
-            if b > now + 1e-6:
-                return k
-        return len(decision.intervals) - 1
-
-    def _width(self, job: QueuedJob, decision: Decision, now: float) -> int:
-        gpus = decision.piece_config(self._piece(decision, now))[0]
-        return gpus or job.gpus
-
-    def _allocate(self, job: QueuedJob, decision: Decision):
-        return self.alloc.allocate(("job", job.id), self._width(job, decision, self.loop.now))
-
     def _model(self, i: int) -> JobModel:
         model = self._models.get(i)
         if model is None:
@@ -320,11 +263,11 @@ class SimDaemon:
             self._models[i] = model
         return model
 
-    def _launch(self, job: QueuedJob, decision: Decision, allocation, now: float) -> None:
+    def launch(self, job: QueuedJob, decision: Decision, allocation, now: float) -> None:
         i = job.id
-        piece = self._piece(decision, now)
-        gpus, cap, _ = decision.piece_config(piece)
-        width = gpus or job.gpus
+        piece = piece_index(decision, now)
+        cap = decision.piece_config(piece)[1]
+        width = width_of(job, decision, now)
         model = self._model(i)
         self._attempt_id += 1
         att_id = self._attempt_id
@@ -364,7 +307,7 @@ class SimDaemon:
             [(self._model(a.job.id), a.gpus) for a in atts], self.inputs.power_limit_w
         )
         for att, cap in zip(atts, caps, strict=True):
-            planned = att.decision.piece_config(self._piece(att.decision, self.loop.now))[1]
+            planned = att.decision.piece_config(piece_index(att.decision, self.loop.now))[1]
             cap = min(cap, planned)
             current = self.executor.cap_of(att.handle)
             if current is not None and abs(current[0] - cap) > 1e-9:
@@ -443,7 +386,7 @@ class SimDaemon:
             wall_s=time.perf_counter() - started,
             ticks=self.ticks,
             forced=self.forced,
-            guard_suspensions=self.guard_suspensions,
+            guard_suspensions=self.onepass.guard_suspensions,
             replans=self.scheduler.replans,
             ledger=self.ledger,
             solver=solver,

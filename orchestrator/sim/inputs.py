@@ -14,7 +14,7 @@ from orchestrator.sim.deadlines import DeadlineRule
 from orchestrator.sim.elastic import elastic_ranges, scaling_tables
 from orchestrator.sim.scenario import ClusterConfig, Scenario, resolve_path
 from orchestrator.sim.traces import TraceJobs, read_trace, shift_onto
-from orchestrator.timeparse import parse_duration_s
+from orchestrator.timeparse import parse_duration_s, zone_info
 from placement.topology import ClusterTopology, NodeTopology
 
 MARGIN_S = 30 * 86400  # the signal is continued this far past the last deadline
@@ -32,13 +32,13 @@ class SimInputs:
     deadline_s: np.ndarray  # NaN: none
     interruptible: np.ndarray  # bool
     topology: ClusterTopology
-    curve: object  # orchestrator.perfmodel.PowerCurve
+    curve: object  # orchestrator.planning.perfmodel.PowerCurve
     cluster: ClusterConfig
     max_defer_s: float
     min_gpus: np.ndarray = None  # elastic range per job (equal to gpus: not elastic)
     max_gpus: np.ndarray = None
     tables: list = field(default_factory=list)  # per job: GPU count -> throughput, or None
-    budget: object | None = None  # orchestrator.budget.Budget
+    budget: object | None = None  # orchestrator.planning.budgets.Budget
     objective: str = "carbon"
     power_limit_w: float | None = None
     slot_s: float = 900.0
@@ -52,7 +52,7 @@ class SimInputs:
 
 def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     from grid.steps import StepSeries
-    from orchestrator.perfmodel import curve_for
+    from orchestrator.planning.perfmodel import curve_for
 
     notes: list[str] = []
     signal = _load_signal(resolve_path(scenario.grid.source, base), scenario, settings)
@@ -89,7 +89,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     if not len(jobs):
         raise SpecError("no jobs to simulate in the signal's time range")
     rule = DeadlineRule(scenario.jobs.deadline_rule)
-    _check_timezone(scenario.timezone)
+    zone_info(scenario.timezone)
     ruled = rule.deadlines(jobs.submit_s, jobs.duration_s, scenario.timezone)
     deadline = np.where(np.isnan(jobs.deadline_s), ruled, jobs.deadline_s)
     rng = np.random.default_rng([scenario.seed, 1])
@@ -134,8 +134,8 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
 
 
 def _planning(scenario: Scenario, has_price: bool) -> dict:
-    from orchestrator.budget import Budget
-    from orchestrator.policies.base import check_objective
+    from orchestrator.planning.budgets import Budget
+    from orchestrator.planning.policies.base import check_objective
 
     objective = check_objective(scenario.objective, has_price)
     return {
@@ -164,12 +164,14 @@ def _scaling_folder(text: str | None, base: Path) -> Path | None:
 def build_topology(cfg: ClusterConfig) -> ClusterTopology:
     if cfg.nodes:
         nodes = []
-        for node in cfg.nodes:
-            if node.nvlink_islands:
-                nodes.append(NodeTopology.from_islands(node.name, node.nvlink_islands, node.rack))
-            else:
-                nodes.append(NodeTopology.plain(node.name, node.gpu_count, node.rack))
         try:
+            for node in cfg.nodes:
+                if node.nvlink_islands:
+                    nodes.append(
+                        NodeTopology.from_islands(node.name, node.nvlink_islands, node.rack)
+                    )
+                else:
+                    nodes.append(NodeTopology.plain(node.name, node.gpu_count, node.rack))
             return ClusterTopology(tuple(n for n in nodes if n.gpus))
         except ValueError as exc:
             raise SpecError(f"cluster: {exc}") from None
@@ -186,12 +188,11 @@ def build_topology(cfg: ClusterConfig) -> ClusterTopology:
 def _load_signal(spec: str, scenario: Scenario, settings):
     import httpx
 
-    from grid.errors import GridDataError as LeafGridError
     from grid.registry import build_source
     from grid.spec import parse_source
-    from orchestrator.errors import translate
+    from orchestrator.errors import boundary
 
-    try:
+    with boundary():
         if parse_source(spec).name in ("csv", "synthetic"):  # whole files: read once
             signal = build_source(spec, {}, httpx.Client()).load()
             if scenario.grid.start or scenario.grid.end:
@@ -199,13 +200,11 @@ def _load_signal(spec: str, scenario: Scenario, settings):
         else:
             if not (scenario.grid.start and scenario.grid.end):
                 raise SpecError(f"{spec}: a web source needs grid.start and grid.end")
-            from orchestrator.gridsource import open_chain
             from orchestrator.settings import load_settings
+            from orchestrator.signals.sources import open_chain
 
             chain = open_chain(settings or load_settings(), [spec])
             signal = chain.history(_utc(scenario.grid.start), _utc(scenario.grid.end))
-    except LeafGridError as exc:
-        raise translate(exc) from None
     if not len(signal.frame):
         raise GridDataError(f"{spec}: no data in the requested range")
     return signal
@@ -226,12 +225,3 @@ def _load_jobs(scenario: Scenario, base: Path, start_s: float, total_gpus: int) 
 
         return synthetic_jobs(source, start_s, scenario.seed, max_gpus=total_gpus)
     return read_trace(resolve_path(source, base))
-
-
-def _check_timezone(name: str) -> None:
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise SpecError(f"unknown time zone {name!r} (e.g. UTC, Europe/Berlin)") from None

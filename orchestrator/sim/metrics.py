@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.budget import J_PER_KWH
-from orchestrator.sim.engine import RunResult
+from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.sim.inputs import SimInputs
+from orchestrator.sim.result import RunResult
 
 
 def metrics(inputs: SimInputs, run: RunResult) -> dict:

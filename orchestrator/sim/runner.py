@@ -8,10 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from orchestrator.errors import SpecError
-from orchestrator.policies.base import resolve_policy
-from orchestrator.sim.engine import RunResult, SimDaemon
+from orchestrator.planning.policies import resolve_policy
+from orchestrator.sim.engine import SimDaemon
 from orchestrator.sim.inputs import SimInputs, prepare
 from orchestrator.sim.metrics import metrics
+from orchestrator.sim.result import RunResult
 from orchestrator.sim.scenario import Scenario
 
 Progress = Callable[[str, float], None]  # (policy, share of simulated time done)

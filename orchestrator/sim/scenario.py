@@ -41,20 +41,28 @@ from __future__ import annotations
 
 import os
 import tomllib
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.errors import ConfigError, SpecError
+from orchestrator.queue.spec import read_text_file
 
 
 class SimNode(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # a gridshift.toml [[nodes]] table works
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # a [[nodes]] table works
 
     name: str = Field(min_length=1)
-    gpus: int | None = Field(default=None, ge=0)
-    fake_gpus: int | None = Field(default=None, ge=0)
+    gpus: int | None = Field(default=None, ge=0, le=65_536)
+    fake_gpus: int | None = Field(default=None, ge=0, le=65_536)
     rack: str | None = None
     nvlink_islands: list[list[int]] | None = None
 
@@ -67,7 +75,7 @@ class SimNode(BaseModel):
 
 
 class ClusterConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     gpus: int = Field(default=64, ge=1, le=1_000_000)
     gpus_per_node: int = Field(default=8, ge=1, le=64)
@@ -79,7 +87,7 @@ class ClusterConfig(BaseModel):
 
 
 class JobsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     source: str = "synthetic"
     max_jobs: int = Field(default=0, ge=0)
@@ -91,21 +99,30 @@ class JobsConfig(BaseModel):
 
 
 class GridConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     source: str = "synthetic"
     price: str | None = None
     start: datetime | None = None
     end: datetime | None = None
 
+    @model_validator(mode="after")
+    def _range(self) -> GridConfig:
+        def utc(value: datetime) -> datetime:
+            return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+        if self.start and self.end and utc(self.start) >= utc(self.end):
+            raise ValueError("grid.start must be before grid.end")
+        return self
+
 
 class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "what-if"
     policies: list[str] = Field(default_factory=lambda: ["fifo", "lowest-window"])
     forecast: str = "perfect"
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**64 - 1)
     timezone: str = "UTC"
     max_defer: str = "24h"
     objective: str = "carbon"  # carbon | cost | mix:W
@@ -116,6 +133,17 @@ class Scenario(BaseModel):
     jobs: JobsConfig = Field(default_factory=JobsConfig)
     grid: GridConfig = Field(default_factory=GridConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        from orchestrator.timeparse import zone_info
+
+        try:
+            zone_info(value)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
     @field_validator("policies")
     @classmethod
@@ -130,14 +158,15 @@ def load_scenario(path: Path | None) -> tuple[Scenario, Path]:
     relative to."""
     if path is None:
         return Scenario(), Path.cwd()
+    if not Path(path).exists():
+        raise SpecError(f"no such scenario file: {path}")
+    text = read_text_file(Path(path), "scenario", limit=1 << 20)
     try:
-        raw = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise SpecError(f"no such scenario file: {path}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cannot read scenario {path}: {exc}") from None
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(f"scenario {path}: invalid TOML ({exc})") from None
+    except RecursionError:
+        raise SpecError(f"scenario {path}: invalid TOML (nested too deeply)") from None
     base = Path(path).resolve().parent
     scenario = validate(raw, str(path))
     scenario.jobs.source = resolve_path(scenario.jobs.source, base)
@@ -159,12 +188,13 @@ def validate(raw: dict, where: str) -> Scenario:
 def load_cluster_file(path: Path) -> ClusterConfig:
     """``--cluster FILE``: a TOML with a ``[cluster]`` table and/or ``[[nodes]]`` tables
     (a gridshift.toml describes its cluster this way)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise SpecError(f"no such cluster file: {path}")
     try:
-        raw = tomllib.loads(Path(path).expanduser().read_text())
-    except FileNotFoundError:
-        raise SpecError(f"no such cluster file: {path}") from None
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise SpecError(f"cluster file {path}: {exc}") from None
+        raw = tomllib.loads(read_text_file(path, "cluster file", limit=1 << 20))
+    except (tomllib.TOMLDecodeError, RecursionError) as exc:
+        raise SpecError(f"cluster file {path}: {exc or 'nested too deeply'}") from None
     table = dict(raw.get("cluster", {}))
     if "nodes" in raw:
         table["nodes"] = raw["nodes"]

@@ -17,6 +17,8 @@ from orchestrator.errors import SpecError
 from orchestrator.sim.traces import TraceJobs
 
 DEFAULTS = {"count": "300", "days": "7", "seed": "0", "median": "1144", "sigma": "2.2"}
+#: The largest value of each option (all finite): ten years, a median run of a week.
+LIMITS = {"count": 5e6, "days": 3650.0, "seed": 2.0**63, "median": 7 * 86400.0, "sigma": 10.0}
 GPU_COUNTS = np.array([1, 2, 4, 8, 16])
 GPU_SHARES = np.array([0.932, 0.022, 0.023, 0.018, 0.005])
 
@@ -45,6 +47,8 @@ def parse_options(text: str) -> dict[str, float]:
             raise SpecError(f"synthetic jobs: {key} must be a number, not {raw!r}") from None
         if not values[key] >= 0 or (key != "seed" and values[key] == 0):
             raise SpecError(f"synthetic jobs: {key} must be above zero, not {raw!r}")
+        if not values[key] <= LIMITS[key]:
+            raise SpecError(f"synthetic jobs: {key} is at most {LIMITS[key]:,g}, not {raw!r}")
     if values["count"] > 5_000_000:
         raise SpecError("synthetic jobs: count is at most 5,000,000")
     return values

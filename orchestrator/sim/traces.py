@@ -21,10 +21,20 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.errors import SpecError
-from orchestrator.spec import SWEEP_FIELDS, read_json_lines
-from orchestrator.timeparse import parse_duration_s
+from orchestrator.queue import checks
+from orchestrator.queue.spec import SWEEP_FIELDS, read_json_lines
+from orchestrator.timeparse import (
+    MAX_DURATION_S,
+    MAX_DURATION_TEXT,
+    check_seconds,
+    parse_duration_s,
+)
 
 WEEK_S = 7 * 86400
+#: Times a trace may hold: absolute ones from 1970 to 2200 (epoch seconds), offsets from
+#: the trace's start up to ten years. Durations: at most one year (``timeparse``).
+EARLIEST_S, LATEST_S = 0.0, 7_258_118_400.0
+MAX_OFFSET_S = 10 * 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +61,13 @@ class TraceJobs:
               names=None, relative=False, source="") -> TraceJobs:  # fmt: skip
         n = len(submit)
         submit = np.asarray(submit, dtype=float)
+        gpus = np.asarray(gpus, dtype=float)  # before the cast: 1e30 is no int64
+        bad = np.flatnonzero(~((gpus >= 1) & (gpus <= checks.MAX_GPUS)))
+        if len(bad):
+            raise SpecError(
+                f"{source}: job {int(bad[0]) + 1} asks for {gpus[bad[0]]:g} GPUs "
+                f"(1 to {checks.MAX_GPUS})"
+            )
         order = np.argsort(submit, kind="stable")
 
         def col(values, default, dtype):
@@ -72,12 +89,41 @@ class TraceJobs:
         return jobs
 
     def check(self) -> None:
+        """Every value finite and in range: durations above zero and at most one year,
+        times inside ``EARLIEST_S .. LATEST_S`` (offsets: ``0 .. MAX_OFFSET_S``), a given
+        deadline no earlier than the job could end."""
         bad = np.flatnonzero(~(self.duration_s > 0))
         if len(bad):
             raise SpecError(f"{self.source}: job {int(bad[0]) + 1} has no positive duration")
+        bad = np.flatnonzero(~(self.duration_s <= MAX_DURATION_S))
+        if len(bad):
+            raise SpecError(
+                f"{self.source}: job {int(bad[0]) + 1} runs longer than {MAX_DURATION_TEXT}"
+            )
         bad = np.flatnonzero(self.gpus < 1)
         if len(bad):
             raise SpecError(f"{self.source}: job {int(bad[0]) + 1} asks for no GPUs")
+        low, high = (0.0, MAX_OFFSET_S) if self.relative else (EARLIEST_S, LATEST_S)
+        bad = np.flatnonzero(~((self.submit_s >= low) & (self.submit_s <= high)))
+        if len(bad):
+            span = "0 to ten years after the start" if self.relative else "1970 to 2200"
+            raise SpecError(
+                f"{self.source}: job {int(bad[0]) + 1} is submitted at {self.submit_s[bad[0]]:g}: "
+                f"times must lie in {span}"
+            )
+        given = ~np.isnan(self.deadline_s)
+        early = given & ~(self.deadline_s >= self.submit_s + self.duration_s)
+        bad = np.flatnonzero(early)
+        if len(bad):
+            raise SpecError(
+                f"{self.source}: job {int(bad[0]) + 1}: its deadline comes before it could end"
+            )
+        bad = np.flatnonzero(given & ~(self.deadline_s - self.submit_s <= MAX_DURATION_S))
+        if len(bad):
+            raise SpecError(
+                f"{self.source}: job {int(bad[0]) + 1}: its deadline is more than "
+                f"{MAX_DURATION_TEXT} after its submission"
+            )
 
     def head(self, count: int) -> TraceJobs:
         """The first ``count`` jobs in arrival order."""
@@ -112,7 +158,7 @@ def read_trace(path: str | Path) -> TraceJobs:
     if not path.is_file():
         raise SpecError(f"no such job trace: {path}")
     if path.suffix in (".jsonl", ".ndjson", ".json"):
-        return _read_specs(path, [row for _, row in read_json_lines(path)])
+        return _read_specs(path, [row for _, row in read_json_lines(path)], strict=True)
     import pandas as pd
 
     try:
@@ -167,7 +213,8 @@ def _read_tiresias(path: Path, frame) -> TraceJobs:
     )
 
 
-def _read_specs(path: Path, rows: list[dict]) -> TraceJobs:
+def _read_specs(path: Path, rows: list[dict], strict: bool = False) -> TraceJobs:
+    """Job specs; ``strict``: JSON's types kept (a CSV's cells are numbers or text)."""
     if not rows:
         raise SpecError(f"{path.name}: no jobs")
     known = SWEEP_FIELDS | {"submit"}
@@ -187,7 +234,7 @@ def _read_specs(path: Path, rows: list[dict]) -> TraceJobs:
             raise SpecError(f"{where}: mixes absolute submit times and offsets")
         submit.append(t)
         duration.append(_seconds(row["duration"], where))
-        gpus.append(_gpus(row.get("gpus", 1), where))
+        gpus.append(_gpus(row.get("gpus", 1), where, strict))
         if row.get("deadline") is not None and row.get("within") is not None:
             raise SpecError(f"{where}: give deadline or within, not both")
         if row.get("within") is not None:
@@ -200,9 +247,10 @@ def _read_specs(path: Path, rows: list[dict]) -> TraceJobs:
         else:
             deadline.append(np.nan)
         flag = row.get("interruptible")
-        inter.append(-1 if flag is None else int(_flag(flag, where)))
-        prio.append(int(row.get("priority") or 0))
-        names.append(str(row.get("name") or ""))
+        inter.append(-1 if flag is None else int(_flag(flag, where, strict)))
+        prio.append(_priority(row.get("priority"), where, strict))
+        name = row.get("name")
+        names.append("" if name is None else _text(name, where, strict))
     return TraceJobs.build(
         submit,
         duration,
@@ -217,48 +265,86 @@ def _read_specs(path: Path, rows: list[dict]) -> TraceJobs:
 
 
 def _time_or_offset(value, where: str) -> tuple[float, bool]:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value), False
+    if isinstance(value, bool):
+        raise SpecError(f"{where}: {value!r} is neither an ISO time nor seconds")
+    if isinstance(value, int | float):
+        return _finite(value, where), False
     text = str(value).strip()
     try:
-        return float(text), False
+        return _finite(float(text), where), False
     except ValueError:
         pass
     try:
         moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise SpecError(f"{where}: {text!r} is neither an ISO time nor seconds") from None
-    moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
-    return moment.timestamp(), True
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+        return moment.timestamp(), True
+    except (ValueError, OverflowError):
+        raise SpecError(
+            f"{where}: {checks.shown(text)} is neither an ISO time nor seconds"
+        ) from None
+
+
+def _finite(value: float, where: str) -> float:
+    try:
+        return checks.number(value, "time")
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
 
 def _seconds(value, where: str) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
+    try:
+        if isinstance(value, bool):
+            raise SpecError(f"a duration must be a number or text such as 2h, not {value!r}")
+        if isinstance(value, int | float):
+            return check_seconds(checks.number(value, "duration"), value)
         try:
             seconds = float(str(value))
         except ValueError:
-            try:
-                seconds = parse_duration_s(str(value))
-            except SpecError as exc:
-                raise SpecError(f"{where}: {exc}") from None
-    if not seconds > 0:
-        raise SpecError(f"{where}: a duration must be longer than zero")
-    return seconds
+            return parse_duration_s(str(value))
+        return check_seconds(seconds, value)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
 
-def _gpus(value, where: str) -> int:
+def _gpus(value, where: str, strict: bool) -> int:
+    if strict and isinstance(value, int) and not isinstance(value, bool):
+        return value  # its range: ``TraceJobs.build``
+    if isinstance(value, float) and value.is_integer() and not strict:
+        return int(value)
     text = str(value).strip()
+    if (strict and not isinstance(value, str)) or len(text) > 40:
+        raise SpecError(f"{where}: gpus must be a count or a range like 2-8")
     try:
         return int(text.rpartition("-")[2] if "-" in text[1:] else text)
     except ValueError:
         raise SpecError(f"{where}: gpus must be a count or a range like 2-8") from None
 
 
-def _flag(value, where: str) -> bool:
+def _priority(value, where: str, strict: bool) -> int:
+    if value is None:
+        return 0
+    if not strict and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    elif not strict and isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip()) if len(value.strip()) <= 25 else value
+    try:
+        return checks.integer(value, "priority")
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _text(value, where: str, strict: bool) -> str:
+    try:
+        return checks.text(value if strict else str(value), "name", limit=256)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _flag(value, where: str, strict: bool = False) -> bool:
     if isinstance(value, bool):
         return value
+    if strict:
+        raise SpecError(f"{where}: interruptible must be true or false, not {value!r}")
     text = str(value).strip().lower()
     if text in ("1", "true", "yes"):
         return True

@@ -1,6 +1,6 @@
 """A stand-in ``nvidia-smi`` for test servers: answers ``--query-gpu=... --format=csv,
 noheader,nounits [-i N,M]`` and ``-i N -pl W`` the way the real one does, for GPUs whose
-power limits persist in a state file (``executors.fakegpu``), and records every ``-pl``
+power limits persist in a state file (``executors.gpu.fake``), and records every ``-pl``
 call in ``<state>.calls``.
 
     fake_nvidia_smi.py --state FILE --count N [--power W] [--deny-pl] [--no-energy] ARGS...
@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from executors.errors import GpuControlError
-from executors.fakegpu import FakeGpuControl
+from executors.gpu.fake import FakeGpuControl
 
 
 def _options(argv: list[str]) -> tuple[dict, list[str]]:

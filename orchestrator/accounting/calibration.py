@@ -1,0 +1,73 @@
+"""Online calibration: what finished attempts measured (throughput from the job's own
+progress reports, power from NVML energy counters) refines the model of later runs of
+the same job name. Measurements are blended with an exponential moving average."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlmodel import Session
+
+from orchestrator.planning.perfmodel import JobModel, PowerCurve
+from orchestrator.queue.models import Attempt, Calibration, Job
+
+ALPHA = 0.5  # weight of the newest measurement
+
+
+def learn(session: Session, job: Job, att: Attempt, now: datetime) -> Calibration | None:
+    """Fold a finished attempt's measurements into its job name's calibration."""
+    if not job.name or not att.started_at or not att.finished_at or not att.progress_done:
+        return None
+    seconds = (att.finished_at - att.started_at).total_seconds()
+    width = len(att.gpu_ids)
+    if seconds <= 0 or width == 0:
+        return None
+    throughput = att.progress_done / seconds
+    power = att.energy_j / seconds / width if att.energy_j is not None else None
+    row = session.get(Calibration, (job.name, width))
+    if row is None:
+        row = Calibration(
+            name=job.name,
+            gpus=width,
+            throughput_per_s=throughput,
+            power_w_per_gpu=power,
+            samples=1,
+            updated_at=now,
+        )
+    else:
+        row.throughput_per_s = ALPHA * throughput + (1 - ALPHA) * row.throughput_per_s
+        if power is not None:
+            row.power_w_per_gpu = (
+                power
+                if row.power_w_per_gpu is None
+                else ALPHA * power + (1 - ALPHA) * row.power_w_per_gpu
+            )
+        row.samples += 1
+        row.updated_at = now
+    session.add(row)
+    return row
+
+
+def model_for(
+    session: Session, job: Job, curve: PowerCurve, total_work: float = 1.0
+) -> JobModel | None:
+    """The job's model: from its declared duration, refined by what earlier runs of the
+    same name measured at the same width. None when neither is known."""
+    width = job.gpus_max
+    row = session.get(Calibration, (job.name, width)) if job.name else None
+    if job.duration_s is None and row is None:
+        return None
+    if row is not None and total_work == 1.0:
+        total_work = None  # measured in the job's own units
+    duration = job.duration_s or (total_work or 1.0) / row.throughput_per_s
+    model = JobModel(
+        full_duration_s=duration,
+        ref_gpus=width,
+        curve=curve,
+        total_work=total_work or row.throughput_per_s * duration,
+    )
+    if row is not None:
+        model = model.calibrated(row.throughput_per_s, n=width, f=1.0)
+        if row.power_w_per_gpu is not None:
+            model = model.with_power_scale(row.power_w_per_gpu / curve.power_w(1.0))
+    return model

@@ -1,0 +1,150 @@
+"""What ran, added up: the budget per period and reports per user and per label.
+
+The saving of a job is measured against running it at submission: its energy spread
+evenly over a run as long as its attempts together, starting when it was submitted,
+times the grid signal then (the signal's history from the configured source; None where
+there is none).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime
+
+from sqlmodel import Session, col, select
+
+from orchestrator.planning.budgets import J_PER_KWH, Budget
+from orchestrator.queue.models import Attempt, Job, Usage
+
+
+def budget_periods(session: Session, budget: Budget, now: datetime, periods: int) -> dict:
+    """Spent, remaining and projected grams in the current period, and the last
+    ``periods`` periods' spending."""
+    now_s = now.timestamp()
+    spent: dict[float, float] = defaultdict(float)
+    for day, grams in session.exec(select(Usage.day, Usage.carbon_g)).all():
+        spent[budget.period_of(day.timestamp())[0]] += grams
+    start, end = budget.period_of(now_s)
+    current = spent.get(start, 0.0)
+    elapsed = now_s - start if start > -1e18 else None
+    length = end - start if end < 1e18 and start > -1e18 else None
+    projected = current * length / elapsed if elapsed and length else None
+    rows = []
+    for p in sorted(spent)[-periods:]:
+        rows.append(
+            {
+                "period_start": _iso(p),
+                "spent_g": round(spent[p], 3),
+                "over_g": round(max(0.0, spent[p] - budget.grams), 3),
+            }
+        )
+    return {
+        "budget": str(budget),
+        "budget_g": budget.grams,
+        "period_start": _iso(start),
+        "period_end": _iso(end),
+        "spent_g": round(current, 3),
+        "remaining_g": round(max(0.0, budget.grams - current), 3),
+        "projected_g": None if projected is None else round(projected, 3),
+        "periods": rows,
+    }
+
+
+def report(session: Session, since: datetime | None, carbon=None, price=None) -> dict:
+    """kWh, kg CO2e, cost and saving per user and per label of the jobs that ran since
+    ``since``. ``carbon``/``price``: StepSeries of the signals (for the saving)."""
+    query = select(Job).where(col(Job.energy_j).is_not(None))
+    if since is not None:
+        query = query.where(col(Job.submitted_at) >= since)
+    jobs = session.exec(query.order_by(col(Job.id))).all()
+    ran = _run_seconds(session, [j.id for j in jobs])
+    by_user: dict[str, dict] = defaultdict(_zero)
+    by_label: dict[str, dict] = defaultdict(_zero)
+    total = _zero()
+    for job in jobs:
+        row = _job_figures(job, ran.get(job.id, 0.0), carbon)
+        for bucket in (by_user[job.user], total, *(by_label[lb] for lb in job.labels or ["-"])):
+            _add(bucket, row)
+    return {
+        "since": _iso(since.timestamp()) if since else None,
+        "total": _finish(total),
+        "by_user": {k: _finish(v) for k, v in sorted(by_user.items())},
+        "by_label": {k: _finish(v) for k, v in sorted(by_label.items())},
+    }
+
+
+def _run_seconds(session: Session, job_ids: list[int]) -> dict[int, float]:
+    out: dict[int, float] = defaultdict(float)
+    if job_ids:
+        for att in session.exec(select(Attempt).where(col(Attempt.job_id).in_(job_ids))).all():
+            # a run still going counts up to where its energy was accounted
+            end = att.finished_at or att.accounted_until
+            if att.started_at and end and end > att.started_at:
+                out[att.job_id] += (end - att.started_at).total_seconds()
+    return out
+
+
+def _job_figures(job: Job, run_s: float, carbon) -> dict:
+    at_submission = None
+    if carbon is not None and not job.energy_j:
+        at_submission = 0.0  # nothing ran: nothing to compare, and nothing unknown
+    elif carbon is not None and run_s > 0:
+        t0 = job.submitted_at.timestamp()
+        mean = float(carbon.integral(t0, t0 + run_s)) / run_s
+        at_submission = job.energy_j * mean / J_PER_KWH
+    return {
+        "jobs": 1,
+        "energy_kwh": job.energy_j / J_PER_KWH,
+        "carbon_g": job.carbon_g,
+        "cost": job.cost,
+        "carbon_at_submission_g": at_submission,
+        "modelled": bool(job.energy_modelled),
+    }
+
+
+def _zero() -> dict:
+    return {
+        "jobs": 0,
+        "energy_kwh": 0.0,
+        "carbon_g": 0.0,
+        "cost": 0.0,
+        "carbon_at_submission_g": 0.0,
+        "modelled_jobs": 0,
+        "_unknown": set(),
+    }
+
+
+def _add(bucket: dict, row: dict) -> None:
+    bucket["jobs"] += 1
+    bucket["energy_kwh"] += row["energy_kwh"]
+    bucket["modelled_jobs"] += int(row["modelled"])
+    for key in ("carbon_g", "cost", "carbon_at_submission_g"):
+        if row[key] is None:
+            bucket["_unknown"].add(key)
+        else:
+            bucket[key] += row[key]
+
+
+def _finish(bucket: dict) -> dict:
+    unknown = bucket.pop("_unknown")
+    out = {
+        "jobs": bucket["jobs"],
+        "energy_kwh": round(bucket["energy_kwh"], 6),
+        "modelled_jobs": bucket["modelled_jobs"],
+        "carbon_kg": None if "carbon_g" in unknown else round(bucket["carbon_g"] / 1e3, 6),
+        "cost": None if "cost" in unknown else round(bucket["cost"], 4),
+        "carbon_at_submission_kg": None,
+        "saving_pct": None,
+    }
+    if "carbon_at_submission_g" not in unknown and "carbon_g" not in unknown:
+        base = bucket["carbon_at_submission_g"]
+        out["carbon_at_submission_kg"] = round(base / 1e3, 6)
+        if base > 0:
+            out["saving_pct"] = round(100 * (1 - bucket["carbon_g"] / base), 1)
+    return out
+
+
+def _iso(t_s: float) -> str | None:
+    if t_s < -1e18 or t_s > 1e18:
+        return None
+    return datetime.fromtimestamp(t_s, UTC).isoformat()

@@ -1,0 +1,306 @@
+"""Starting attempts: the launch and resume the pass's ``launch`` step calls on the live
+side (``orchestrator.daemon.sqlqueue``), the buddy allocator over what attempts hold, and
+the hand-over of a planned job to Slurm.
+
+Launching is two transactions around the executor call: (1) the job becomes ``planned``
+and a ``launching`` attempt is recorded; (2) after the monitor process started, the
+attempt and the job become ``running``. A crash between them leaves a ``launching``
+attempt, which recovery settles through the executor's claim protocol: the job is either
+found started or provably never started and requeued. No job ever runs twice at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlmodel import Session, col, select
+
+from executors.base import Executor, Handle
+from executors.errors import HostUnreachable
+from orchestrator.daemon.launchspec import gpu_list as _gpu_list
+from orchestrator.daemon.launchspec import launch_spec
+from orchestrator.daemon.reaper import mark_running
+from orchestrator.errors import ExecutorError, translate
+from orchestrator.nodes.inventory import ResolvedNode, topology
+from orchestrator.nodes.powercaps import PowerCaps
+from orchestrator.planning.pieces import piece_cap_until
+from orchestrator.planning.policies.base import Decision
+from orchestrator.queue import attempts
+from orchestrator.queue.attempts import AttemptState, remaining_run_s
+from orchestrator.queue.db import Database
+from orchestrator.queue.models import Attempt, Job
+from orchestrator.queue.ownership import User
+from orchestrator.queue.states import FINAL, JobState, transition
+from orchestrator.settings import Settings
+from placement.cluster import ClusterAllocator
+from placement.topology import ClusterTopology
+
+log = logging.getLogger(__name__)
+ACTOR = "daemon"
+
+
+@dataclass
+class Dispatcher:
+    """Starts and resumes attempts on what the pass placed them on."""
+
+    settings: Settings
+    db: Database
+    executor: Executor
+    nodes: list[ResolvedNode]
+    user: User  # the daemon's own user
+    log_gid: int | None = None
+    topology: ClusterTopology | None = None
+    caps: PowerCaps | None = None
+    power_sample_s: float | None = None
+    # PostgreSQL: raises LeaseLost inside the launch transaction unless this daemon still
+    # holds the queue's lease (orchestrator.daemon.lease)
+    lease_check: Callable[[Session], None] | None = None
+
+    def __post_init__(self) -> None:
+        if self.topology is None:
+            self.topology = topology(self.nodes)
+        self._warned: set[int] = set()  # attempts on GPUs this daemon lacks, said once
+
+    def allocator(self, session: Session) -> ClusterAllocator:
+        """Buddy allocation over the cluster, holding what running attempts hold."""
+        alloc = ClusterAllocator(self.topology)
+        # submitted: handed to Slurm; orphaned: until fenced
+        held = attempts.values(attempts.HOLDING)
+        rows = session.exec(select(Attempt).where(col(Attempt.state).in_(held))).all()
+        batch = {n.name for n in self.nodes if n.executor == "slurm"}
+        for att in rows:
+            if not att.gpu_ids:
+                continue
+            if att.node not in alloc.node_names:  # a node no longer configured
+                self._warn_missing(att, att.gpu_ids)
+                continue
+            if att.node in batch:  # Slurm picks the GPUs: hold a count
+                free = alloc.free_on(att.node)[: len(att.gpu_ids)]
+                if free:
+                    alloc.hold(("attempt", att.id), att.node, free)
+                continue
+            there = set(alloc.gpus_of(att.node))
+            gone = [g for g in att.gpu_ids if g not in there]
+            if gone:  # fewer GPUs than when it started: it keeps those still there
+                self._warn_missing(att, gone)
+            held = [g for g in att.gpu_ids if g in there and g in alloc.free_on(att.node)]
+            if held:
+                alloc.hold(("attempt", att.id), att.node, held)
+        down = self.executor.unreachable_nodes()
+        for node in self.nodes:  # nothing is placed on a server that cannot be reached
+            if node.name in down:
+                free = alloc.free_on(node.name)
+                if free:
+                    alloc.hold(("down", node.name), node.name, free)
+        # a batch cluster's GPUs that jobs submitted by hand hold are not gridshift's
+        for name, busy in self.executor.foreign_gpus().items():
+            free = alloc.free_on(name)
+            if busy and free:
+                alloc.hold(("foreign", name), name, free[:busy])
+        return alloc
+
+    def _warn_missing(self, att: Attempt, gpus: list[int]) -> None:
+        """An attempt holds GPUs this daemon does not have (the config lists fewer, or a
+        GPU fell off the bus): it runs on and is reaped as usual; nothing is placed there.
+        Said once per attempt."""
+        if att.id in self._warned:
+            return
+        self._warned.add(att.id)
+        log.warning(
+            "job %s: attempt %s holds GPU(s) %s of node %s, which this daemon does not have; "
+            "it keeps running and is followed as usual, and nothing new is placed there",
+            att.job_id, att.id, _gpu_list(gpus), att.node,
+        )  # fmt: skip
+
+    def fail_queued(self, job_id: int, now: datetime, reason: str) -> None:
+        with self.db.write() as session:
+            job = session.get(Job, job_id)
+            if job.state == JobState.QUEUED.value:
+                transition(session, job, JobState.FAILED, at=now, actor=ACTOR, reason=reason)
+        log.info("job %s: failed (%s)", job_id, reason)
+
+    def launch(
+        self,
+        queued: Job,
+        node_name: str,
+        gpus: list[int],
+        now: datetime,
+        decision: Decision | None = None,
+        begin_at: datetime | None = None,
+    ) -> bool:
+        node = next(n for n in self.nodes if n.name == node_name)
+        cap, until = piece_cap_until(decision, now.timestamp())
+        if self.caps is None or not self.caps.enabled_on(node_name) or not gpus:
+            cap = None
+        with self.db.write() as session:  # transaction 1: planned + launching attempt
+            if self.lease_check is not None:
+                self.lease_check(session)
+            job = session.get(Job, queued.id, with_for_update=True)
+            if job.state != JobState.QUEUED.value:
+                return False  # cancelled meanwhile
+            job.attempts += 1
+            job.node, job.gpu_ids = node_name, gpus
+            att = attempts.begin(
+                session,
+                at=now,
+                job_id=job.id,
+                number=job.attempts,
+                node=node_name,
+                gpu_ids=gpus,
+                run_dir="",
+                run_as_uid=self._run_as(job),
+                cap=cap,
+                planned_until=until if job.interruptible else None,
+            )
+            att.run_dir = str(self.settings.runs_dir / f"attempt-{att.id}")
+            transition(
+                session,
+                job,
+                JobState.PLANNED,
+                at=now,
+                actor=ACTOR,
+                reason=f"placed on {node_name} GPUs {_gpu_list(gpus) or 'none'}",
+            )
+        left_s = None
+        if node.executor == "slurm" and job.duration_s:  # its time limit
+            with self.db.read() as session:
+                left_s = remaining_run_s(session, job)
+        spec = launch_spec(
+            self.settings, job, att, node, left_s=left_s, log_gid=self.log_gid,
+            power_sample_s=self.power_sample_s, begin_at=begin_at,
+        )  # fmt: skip
+        try:
+            if cap is not None:  # before the job draws: it starts under its cap
+                self.caps.apply(node_name, gpus, cap)
+            handle = self.executor.launch(spec)
+        except HostUnreachable as exc:
+            # Started or not is unknown: the attempt stays ``launching`` and recovery
+            # settles it when the server answers (or gives it up after ``lost_after``).
+            log.warning("job %s: node %s went away during the launch: %s", job.id, node_name, exc)
+            return False
+        except Exception as exc:
+            err = translate(exc) or ExecutorError(str(exc))
+            if self.caps is not None:
+                self.caps.restore(node_name, gpus)
+            with self.db.write() as session:
+                row, job = session.get(Attempt, att.id), session.get(Job, job.id)
+                attempts.move(
+                    session, row, AttemptState.FAILED, at=now, finished_at=now, detail=str(err)
+                )
+                transition(
+                    session,
+                    job,
+                    JobState.FAILED,
+                    at=now,
+                    actor=ACTOR,
+                    reason=f"launch failed: {err}",
+                )
+            log.error("job %s: launch failed: %s", job.id, err)
+            return False
+        if not self._record_launch(att.id, handle, now):
+            return False
+        if handle.data.get("slurm_job_id"):  # running once Slurm starts it
+            self._release(handle)
+            log.info("job %s: submitted to Slurm as job %s", job.id, handle.data["slurm_job_id"])
+            return True
+        capped = f" capped at {100 * cap:.0f}%" if cap else ""
+        log.info(
+            "job %s: running on %s GPUs %s%s", job.id, node_name, _gpu_list(gpus) or "-", capped
+        )
+        return True
+
+    def _record_launch(self, attempt_id: int, handle: Handle, now: datetime) -> bool:
+        """Transaction 2: the attempt is running (or handed to Slurm), when this daemon
+        still holds the lease and the attempt is still the ``launching`` one it began (a
+        daemon that took over meanwhile may have settled it). Otherwise the launch is
+        withdrawn (``Executor.withdraw``: a Slurm job, submitted held, is cancelled
+        before it ever ran) and, when the lease was lost, ``LeaseLost`` goes on up."""
+        from orchestrator.daemon.lease import LeaseLost
+
+        try:
+            with self.db.write() as session:
+                if self.lease_check is not None:
+                    self.lease_check(session)
+                row = session.get(Attempt, attempt_id, with_for_update=True,
+                                  populate_existing=True)  # fmt: skip
+                if row.state != AttemptState.LAUNCHING.value:
+                    log.warning("attempt %s: settled by another daemon (%s) during its "
+                                "launch; withdrawn", attempt_id, row.state)  # fmt: skip
+                    stale = True
+                else:
+                    stale = False
+                    job = session.get(Job, row.job_id, populate_existing=True)
+                    if handle.data.get("slurm_job_id"):
+                        attempts.move(session, row, AttemptState.SUBMITTED, at=now,
+                                      handle=handle.to_dict())  # fmt: skip
+                    else:
+                        mark_running(session, row, job, handle, now)
+        except LeaseLost:
+            self._withdraw(handle)
+            raise
+        if stale:
+            self._withdraw(handle)
+        return not stale
+
+    def _withdraw(self, handle: Handle) -> None:
+        try:
+            self.executor.withdraw(handle)
+        except Exception as exc:  # a held job left behind never runs; logged
+            log.warning("attempt %s: cannot withdraw its launch: %s", handle.attempt_id, exc)
+
+    def _release(self, handle: Handle) -> None:
+        try:
+            self.executor.release(handle)
+        except Exception as exc:  # released when the reaper finds it still held
+            log.warning("attempt %s: cannot release it yet: %s", handle.attempt_id, exc)
+
+    def resume(self, att: Attempt, decision: Decision, now: datetime) -> int:
+        """SIGCONT a stopped job on the GPUs it kept, under its new piece's cap."""
+        cap, until = piece_cap_until(decision, now.timestamp())
+        try:
+            capped = self.caps is not None and self.caps.enabled_on(att.node)
+            if capped:
+                self.caps.apply(att.node, att.gpu_ids, cap)
+            self.executor.signal(Handle.from_dict(att.handle), signal.SIGCONT)
+        except Exception as exc:  # logged; the next pass tries again
+            log.warning("job %s: cannot resume: %s", att.job_id, exc)
+            return 0
+        with self.db.write() as session:
+            row, job = session.get(Attempt, att.id), session.get(Job, att.job_id)
+            attempts.move(
+                session, row, AttemptState.RUNNING, at=now, reason="resumed (SIGCONT)",
+                stopped_at=None, planned_until=until, cap=cap if capped else None,
+            )  # fmt: skip
+            transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason="resumed")
+        log.info("job %s: resumed (SIGCONT)", att.job_id)
+        return 1
+
+    def _run_as(self, job: Job) -> int | None:
+        return job.uid if self.user.is_root and job.uid != self.user.uid else None
+
+    # -- a plan handed to a batch scheduler ----------------------------------------------
+    def hand_over(self, job_id: int, node_name: str, gpus: int, begin_at: datetime,
+                  now: datetime) -> bool:  # fmt: skip
+        """Submit a queued job to a Slurm node now, to start at its planned time."""
+        with self.db.read() as session:
+            job = session.get(Job, job_id)
+        if job is None or job.state != JobState.QUEUED.value:
+            return False
+        return self.launch(job, node_name, list(range(gpus)), now, begin_at=begin_at)
+
+    # -- idleness -----------------------------------------------------------------------
+    def pending_count(self) -> int:
+        from sqlalchemy import func
+
+        with self.db.read() as session:
+            return int(
+                session.exec(
+                    select(func.count())
+                    .select_from(Job)
+                    .where(col(Job.state).not_in([s.value for s in FINAL] + [JobState.LOST.value]))
+                ).one()
+            )

@@ -1,0 +1,170 @@
+"""The carbon-aware parts of the daemon's pass: suspend jobs whose planned piece ended,
+checkpoint those the deadline guard moves, and the plan notes that tell people why a job
+waits.
+
+Suspending (``daemon.suspend``):
+- ``signal`` (default): SIGTERM; the job checkpoints and exits 0, and is requeued with
+  its progress (its remaining run time is planned again). A job that exits non-zero on
+  SIGTERM failed; one still running ``cancel_grace_s`` later is killed and failed.
+- ``stop``: SIGSTOP; it keeps its GPUs (and their memory) and is resumed with SIGCONT
+  when its next piece is due.
+
+The deadline guard itself is the pass's (``orchestrator.planning.onepass``); it checkpoints
+the jobs it moves here (SIGTERM, in either mode: a stopped job would keep its GPUs), and
+the urgent job starts once they have left their GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
+
+from sqlmodel import col, select
+
+from executors.base import Executor, Handle
+from orchestrator.planning.scheduler import Scheduler
+from orchestrator.queue import attempts
+from orchestrator.queue.attempts import AttemptState
+from orchestrator.queue.db import Database
+from orchestrator.queue.models import Attempt, Job
+from orchestrator.queue.states import JobState, transition
+
+if TYPE_CHECKING:
+    from orchestrator.daemon.planner import LivePlanner
+
+log = logging.getLogger(__name__)
+ACTOR = "daemon"
+
+
+@dataclass
+class Suspender:
+    """Signals running jobs to leave their GPUs: at the end of a planned piece, and for
+    the deadline guard."""
+
+    db: Database
+    executor: Executor
+    grace_s: float  # SIGKILL a job that ignored its SIGTERM this long
+    mode: str = "signal"  # signal (SIGTERM, requeue) | stop (SIGSTOP/SIGCONT)
+
+    def suspend_due(self, now: datetime) -> int:
+        """Suspend running jobs whose planned piece has ended; SIGKILL those that ignored
+        the SIGTERM for the grace period. Returns how many were signalled."""
+        grace = timedelta(seconds=self.grace_s)
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(Attempt.state == AttemptState.RUNNING)
+                .where(col(Job.cancel_requested_at).is_(None))
+                .where(
+                    col(Attempt.planned_until).is_not(None)
+                    | col(Attempt.suspend_sent_at).is_not(None)
+                )
+            ).all()
+        count = 0
+        for att in rows:
+            if att.suspend_sent_at is not None:
+                if att.kill_sent_at is None and now - att.suspend_sent_at >= grace:
+                    self._send(att, signal.SIGKILL, "kill_sent_at", now)
+                continue
+            if att.planned_until > now:
+                continue
+            if self.mode == "stop":
+                count += self._stop(att, now)
+            else:
+                count += self._send(att, signal.SIGTERM, "suspend_sent_at", now)
+                log.info("job %s: its planned piece ended; SIGTERM to checkpoint", att.job_id)
+        return count
+
+    def checkpoint(self, att: Attempt, now: datetime) -> bool:
+        """SIGTERM for the deadline guard: the job checkpoints and is requeued."""
+        return bool(self._send(att, signal.SIGTERM, "suspend_sent_at", now))
+
+    def _send(self, att: Attempt, sig: int, stamp: str, now: datetime) -> int:
+        try:
+            self.executor.signal(Handle.from_dict(att.handle), sig)
+        except Exception as exc:  # logged; retried next pass
+            log.warning("job %s: cannot signal: %s", att.job_id, exc)
+            return 0
+        with self.db.write() as session:
+            row = session.get(Attempt, att.id)
+            setattr(row, stamp, now)
+            session.add(row)
+        return 1
+
+    def _stop(self, att: Attempt, now: datetime) -> int:
+        try:
+            sent = self.executor.signal(Handle.from_dict(att.handle), signal.SIGSTOP)
+        except Exception as exc:
+            log.warning("job %s: cannot stop: %s", att.job_id, exc)
+            return 0
+        if not sent:
+            return 0  # it ended meanwhile; the next reap records it
+        with self.db.write() as session:
+            row, job = session.get(Attempt, att.id), session.get(Job, att.job_id)
+            attempts.move(
+                session, row, AttemptState.STOPPED, at=now, reason="SIGSTOP", stopped_at=now,
+                planned_until=None,
+            )  # fmt: skip
+            transition(
+                session,
+                job,
+                JobState.SUSPENDED,
+                at=now,
+                actor=ACTOR,
+                reason="stopped (SIGSTOP) until its next planned piece; it keeps its GPUs",
+            )
+        log.info("job %s: stopped until its next planned piece", att.job_id)
+        return 1
+
+
+def note_plans(
+    db: Database, planner: LivePlanner, scheduler: Scheduler, eligible: dict[int, Job],
+    now: datetime,
+) -> None:  # fmt: skip
+    """Write each waiting job's planned start and, in words, why it waits (only what
+    changed)."""
+    blocked = scheduler.blocked()
+    feed = planner.feed
+    changes = {}
+    for view, decision in scheduler.planned():
+        job = eligible.get(view.id)
+        if job is None:
+            continue
+        start = datetime.fromtimestamp(decision.start_s, UTC)
+        note = _why(planner, feed, view, decision, now, blocked)
+        old = job.planned_start
+        moved = old is None or abs((old - start).total_seconds()) >= 1.0
+        if moved or job.plan_note != note:
+            changes[view.id] = (start, note)
+    if not changes:
+        return
+    with db.write() as session:
+        for job_id, (start, note) in changes.items():
+            job = session.get(Job, job_id)
+            if job.state in (JobState.QUEUED.value, JobState.SUSPENDED.value):
+                job.planned_start, job.plan_note = start, note
+                session.add(job)
+
+
+def _why(planner, feed, view, decision, now: datetime, blocked) -> str:
+    if blocked is not None and blocked.id == view.id:
+        return "due; waiting for GPUs"
+    if planner.mode != "plan":
+        return f"{planner.mode} fallback: {planner.mode_reason}"
+    wait_s = decision.start_s - now.timestamp()
+    if decision.forced:
+        return "starts now: its deadline allows no later start"
+    if wait_s <= 1.0:
+        return "due now"
+    at = datetime.fromtimestamp(decision.start_s, UTC).strftime("%H:%M:%S UTC")
+    if feed is None or feed.series() is None:
+        return f"planned for {at} by {planner.policy.name}"
+    series = feed.series()
+    later = float(series.value_at(decision.start_s))
+    current = float(series.value_at(now.timestamp()))
+    cap = f" at a {100 * decision.cap:.0f}% power cap" if decision.cap < 1 - 1e-9 else ""
+    return f"waiting for lower carbon: starts {at}{cap} at {later:.0f} g/kWh (now {current:.0f})"

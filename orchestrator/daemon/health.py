@@ -1,0 +1,94 @@
+"""The daemon's health, written to the database for ``gridshift status``: last pass,
+signal age and source, the fallback in force, running jobs and GPUs, the budget."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+
+from sqlmodel import col, func, select
+
+from orchestrator.queue.attempts import ON_GPU, AttemptState, values
+from orchestrator.queue.models import Attempt, Health, Job
+from orchestrator.queue.states import JobState
+
+WRITE_EVERY_S = 1.0
+
+
+class HealthWriter:
+    def __init__(self, daemon) -> None:
+        self.daemon = daemon
+        self.started_at = datetime.now(UTC)
+        self.data: dict = {}
+        self._last = 0.0
+
+    def write(self, now: datetime, stopped: bool = False) -> None:
+        if not stopped and now.timestamp() - self._last < WRITE_EVERY_S:
+            return
+        self._last = now.timestamp()
+        db = self.daemon.db
+        with db.read() as session:
+            self.data = self._collect(session, now, stopped)
+        with db.write() as session:
+            row = session.get(Health, 1) or Health(
+                id=1, pid=os.getpid(), started_at=self.started_at, last_tick=now
+            )
+            row.pid, row.started_at, row.last_tick = os.getpid(), self.started_at, now
+            row.data = self.data
+            session.add(row)
+
+    def _collect(self, session, now: datetime, stopped: bool) -> dict:
+        daemon = self.daemon
+        planner = daemon.planner
+        running = session.exec(select(Attempt).where(col(Attempt.state).in_(values(ON_GPU)))).all()
+        queued = session.exec(
+            select(func.count()).select_from(Job).where(Job.state == JobState.QUEUED.value)
+        ).one()
+        meters = daemon.reaper.accountant
+        data = {
+            "stopped": stopped,
+            "policy": daemon.policy_name,
+            "mode": planner.mode if planner else "plan",
+            "fallback_reason": planner.mode_reason if planner else None,
+            "slot_s": planner.slot_s if planner else None,
+            "suspend": daemon.suspender.mode,
+            "power_caps": daemon.caps.enabled,
+            "power_caps_reason": daemon.caps.reason,
+            "queued_jobs": int(queued),
+            "running_jobs": sum(1 for a in running if a.state == AttemptState.RUNNING),
+            "stopped_jobs": sum(1 for a in running if a.state == AttemptState.STOPPED),
+            "running_gpus": sum(len(a.gpu_ids) for a in running if a.state == AttemptState.RUNNING),
+            "power_w": round(sum(meters.power_w(a.id) or 0.0 for a in running), 1),
+            "signal": None,
+            "budget": None,
+            "nodes_unreachable": {
+                node: datetime.fromtimestamp(since, UTC).isoformat()
+                for node, since in sorted(daemon.executor.unreachable_nodes().items())
+            },
+        }
+        feed = planner.feed if planner else None
+        if feed is not None:
+            age = feed.age_s(now)
+            data["signal"] = {
+                "source": feed.chain.spec,
+                "age_s": None if age is None else round(age, 1),
+                "g_per_kwh": _round(feed.now_value(now)),
+                "error": feed.last_error,
+            }
+        if planner is not None and planner.budget is not None:
+            from orchestrator.accounting.meter import spent_g
+
+            start, end = planner.budget_window(now)
+            spent = spent_g(session, start, end)
+            data["budget"] = {
+                "budget": str(planner.budget),
+                "period_start": start.isoformat(),
+                "period_end": end.isoformat(),
+                "spent_g": round(spent, 3),
+                "remaining_g": round(max(0.0, planner.budget.grams - spent), 3),
+            }
+        return data
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

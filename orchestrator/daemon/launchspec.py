@@ -1,0 +1,83 @@
+"""What the executor is handed to start an attempt: the command, its environment (the
+submitter's, plus the GPUs and the job's identity), its files, its GPU backend and, on
+Slurm, its begin time and time limit."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from executors.base import LaunchSpec
+from orchestrator.nodes.backends import FAKE_GPU_STATE
+from orchestrator.nodes.inventory import ResolvedNode
+from orchestrator.queue.models import Attempt, Job
+from orchestrator.settings import Settings
+
+
+def gpu_list(gpus: list[int]) -> str:
+    return ",".join(str(g) for g in gpus)
+
+
+def time_limit_s(job: Job, att: Attempt, node: ResolvedNode, left_s: float | None) -> float | None:
+    """The model's estimate of the run time left (``left_s`` at full width and power), at
+    this width and cap, plus the node's margin and 5 minutes; None (the partition's
+    default) when unknown."""
+    if not job.duration_s or left_s is None:
+        return None
+    width = max(1, len(att.gpu_ids))
+    slower = max(1.0, (job.gpus_max or width) / width) / (att.cap or 1.0)
+    margin = node.config.time_margin if node.config is not None else 0.25
+    return left_s * slower * (1 + margin) + 300.0
+
+
+def launch_spec(
+    settings: Settings,
+    job: Job,
+    att: Attempt,
+    node: ResolvedNode,
+    *,
+    left_s: float | None = None,
+    log_gid: int | None = None,
+    power_sample_s: float | None = None,
+    begin_at: datetime | None = None,
+) -> LaunchSpec:
+    env = dict(job.env)
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": gpu_list(att.gpu_ids),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # NVML's order, as placement uses
+            "GRIDSHIFT_JOB_ID": str(job.id),
+            "GRIDSHIFT_JOB_NAME": job.name or "",
+        }
+    )
+    remote = node.executor != "local"
+    begin_iso = limit_s = None
+    if node.executor == "slurm":  # Slurm picks the GPUs and sets CUDA_VISIBLE_DEVICES
+        env.pop("CUDA_VISIBLE_DEVICES")
+        limit_s = time_limit_s(job, att, node, left_s)
+        begin_iso = begin_at.isoformat() if begin_at else None
+    if node.fake:
+        power = settings.fake_gpu_power_w
+        state = settings.home / FAKE_GPU_STATE
+        backend = f"fake:{power}@{state}" if power else f"fake:@{state}"
+    else:
+        backend = {"nvml": "nvml", "nvidia-smi": "smi"}.get(node.gpu_source, "none")
+    return LaunchSpec(
+        job_id=job.id,
+        attempt_id=att.id,
+        command=list(job.command),
+        workdir=job.workdir,
+        env=env,
+        gpu_indices=list(att.gpu_ids),
+        log_path=str(settings.log_path(job.id)),
+        run_dir=att.run_dir,
+        # the submitter (None: the daemon's user): Slurm submits as them, an SSH node
+        # maps them to an account (``user = "{user}"``) or runs all as its one account
+        run_as_uid=att.run_as_uid,
+        log_gid=None if remote else log_gid,
+        gpu_backend=backend,
+        power_sample_s=power_sample_s,
+        node=node.name,
+        begin_at=begin_iso,
+        time_limit_s=limit_s,
+        interruptible=job.interruptible,
+    )

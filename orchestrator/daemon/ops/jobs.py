@@ -1,0 +1,267 @@
+"""submit, cancel, ls, show and logs: the queue's requests."""
+
+from __future__ import annotations
+
+import base64
+import os
+from typing import Any
+
+from orchestrator.daemon.ops.base import Args, Caller, OpContext
+from orchestrator.daemon.ops.views import iso, job_dict, public_view
+from orchestrator.errors import GridshiftError, PermissionDenied, SpecError
+
+CHUNK = 1 << 20  # log bytes per answer
+
+
+def submit(ctx: OpContext, caller: Caller, args: Args) -> dict:
+    """Queue jobs, all or none (or a cron template). The caller's CLI sends its working
+    directory and environment (as Slurm's ``--export=ALL``); the user is the caller."""
+    from orchestrator.nodes.inventory import largest_node_gpus
+    from orchestrator.queue import store
+    from orchestrator.queue.spec import build_spec, submitter_env
+    from orchestrator.timeparse import utc_now
+
+    jobs, cwd = args.get("jobs", list, []), args.get("cwd", str)
+    env = submitter_env(args.get("env", dict, {}))
+    lines, source = args.ints("lines"), args.get("file", str)
+    if cwd is None or not os.path.isabs(cwd) or not all(isinstance(j, dict) for j in jobs):
+        raise SpecError("malformed request: give cwd (absolute) and jobs (objects)")
+    now = utc_now()
+    if (cron := args.get("cron", str)) is not None:
+        return _add_cron(ctx, caller, jobs[0], cron, args.get("window", str, ""), now, env)
+    specs = []
+    for i, raw in enumerate(jobs):
+        try:
+            specs.append(build_spec(raw, now=now, cwd=cwd, base_env=env, check_workdir=False))
+        except GridshiftError as exc:
+            if source is None:
+                raise
+            where = lines[i] if i < len(lines) else i + 1
+            raise SpecError(f"{source}:{where}: {exc}") from None
+    if not specs:
+        raise SpecError(f"{source or 'the request'} holds no job specs")
+    largest = largest_node_gpus(ctx.settings, ctx.db)
+    made = store.submit(ctx.db, specs, user=caller.user, now=now, largest_node_gpus=largest)
+    return {"jobs": [{"id": j.id, "state": j.state} for j in made]}
+
+
+def _add_cron(ctx, caller, raw: dict, cron: str, window: str, now, env) -> dict:
+    from orchestrator.queue import cron as crons
+    from orchestrator.timeparse import local_zone, parse_duration_s
+
+    window_s = crons.check_window(parse_duration_s(window))
+    local_zone()  # occurrences are read in it: an unknown TZ is the caller's one line
+    if not isinstance(raw.get("workdir"), str) or not os.path.isabs(raw["workdir"]):
+        raise SpecError("malformed request: a cron job's workdir must be absolute")
+    row = ctx.db.write_retrying(
+        lambda session: crons.add(session, raw, cron, window_s, caller.user, now, env)
+    )
+    upcoming = crons.next_fire(row, now)
+    return {"cron_id": row.id, "next": iso(upcoming)}
+
+
+def cancel(ctx: OpContext, caller: Caller, args: Args) -> dict:
+    """Cancel jobs, all or none: each must be the caller's (root may cancel any)."""
+    from orchestrator.queue import store
+    from orchestrator.timeparse import utc_now
+
+    user = caller.user if caller.uid != ctx.owner_uid else _as_root(caller)
+    outcome = store.cancel(ctx.db, args.ints("job_ids"), user=user, now=utc_now())
+    stopping = any(result == "stopping" for _, result in outcome)
+    return {
+        "results": [[job_id, result] for job_id, result in outcome],
+        "no_daemon": stopping and not ctx.daemon_running(),
+        "grace_s": ctx.settings.cancel_grace_s,
+    }
+
+
+def _as_root(caller: Caller):
+    """The daemon's own user may change every job of its queue."""
+    from orchestrator.queue.ownership import User
+
+    return User(name=caller.name, uid=0)
+
+
+def ls(ctx: OpContext, caller: Caller, args: Args) -> dict:
+    """Every user's jobs (others' as ``squeue`` shows them); ``all``: finished ones too."""
+    from orchestrator.queue import store
+
+    show_all = bool(args.get("all", bool, False))
+    with ctx.db.read() as session:
+        jobs = store.list_jobs(session, include_finished=show_all)
+        deps = store.dependencies(session, [j.id for j in jobs])
+        hidden = 0 if show_all else store.count_finished(session)
+        reports = store.latest_progress(session, [j.id for j in jobs if j.attempts])
+    out = []
+    for j in jobs:
+        data = job_dict(j, deps[j.id], str(ctx.settings.log_path(j.id)), reports.get(j.id))
+        mine = ctx.privileged(caller) or j.uid == caller.uid
+        out.append(data if mine else public_view(data))
+    return {"jobs": out, "hidden": hidden}
+
+
+def show(ctx: OpContext, caller: Caller, args: Args) -> dict:
+    """One of the caller's jobs in full: spec, state, times, runs and history."""
+    from orchestrator.queue import store
+
+    job_id = _job_id(args)
+    with ctx.db.read() as session:
+        job = store.get_job(session, job_id)
+        _check_owner(ctx, caller, job)
+        data = job_dict(
+            job,
+            store.dependencies(session, [job_id])[job_id],
+            str(ctx.settings.log_path(job_id)),
+            store.latest_progress(session, [job_id]).get(job_id),
+        )
+        events = store.events(session, job_id)
+        runs = store.attempts(session, job_id)
+    data["runs"] = [_run(a) for a in runs]
+    data["events"] = [
+        {"at": iso(e.at), "from": e.from_state, "to": e.to_state, "reason": e.reason,
+         "actor": e.actor}
+        for e in events
+    ]  # fmt: skip
+    return data
+
+
+def _run(a) -> dict[str, Any]:
+    slurm = a.handle and "slurm_job_id" in a.handle["data"]
+    return {
+        "attempt": a.number,
+        "state": a.state,
+        "node": a.node,
+        "gpu_ids": list(a.gpu_ids),
+        "cap": a.cap,
+        "started_at": iso(a.started_at),
+        "finished_at": iso(a.finished_at),
+        "exit_code": a.exit_code,
+        "energy_kwh": None if a.energy_j is None else a.energy_j / 3.6e6,
+        "energy_modelled": a.energy_modelled,
+        "carbon_g": a.carbon_g,
+        "cost": a.cost,
+        "slurm": _slurm(a.handle) if slurm else None,
+    }
+
+
+def _slurm(handle: dict) -> dict:
+    """What Slurm says of an attempt now (squeue, then sacct): state, exit code, times."""
+    from executors.errors import ExecutorError
+    from orchestrator.nodes.backends import slurm_job
+
+    job_id = handle["data"]["slurm_job_id"]
+    try:
+        job = slurm_job(job_id)
+    except ExecutorError as exc:
+        return {"job_id": job_id, "error": str(exc)}
+    if job is None:
+        return {"job_id": job_id, "error": "Slurm does not know this job any more"}
+    return {
+        "job_id": job_id,
+        "state": job.state,
+        "exit_code": job.exit_code,
+        "signal": job.signal,
+        "started_at": iso(job.started_at),
+        "ended_at": iso(job.ended_at),
+        "energy_j": job.energy_j,
+    }
+
+
+def logs(ctx: OpContext, caller: Caller, args: Args) -> dict:
+    """A block of one of the caller's job logs: ``source`` (an index into the places its
+    attempts wrote to; the last by default) from ``offset`` on. ``data`` is None while the
+    file does not exist."""
+    from orchestrator.queue import store
+
+    job_id, offset = _job_id(args), args.get("offset", int, 0)
+    with ctx.db.read() as session:
+        job = store.get_job(session, job_id)
+        _check_owner(ctx, caller, job)
+        state = job.state
+    sources = _sources(ctx, job_id)
+    index = args.get("source", int, len(sources) - 1)
+    if not 0 <= index < len(sources) or offset < 0:
+        raise SpecError("malformed request: no such log source or offset")
+    node, path, account = sources[index]
+    block = (
+        _read_local(path, offset) if not node else _read_remote(ctx, node, path, offset, account)
+    )
+    data = None if block is None else base64.b64encode(block).decode()
+    return {"state": state, "sources": len(sources), "data": data}
+
+
+def _job_id(args: Args) -> int:
+    job_id = args.get("job_id", int)
+    if job_id is None:
+        raise SpecError("malformed request: give job_id")
+    return job_id
+
+
+def _check_owner(ctx: OpContext, caller: Caller, job) -> None:
+    if not ctx.privileged(caller) and job.uid != caller.uid:
+        raise PermissionDenied(
+            f"job {job.id} belongs to {job.user}; only they or root may see its details"
+        )
+
+
+def _sources(ctx: OpContext, job_id: int) -> list[tuple[str, str, str | None]]:
+    """Where the job's output is: this host's log, or each SSH server it ran on (with the
+    account it ran as), in the order of its attempts. A server's log path is worked out
+    here, never taken from what the server answered: that is the job's to forge."""
+    from sqlmodel import select
+
+    from orchestrator.nodes.ssh import ssh_target
+    from orchestrator.queue.models import Attempt
+
+    with ctx.db.read() as session:
+        attempts = session.exec(
+            select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number)
+        ).all()
+    ssh_nodes = {n.name: n for n in ctx.settings.nodes if n.executor == "ssh"}
+    keys: list[tuple[str, str, str | None]] = []
+    for att in attempts:
+        if att.node in ssh_nodes:
+            target = ssh_target(ssh_nodes[att.node])
+            account = (att.handle or {}).get("data", {}).get("account")
+            account = account if isinstance(account, str) and target.per_user else None
+            if account is not None:
+                target = target.for_account(account)
+            key = (att.node, target.remote_path("logs", f"{job_id}.log"), account)
+        else:
+            key = ("", str(ctx.settings.log_path(job_id)), None)
+        if key not in keys:
+            keys.append(key)
+    return keys or [("", str(ctx.settings.log_path(job_id)), None)]
+
+
+def _read_local(path: str, offset: int) -> bytes | None:
+    """Never through a symlink: the log is the daemon's to open, whoever asks."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except PermissionError:
+        raise PermissionDenied(f"cannot read {path}: permission denied") from None
+    except OSError as exc:
+        raise GridshiftError(f"cannot read {path}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as fh:
+        fh.seek(offset)
+        return fh.read(CHUNK)
+
+
+def _read_remote(
+    ctx: OpContext, node: str, path: str, offset: int, account: str | None
+) -> bytes | None:
+    """Read as the account the job ran as (a ``{user}`` node's submitter), never as the
+    daemon's: the server's side opens it without following links."""
+    from orchestrator.nodes import ssh as sshnodes
+
+    cfg = next(n for n in ctx.settings.nodes if n.name == node)
+    link = sshnodes.build_links([cfg], home=ctx.settings.home)[node]
+    reader = link.for_account(account) if account is not None else link
+    try:
+        return reader.read(path, offset)
+    finally:
+        if reader is not link:
+            reader.close()
+        link.close()

@@ -1,0 +1,221 @@
+"""The daemon's planning: the same policies and ``Scheduler`` as the simulator, fed with
+the live queue, the live grid signal, the budget ledger and the cluster.
+
+``LivePlanner.schedule(now, ...)`` returns a ``Scheduler`` holding each waiting job with
+its plan (start, GPUs, power cap, intervals). The plan is made again on every event (a job
+queued, ended, suspended), on every new signal and at every slot boundary, and reused
+between them. When the signal is older than ``signal_max_age`` (the source keeps failing
+and the cache has aged) the daemon falls back to its rule: ``run-now`` (every job is due
+now, as under ``fifo``) or ``deadline-only`` (each job waits for its latest feasible start,
+so a signal that comes back in time still plans it); it says so once in the log and in
+``gridshift status``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from orchestrator.planning.budgets import Budget, BudgetState
+from orchestrator.planning.policies.base import (
+    DEFAULT_MAX_DEFER_S,
+    Decision,
+    Plan,
+    Policy,
+    Snapshot,
+)
+from orchestrator.planning.policies.baselines import Fifo
+from orchestrator.planning.scheduler import Scheduler
+from orchestrator.planning.snapshot import PlanInputs, build_snapshot
+
+if TYPE_CHECKING:  # the signal needs pandas: imported only by a daemon that plans with one
+    from orchestrator.signals.feed import SignalFeed
+
+log = logging.getLogger(__name__)
+
+
+class LatestStart(Policy):
+    """The ``deadline-only`` fallback: each job starts at its latest feasible start."""
+
+    name = "deadline-only"
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        now, out = snapshot.now_s, {}
+        for job in snapshot.jobs:
+            if job.duration_s is None:
+                out[job.id] = Decision(now)
+                continue
+            latest = job.latest_finish_s(snapshot.max_defer_s) - job.duration_s
+            out[job.id] = Decision(max(now, latest), end_s=max(now, latest) + job.duration_s)
+        return out
+
+
+@dataclass
+class LivePlanner:
+    policy: Policy
+    slot_s: float
+    curve: object  # the cluster's PowerCurve
+    feed: SignalFeed | None = None
+    price: SignalFeed | None = None
+    budget: Budget | None = None
+    objective: str = "carbon"
+    max_age_s: float = 6 * 3600.0
+    fallback: str = "deadline-only"
+    mode: str = "plan"  # plan | run-now | deadline-only (the fallback in force)
+    mode_reason: str | None = None
+    last_plan_s: float | None = None
+    _key: tuple | None = None
+    _plan: Plan = field(default_factory=dict)
+
+    def without_caps(self) -> None:
+        """Plan at full power only (this daemon cannot set power limits)."""
+        self.curve = dataclasses.replace(self.curve, min_limit_w=self.curve.max_limit_w)
+
+    def _choose(self, now: datetime) -> Policy:
+        """The policy, or the fallback when the signal it needs is missing or too old."""
+        if not self.policy.needs_forecast:
+            return self.policy
+        series = self.feed.series() if self.feed is not None else None
+        age = self.feed.age_s(now) if self.feed is not None else None
+        if series is not None and age is not None and age <= self.max_age_s:
+            if self.mode != "plan":
+                log.info("grid signal is back; planning with %s again", self.policy.name)
+            self.mode, self.mode_reason = "plan", None
+            return self.policy
+        reason = (
+            "no grid signal yet"
+            if series is None or age is None
+            else f"grid signal is {age / 3600:.1f} h old (limit {self.max_age_s / 3600:g} h)"
+        )
+        if self.feed is not None and self.feed.last_error:
+            reason += f": {self.feed.last_error}"
+        if self.mode != self.fallback:
+            log.warning("%s; falling back to %s", reason, self.fallback)
+        self.mode, self.mode_reason = self.fallback, reason
+        return Fifo() if self.fallback == "run-now" else LatestStart()
+
+    def schedule(
+        self,
+        now: datetime,
+        queued: list,  # Job rows to plan (queued, or suspended holding GPUs)
+        remaining_s: dict[int, float],
+        running: list,  # (Job, GPUs, started_at) of running attempts
+        total_gpus: int,
+        largest_node: int,
+        spent_g: float,
+    ) -> Scheduler:
+        policy = self._choose(now)
+        now_s = now.timestamp()
+        slot = math.floor(now_s / self.slot_s)
+        key = (
+            tuple((j.id, round(remaining_s.get(j.id, j.duration_s or 0.0))) for j in queued),
+            tuple(j.id for j, _, _ in running),
+            self.feed.version if self.feed is not None else 0,
+            slot,
+            self.mode,
+            round(spent_g, 1),
+        )
+        state = None
+        if self.budget is not None:
+            start, end = self.budget.period_of(now_s)
+            state = BudgetState(self.budget, start, end, spent_g)
+        inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
+        snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
+        if key != self._key:
+            self._plan = self._make_plan(policy, snap)
+            self._key, self.last_plan_s = key, now_s
+        scheduler = Scheduler(policy, max_defer_s=DEFAULT_MAX_DEFER_S)
+        for view in snap.jobs:
+            scheduler.add_planned(view, self._plan.get(view.id) or Decision(now_s))
+        return scheduler
+
+    def _inputs(self, now_s, queued, remaining_s, running, total_gpus, budget_state):
+        from orchestrator.signals.feed import TapeForecaster
+
+        series = self.feed.series() if self.feed is not None else None
+        price = self.price.series() if self.price is not None else None
+        return PlanInputs(
+            now_s, queued, running, total_gpus, self.curve,
+            TapeForecaster(series) if series is not None else None,
+            TapeForecaster(price) if price is not None else None,
+            budget_state, self.objective, self.slot_s, remaining_s,
+        )  # fmt: skip
+
+    @staticmethod
+    def _make_plan(policy: Policy, snap: Snapshot) -> Plan:
+        if not snap.jobs:
+            return {}
+        if snap.price is None and snap.objective != "carbon":
+            snap.objective = "carbon"  # the price signal is not in yet
+        if snap.forecast is None and policy.needs_forecast:
+            return {j.id: Decision(snap.now_s) for j in snap.jobs}
+        return policy.plan(snap)
+
+    def budget_window(self, now: datetime) -> tuple[datetime, datetime] | None:
+        if self.budget is None:
+            return None
+        start, end = self.budget.period_of(now.timestamp())
+        return (
+            datetime.fromtimestamp(max(start, 0.0), UTC),
+            datetime.fromtimestamp(min(end, 4102444800.0), UTC),
+        )
+
+
+def build_live(settings, nodes) -> tuple[LivePlanner | None, str | None]:
+    """The planner the settings ask for (``settings.daemon``), and its policy's name.
+    Without a grid signal and with no policy named, ``fifo`` without a planner (None)."""
+    from orchestrator.errors import SpecError
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.planning.policies.base import check_objective
+    from orchestrator.signals.sources import open_chain
+
+    cfg = settings.daemon
+    grid = cfg.grid or settings.grid.source
+    name = cfg.policy or ("budget" if grid else "fifo")
+    policy = resolve_policy(name)
+    if getattr(policy, "clairvoyant", False):
+        raise SpecError(f"{policy.name} needs every future job: it runs only in simulate")
+    if policy.needs_forecast and not grid:
+        raise SpecError(
+            f"policy {policy.name} plans with the grid signal: give --grid (e.g. uk, csv:PATH) "
+            "or set daemon.grid / grid.source"
+        )
+    objective = check_objective(cfg.objective, bool(cfg.price))
+    slot_s = cfg.seconds("slot")
+    if not 1.0 <= slot_s <= 3600.0:
+        raise SpecError(f"--slot {cfg.slot}: a planning slot is 1s to 1h")
+    budget = Budget.parse(cfg.budget) if cfg.budget else None
+    if not grid and budget is None and name == "fifo":
+        return None, name
+    from orchestrator.signals.feed import SignalFeed
+
+    horizon_s = 48 * 3600.0
+    lookback_s = max(3600.0, 4 * slot_s)
+    feed = (
+        SignalFeed(open_chain(settings, grid), horizon_s=horizon_s, lookback_s=lookback_s)
+        if grid
+        else None
+    )
+    price = (
+        SignalFeed(open_chain(settings, [cfg.price]), horizon_s=horizon_s, lookback_s=lookback_s)
+        if cfg.price
+        else None
+    )
+    model = next((g.model for n in nodes for g in n.gpus if g.model), None)
+    planner = LivePlanner(
+        policy=policy,
+        slot_s=slot_s,
+        curve=curve_for(model),
+        feed=feed,
+        price=price,
+        budget=budget,
+        objective=objective,
+        max_age_s=cfg.seconds("signal_max_age"),
+        fallback=cfg.fallback,
+    )
+    return planner, name

@@ -1,0 +1,391 @@
+"""The daemon: one per queue, a recovery pass, then ``tick(now)`` driven by APScheduler
+(3.x) with the grid refresh on a timer of its own.
+
+One daemon serves a queue: on SQLite, the one holding ``$GRIDSHIFT_HOME/daemon.lock`` (a
+second one refuses to start); on PostgreSQL, the one holding the database's lease
+(``orchestrator.daemon.lease``): others stand by and take over when it expires, and one that
+loses its lease stops acting at once and stands by again.
+
+``tick`` does one pass, the one the simulator runs too (``orchestrator.planning.onepass``
+over the SQL store, ``orchestrator.daemon.sqlqueue``): fence orphans, settle interrupted
+launches, stop cancelled jobs, suspend jobs whose planned piece ended, reap ended attempts
+and account running ones, queue due cron occurrences, plan and launch what is due (with
+its power cap), run the deadline guard, note plans and record the daemon's health. It
+returns the seconds until the next thing due (or the interval); a pass is booked then.
+Stopping the daemon (SIGTERM, SIGINT) leaves running jobs running: their monitors record
+how they end, and the next daemon picks them up; every GPU goes back to its default power
+limit until then.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from executors.base import Executor
+from orchestrator.accounting.meter import Accountant
+from orchestrator.clock import Clock, SystemClock
+from orchestrator.daemon.dispatch import Dispatcher
+from orchestrator.daemon.guard import Suspender, note_plans
+from orchestrator.daemon.health import HealthWriter
+from orchestrator.daemon.reaper import Reaper, modelled_power
+from orchestrator.daemon.server import serve
+from orchestrator.daemon.sqlqueue import SqlQueue
+from orchestrator.errors import DaemonError, GridshiftError, boundary
+from orchestrator.nodes import backends
+from orchestrator.nodes import ssh as sshnodes
+from orchestrator.nodes.inventory import resolve_nodes, sync_inventory
+from orchestrator.planning.onepass import Pass
+from orchestrator.queue.db import Database
+from orchestrator.queue.ownership import current_user, prepare_home
+from orchestrator.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class DaemonLock:
+    """An exclusive ``flock`` on ``$GRIDSHIFT_HOME/daemon.lock``, held while the daemon
+    lives; the kernel drops it when the process dies, SIGKILL included."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode().strip() or "unknown"
+            os.close(fd)
+            raise DaemonError(
+                f"another gridshift daemon (pid {holder}) already serves this queue"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def daemon_running(settings: Settings, db: Database) -> bool:
+    """True when some daemon serves this queue (holds its lock, or its lease)."""
+    if not db.is_sqlite:
+        from orchestrator.daemon.lease import current_holder
+
+        return current_holder(db) is not None
+    path = settings.home / "daemon.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class Daemon:
+    settings: Settings
+    db: Database
+    executor: Executor = field(default_factory=backends.local_executor)
+    clock: Clock = field(default_factory=SystemClock)
+    interval_s: float | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.interval_s = self.interval_s or self.settings.daemon_interval_s
+        layout = prepare_home(self.settings)
+        from executors.gpu import detect_link_levels
+        from orchestrator.daemon.planner import build_live
+        from orchestrator.nodes.inventory import topology
+
+        self.links = sshnodes.build_links(self.settings.nodes, home=self.settings.home)
+        self.discovery = sshnodes.discover(self.links)
+        nodes = resolve_nodes(self.settings, discovered=self._discovered())
+        self.executor = backends.build_executor(
+            self.settings, self.links, self.db.safe_url, default=self.executor
+        )
+        cfg = self.settings.daemon
+        self.planner, self.policy_name = build_live(self.settings, nodes)
+        self.caps = backends.cluster_caps(self.settings, nodes, self.links, cfg.power_caps)
+        if self.planner is not None and not self.caps.enabled:
+            self.planner.without_caps()
+        feed = self.planner.feed if self.planner else None
+        price = self.planner.price if self.planner else None
+        self.dispatcher = Dispatcher(
+            topology=topology(nodes, link_levels=detect_link_levels),
+            settings=self.settings,
+            db=self.db,
+            executor=self.executor,
+            nodes=nodes,
+            user=current_user(),
+            log_gid=layout.log_gid,
+            caps=self.caps,
+            power_sample_s=cfg.seconds("power_sample"),
+        )
+        self.reaper = Reaper(
+            db=self.db,
+            executor=self.executor,
+            settings=self.settings,
+            nodes=nodes,
+            accountant=Accountant(
+                carbon=feed.integral if feed is not None else _no_signal,
+                price=price.integral if price is not None else _no_signal,
+                modelled_power_w=modelled_power(nodes, self.planner and self.planner.curve),
+            ),
+            caps=self.caps,
+            power_sample_s=cfg.seconds("power_sample"),
+        )
+        self.suspender = Suspender(self.db, self.executor, self.settings.cancel_grace_s,
+                                   cfg.suspend)  # fmt: skip
+        self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner)
+        self.onepass = Pass(
+            self.queue,
+            guard=self.planner is not None,
+            before=[
+                ("fence", lambda _now: self.reaper.fence_orphans()),
+                ("recover", lambda _now: self.reaper.recover(self.clock.now())),
+                ("cancel", lambda _now: self.reaper.stop_cancelled(self.clock.now())),
+            ],
+            after=[("note", self._note), ("health", self._health)],
+            clock=lambda: self.clock.now().timestamp(),
+        )
+        self.lock = DaemonLock(self.settings.home / "daemon.lock")
+        self.lease = None
+        if not self.db.is_sqlite:
+            from orchestrator.daemon.lease import DaemonLease
+
+            self.lease = DaemonLease(self.db, cfg.seconds("lease"))
+            self.dispatcher.lease_check = self.lease.check
+        self._lost = False
+        self.health = HealthWriter(self)
+        self.metrics = None
+        self._scheduler = None
+
+    def _discovered(self) -> dict:
+        """GPUs per SSH node: as discovered now, else as the last discovery stored them
+        (a server down at start keeps its place in the topology and is used when back)."""
+        out = {}
+        with self.db.read() as session:
+            for name, got in self.discovery.items():
+                stored = sshnodes.stored_gpus(session, name) if isinstance(got, str) else got
+                if stored:
+                    out[name] = [g.info() for g in stored]
+        return out
+
+    # -- the pass -----------------------------------------------------------------------
+    def tick(self, now: datetime) -> float:
+        """One pass (``self.onepass``: fence, recover, cancel, then the pass the simulator
+        runs too: suspend, reap, admit, plan, launch, guard; then notes and health).
+        Returns the seconds until the next thing due: a planned start, a piece's end, a
+        guard check or a cron occurrence, or the interval, whichever comes first."""
+        due = self.onepass.tick(now.timestamp())
+        left = float(self.interval_s)
+        if due is not None:
+            left = min(left, max(0.0, due - self.clock.now().timestamp()))
+        return left
+
+    def _note(self, _now_s: float) -> None:
+        if self.planner is not None and self.onepass.scheduler is not None:
+            note_plans(self.db, self.planner, self.onepass.scheduler, self.queue.eligible,
+                       self.clock.now())  # fmt: skip
+
+    def _health(self, _now_s: float) -> None:
+        self.health.write(self.clock.now())
+        if self.metrics is not None:
+            self.metrics.update(self.health.data)
+
+    def refresh_signal(self, *, at_start: bool = False) -> None:
+        """The grid timer: fetch the signal (cache first) for the next plans. At start a
+        source that cannot be used as given (a missing trace file) stops the daemon with
+        one line; later, it is logged and planning goes on with what the tape holds."""
+        from grid.errors import SourceSpecError
+
+        now = self.clock.now()
+        for feed in (self.planner.feed, self.planner.price):
+            try:
+                if feed is not None and not feed.refresh(now):
+                    log.warning("grid source failed: %s", feed.last_error or "no data")
+            except SourceSpecError as exc:
+                if at_start:
+                    raise
+                feed.last_error = str(exc)
+                log.warning("grid source failed: %s", exc)
+
+    def refresh_nodes(self) -> None:
+        """The discovery timer: the servers' GPUs, use and power limits, for ``nodes``."""
+        found = sshnodes.discover(self.links)
+        with self.db.write() as session:
+            sshnodes.record(session, found, self.clock.now())
+
+    def stop(self, *_args) -> None:
+        self._stop.set()
+        if self._scheduler is not None and self._scheduler.running:
+            self._scheduler.shutdown(wait=False)
+
+    def run(self, *, until_idle: bool = False) -> None:
+        if self.lease is None:
+            self.lock.acquire()
+        old = {s: signal.signal(s, self.stop) for s in (signal.SIGTERM, signal.SIGINT)}
+        server = None
+        try:
+            server = serve(self.settings, self.db)  # standbys answer their host's users too
+            while self._acquire():
+                self._serve(until_idle)
+                if self._stop.is_set() or not self._lost:
+                    break
+                self._lost = False
+        finally:
+            if server is not None:
+                server.stop()
+            if self.lease is None or self.lease.epoch is not None:
+                self.reaper.restore_caps()
+                self.health.write(self.clock.now(), stopped=True)
+            self.executor.close()
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+            if self.lease is not None:
+                self.lease.release()
+            self.lock.release()
+
+    def _acquire(self) -> bool:
+        """SQLite: the flock is held already. PostgreSQL: wait for the lease (standing by
+        while another daemon holds it); False when stopped while waiting."""
+        if self.lease is None:
+            return True
+        from orchestrator.daemon.lease import describe
+
+        shown = None
+        while not self._stop.is_set():
+            try:
+                row = self.lease.try_acquire()
+            except GridshiftError as exc:
+                log.warning("cannot take the lease: %s", exc)
+                row = None
+            else:
+                if row is None:
+                    log.info("holding the lease (epoch %d)", self.lease.epoch)
+                    return True
+            if row is not None and row.holder != shown:
+                log.info(
+                    "standing by: %s serves this queue (lease until %s)",
+                    describe(row.holder),
+                    row.expires_at.isoformat(timespec="seconds"),
+                )
+                shown = row.holder
+            self._stop.wait(max(0.2, min(5.0, self.lease.ttl_s / 5)))
+        return False
+
+    def _serve(self, until_idle: bool) -> None:
+        now = self.clock.now()
+        with self.db.write() as session:
+            sync_inventory(session, self.dispatcher.nodes, now)
+            sshnodes.record(session, self.discovery, now)
+        self.reaper.recover(now)
+        self.reaper.reconcile_caps()
+        self._announce()
+        if self.planner is not None:
+            self.refresh_signal(at_start=True)
+        if self.settings.daemon.metrics_port and self.metrics is None:
+            from orchestrator.daemon.prometheus import Metrics
+
+            self.metrics = Metrics(
+                self.settings.daemon.metrics_port, self.settings.daemon.metrics_addr
+            )
+        self._loop(until_idle)
+
+    def _loop(self, until_idle: bool) -> None:
+        """APScheduler drives the pass and the grid timer, one at a time."""
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.blocking import BlockingScheduler
+
+        sched = BlockingScheduler(
+            timezone=UTC,
+            executors={"default": ThreadPoolExecutor(1)},  # one job at a time, in order
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
+        )
+        self._scheduler = sched
+        failure: list[BaseException] = []
+
+        early: list[datetime] = []  # the one-off pass booked before the interval's next
+
+        def _early(wait_s: float) -> None:
+            """Something is due before the interval's next pass: book a one-off pass then
+            (the interval job goes on as it is)."""
+            if wait_s >= self.interval_s:
+                return
+            at = datetime.now(UTC) + timedelta(seconds=wait_s)
+            if early and early[0] > datetime.now(UTC) and early[0] <= at:
+                return
+            early[:] = [at]
+            sched.add_job(_pass, "date", run_date=at)
+
+        def _pass() -> None:
+            from orchestrator.daemon.lease import LeaseLost
+
+            try:
+                with boundary():
+                    if self.lease is not None:
+                        self.lease.renew()
+                    wait_s = self.tick(self.clock.now())
+                    _early(wait_s)
+                    if until_idle and self.dispatcher.pending_count() == 0:
+                        log.info("queue is idle; exiting")
+                        self.stop()
+            except LeaseLost as exc:
+                log.error("%s; standing by", exc)
+                self._lost = True
+                sched.shutdown(wait=False)
+            except GridshiftError as exc:
+                log.error("%s", exc)  # a store or grid hiccup: the next pass tries again
+            except BaseException as exc:  # a bug: stop, and let the caller see it
+                failure.append(exc)
+                self.stop()
+
+        start = datetime.now(UTC)
+        sched.add_job(_pass, "interval", seconds=self.interval_s, next_run_time=start, id="tick")
+        if self.planner is not None and self.planner.feed is not None:
+            refresh_s = self.settings.daemon.seconds("refresh") or min(self.planner.slot_s, 900.0)
+            sched.add_job(self.refresh_signal, "interval", seconds=refresh_s, id="grid")
+        if self.links:
+            every_s = self.settings.daemon.seconds("discovery")
+            sched.add_job(self.refresh_nodes, "interval", seconds=every_s, id="nodes")
+        if self._stop.is_set():
+            return
+        sched.start()
+        if failure:
+            raise failure[0]
+
+    def _announce(self) -> None:
+        d = self.dispatcher
+        gpus = sum(n.gpu_count for n in d.nodes)
+        log.info("serving %s (%d node(s), %d GPU(s))", self.db.safe_url, len(d.nodes), gpus)
+        if self.planner is not None:
+            p = self.planner
+            log.info(
+                "policy %s, slot %gs, suspend by %s%s%s",
+                p.policy.name,
+                p.slot_s,
+                self.suspender.mode,
+                f", budget {p.budget}" if p.budget else "",
+                f", signal {p.feed.chain.spec}" if p.feed else "",
+            )
+        if gpus and not self.caps.enabled:
+            log.warning("planning without power caps: %s", self.caps.reason)
+
+
+def _no_signal(_t0: float, _t1: float) -> None:
+    return None

@@ -1,0 +1,246 @@
+"""The live side of the one pass (``orchestrator.planning.onepass``): the queue's state in
+the SQL store.
+
+``SqlQueue`` answers the pass's steps from the database, through small collaborators:
+the ``Suspender`` (pieces that ended, the guard's checkpoints), the ``Reaper`` (attempts
+that ended), cron (occurrences due), the ``LivePlanner`` (the plan) and the
+``Dispatcher`` (launch and resume). ``plan`` reads the queue once per pass: the jobs that
+may run (a job whose dependency failed, that is wider than the largest node or that this
+daemon may not run as its user fails here), stopped jobs that resume, running jobs, and
+the buddy allocator over what attempts hold; ``launch`` and the guard use that reading.
+Each step is given the clock's time when it begins (``Pass(clock=...)``) and records
+that: a dependency reaped in this pass may have ended after the pass began.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from sqlmodel import Session, col, select
+
+from orchestrator.daemon.contain import Faults
+from orchestrator.daemon.dispatch import Dispatcher
+from orchestrator.daemon.guard import Suspender
+from orchestrator.daemon.planner import LivePlanner
+from orchestrator.daemon.reaper import Reaper
+from orchestrator.planning.onepass import Running
+from orchestrator.planning.pieces import width_of
+from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, QueuedJob
+from orchestrator.planning.policies.baselines import Fifo
+from orchestrator.planning.scheduler import Scheduler
+from orchestrator.queue import cron
+from orchestrator.queue.attempts import AttemptState, remaining_run_s
+from orchestrator.queue.db import Database
+from orchestrator.queue.models import Attempt, Job
+from orchestrator.queue.states import JobState
+from orchestrator.queue.store import dependencies
+from placement.cluster import ClusterAllocator
+
+BAD_DEPENDENCY = (JobState.FAILED, JobState.CANCELLED, JobState.LOST)
+
+
+@dataclass
+class SqlQueue:
+    db: Database
+    dispatcher: Dispatcher
+    reaper: Reaper
+    suspender: Suspender
+    planner: LivePlanner | None = None  # None: fifo, no signal, no guard
+    max_defer_s: float = DEFAULT_MAX_DEFER_S
+    # this pass's reading of the queue (``plan``), for ``launch`` and the guard
+    eligible: dict[int, Job] = field(default_factory=dict)
+    stopped: dict[int, Attempt] = field(default_factory=dict)
+    alloc: ClusterAllocator | None = None
+    faults: Faults = field(default_factory=Faults)
+
+    @property
+    def slot_s(self) -> float:
+        return self.planner.slot_s if self.planner is not None else 900.0
+
+    def _at(self, now_s: float) -> datetime:
+        return datetime.fromtimestamp(now_s, UTC)
+
+    # -- the steps ----------------------------------------------------------------------
+    def suspend_due(self, now_s: float) -> None:
+        self.alloc = None  # the pass begins: the last pass's reading is stale
+        if self.planner is not None:
+            self.suspender.suspend_due(self._at(now_s))
+
+    def reap(self, now_s: float) -> None:
+        ended = self.reaper.reap(self._at(now_s))
+        if ended and self.alloc is not None:  # within the pass (the guard's): GPUs freed
+            with self.db.read() as session:
+                self.alloc = self.dispatcher.allocator(session)
+
+    def admit(self, now_s: float) -> None:
+        """Cron occurrences that are due become queued jobs."""
+        largest = max((n.gpu_count for n in self.dispatcher.nodes), default=0)
+        cron.materialise(self.db, self._at(now_s), largest)
+
+    def plan(self, now_s: float) -> Scheduler:
+        now = self._at(now_s)
+        d = self.dispatcher
+        with self.db.read() as session:
+            queued = list(
+                session.exec(
+                    select(Job)
+                    .where(Job.state == JobState.QUEUED.value)
+                    .order_by(col(Job.priority).desc(), col(Job.id))
+                ).all()
+            )
+            stopped = {
+                a.job_id: a
+                for a in session.exec(
+                    select(Attempt).where(Attempt.state == AttemptState.STOPPED)
+                ).all()
+            }
+            stopped_jobs = [session.get(Job, i) for i in stopped]
+            running = _running_rows(session)
+            deps = dependencies(session, [j.id for j in queued])
+            dep_ids = {x for xs in deps.values() for x in xs}
+            dep_state = dict(
+                session.exec(select(Job.id, Job.state).where(col(Job.id).in_(dep_ids))).all()
+            )
+            alloc = d.allocator(session)
+            remaining = {
+                j.id: remaining_run_s(session, j)
+                for j in [*queued, *stopped_jobs]
+                if j.attempts and j.duration_s
+            }
+            spent = self._spent_g(session, now)
+        largest = alloc.max_node_gpus
+        eligible: dict[int, Job] = {}
+        for job in queued:
+            failed = next((x for x in deps[job.id] if dep_state[x] in BAD_DEPENDENCY), None)
+            if failed is not None:
+                d.fail_queued(job.id, now, f"dependency {failed} {dep_state[failed]}")
+                continue
+            if any(dep_state[x] != JobState.COMPLETED for x in deps[job.id]):
+                continue  # still waiting for a dependency
+            reason = self._cannot_run(job, largest)
+            if reason is not None:
+                d.fail_queued(job.id, now, reason)
+                continue
+            eligible[job.id] = job
+        for job in stopped_jobs:
+            if job.cancel_requested_at is None:
+                eligible[job.id] = job
+        self.eligible, self.stopped, self.alloc = eligible, stopped, alloc
+        if self.planner is not None:
+            return self.planner.schedule(
+                now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
+                spent,
+            )  # fmt: skip
+        scheduler = Scheduler(Fifo())  # the decision core the simulator drives too
+        scheduler.add(_queued_view(job, largest) for job in eligible.values())
+        scheduler.plan(now.timestamp())
+        return scheduler
+
+    def allocate(self, view: QueuedJob, decision: Decision, now_s: float):
+        held = self.stopped.get(view.id)
+        if held is not None:  # a stopped job resumes on the GPUs it holds
+            return (held.node, list(held.gpu_ids))
+        width = width_of(view, decision, now_s)
+        if width == 0:  # a CPU-only job: the first node, no GPUs
+            return (self.dispatcher.nodes[0].name, [])
+        allocation = self.alloc.allocate(("job", view.id), width)
+        if allocation is None:
+            return None
+        (node, gpu_tuple), *_ = allocation.parts
+        return (node, list(gpu_tuple))
+
+    def launch(self, view: QueuedJob, decision: Decision, allocation, now_s: float) -> None:
+        """Start (or resume) one job. A fault of this job's launch fails the job (while
+        it is still queued; one recorded as launching is settled by recovery), and the
+        pass goes on with the others (``contain``)."""
+        node, gpus = allocation
+        now = self._at(now_s)
+        started, resumed = False, view.id in self.stopped
+        with self.faults.contained(
+            f"job {view.id}", f"job {view.id}: launch",
+            lambda why: self.dispatcher.fail_queued(view.id, now, f"cannot launch: {why}"),
+        ):  # fmt: skip
+            if resumed:
+                self.dispatcher.resume(self.stopped.pop(view.id), decision, now)
+                return
+            started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision)
+        if not started and not resumed and gpus:
+            self.alloc.free(("job", view.id))
+
+    def running(self, now_s: float) -> list[Running]:
+        now = self._at(now_s)
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt, Job)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(Attempt.state == AttemptState.RUNNING)
+                .order_by(col(Attempt.id))
+            ).all()
+            out = []
+            for att, job in rows:
+                left = remaining_run_s(session, job, now) if job.duration_s else None
+                view = _queued_view(job, len(att.gpu_ids))
+                checkpointing = att.suspend_sent_at is not None
+                out.append(Running(("attempt", att.id), view, left, checkpointing, att))
+        return out
+
+    def make_room(self, width: int, movable: dict) -> list:
+        return self.alloc.make_room(width, movable) or []
+
+    def checkpoint(self, run: Running, now_s: float) -> bool:
+        return self.suspender.checkpoint(run.ref, self._at(now_s))
+
+    def next_due_s(self, now_s: float) -> float | None:
+        """The next end of a planned piece, and the next cron occurrence."""
+        now = datetime.fromtimestamp(now_s, UTC)
+        with self.db.read() as session:
+            ends = session.exec(
+                select(Attempt.planned_until)
+                .where(Attempt.state == AttemptState.RUNNING)
+                .where(col(Attempt.planned_until).is_not(None))
+                .where(col(Attempt.suspend_sent_at).is_(None))
+            ).all()
+            fires = [cron.next_fire(row, now) for row in cron.active(session)]
+        times = [t.timestamp() for t in (*ends, *fires) if t is not None]
+        return min(times, default=None)
+
+    # -- parts --------------------------------------------------------------------------
+    def _cannot_run(self, job: Job, largest: int) -> str | None:
+        if job.gpus_min > largest:
+            return f"needs {job.gpus_min} GPUs; the largest node has {largest}"
+        user = self.dispatcher.user
+        if not user.is_root and job.uid != user.uid:
+            return (
+                f"the daemon runs as {user.name} and cannot run jobs as {job.user}; run it as root"
+            )
+        return None
+
+    def _spent_g(self, session: Session, now: datetime) -> float:
+        window = self.planner.budget_window(now) if self.planner is not None else None
+        if window is None:
+            return 0.0
+        from orchestrator.accounting.meter import spent_g
+
+        return spent_g(session, *window)
+
+
+def _running_rows(session: Session) -> list:
+    rows = session.exec(
+        select(Attempt, Job)
+        .join(Job, col(Job.id) == col(Attempt.job_id))
+        .where(Attempt.state == AttemptState.RUNNING)
+    ).all()
+    return [(job, len(att.gpu_ids), att.started_at or job.started_at) for att, job in rows]
+
+
+def _queued_view(job: Job, largest: int) -> QueuedJob:
+    return QueuedJob(
+        id=job.id,
+        gpus=min(job.gpus_max, largest),
+        submitted_s=job.submitted_at.timestamp(),
+        priority=job.priority,
+        duration_s=job.duration_s,
+        deadline_s=job.deadline.timestamp() if job.deadline else None,
+        interruptible=job.interruptible,
+    )

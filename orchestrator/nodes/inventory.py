@@ -1,0 +1,148 @@
+"""The cluster as the config declares it: nodes and their GPUs, the local node's GPUs
+detected through NVML (or pretended with ``fake_gpus``)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlmodel import Session, delete
+
+from executors.gpu import GpuInfo, detect_gpus
+from executors.gpu.fake import FakeGpuControl
+from orchestrator.queue.models import Gpu, Node
+from orchestrator.settings import NodeConfig, Settings
+from placement.topology import ClusterTopology, NodeTopology, order_from_link_levels
+
+
+@dataclass(frozen=True)
+class ResolvedNode:
+    name: str
+    executor: str
+    gpus: tuple[GpuInfo, ...]
+    gpu_source: str  # config, nvml, fake or none
+    gpu_model: str | None = None
+    rack: str | None = None
+    host: str | None = None
+    fake: bool = False
+    config: NodeConfig | None = field(default=None, compare=False)
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.gpus)
+
+
+def resolve_nodes(
+    settings: Settings, *, detect=detect_gpus, discovered: dict[str, list[GpuInfo]] | None = None
+) -> list[ResolvedNode]:
+    """The configured nodes and their GPUs: the local node's through NVML (or fakes), an
+    SSH node's as ``discovered`` through nvidia-smi (at most its declared ``gpus``), or
+    as declared."""
+    configs = settings.nodes or [NodeConfig(name=socket.gethostname(), executor="local")]
+    detected: list[GpuInfo] | None = None
+    nodes = []
+    for cfg in configs:
+        fake_count = cfg.fake_gpus
+        if fake_count is None and cfg.executor == "local":
+            fake_count = settings.fake_gpus
+        if fake_count is not None:
+            gpus = FakeGpuControl(fake_count, model=cfg.gpu_model or "fake-gpu").devices()
+            source = "fake"
+        elif cfg.executor == "local":
+            if detected is None:
+                detected = detect()
+            gpus, source = detected, ("nvml" if detected else "none")
+            if cfg.gpus is not None:  # declared: use that many of the detected ones
+                gpus = detected[: cfg.gpus] if detected else _declared(cfg)
+                source = "nvml" if detected else "config"
+        elif discovered and cfg.name in discovered:
+            gpus, source = discovered[cfg.name], "nvidia-smi"
+            if cfg.gpus is not None:
+                gpus = gpus[: cfg.gpus]
+        else:
+            gpus, source = _declared(cfg), "config"
+        model = cfg.gpu_model or (gpus[0].model if gpus else None)
+        nodes.append(
+            ResolvedNode(
+                name=cfg.name,
+                executor=cfg.executor,
+                gpus=tuple(gpus),
+                gpu_source=source,
+                gpu_model=model,
+                rack=cfg.rack,
+                host=cfg.host,
+                fake=source == "fake",
+                config=cfg,
+            )
+        )
+    return nodes
+
+
+def largest_node_gpus(settings: Settings, db) -> int | None:
+    """GPUs of the largest node as far as is known here: an SSH server's count as
+    declared or as the daemon last discovered it; None while some server's is unknown."""
+    from sqlmodel import func, select
+
+    largest = 0
+    with db.read() as session:
+        for node in resolve_nodes(settings):
+            count = node.gpu_count
+            if node.executor == "ssh" and node.config is not None and node.config.gpus is None:
+                count = session.exec(
+                    select(func.count()).select_from(Gpu).where(Gpu.node == node.name)
+                ).one()
+                if not count:
+                    return None
+            largest = max(largest, count)
+    return largest
+
+
+def _declared(cfg: NodeConfig) -> list[GpuInfo]:
+    model = cfg.gpu_model or "unknown"
+    return [GpuInfo(index=i, uuid=f"{cfg.name}-gpu{i}", model=model) for i in range(cfg.gpus or 0)]
+
+
+def topology(nodes: list[ResolvedNode], *, link_levels=None) -> ClusterTopology:
+    """Buddy order per node: declared ``nvlink_islands``, else NVML's link matrix for a
+    local node with real GPUs (``link_levels``), else the index order."""
+    out = []
+    for n in nodes:
+        indices = [g.index for g in n.gpus]
+        islands = n.config.nvlink_islands if n.config else None
+        if islands:
+            node = NodeTopology.from_islands(n.name, islands, rack=n.rack)
+        elif n.gpu_source == "nvml" and link_levels is not None and len(indices) > 1:
+            levels = link_levels(indices)
+            order = order_from_link_levels(levels) if levels else tuple(range(len(indices)))
+            node = NodeTopology(n.name, tuple(indices[p] for p in order), rack=n.rack)
+        else:
+            node = NodeTopology(n.name, tuple(indices), rack=n.rack)
+        out.append(node)
+    return ClusterTopology(tuple(out))
+
+
+def sync_inventory(session: Session, nodes: list[ResolvedNode], now: datetime) -> None:
+    """Replace the stored nodes and GPUs with ``nodes`` (the daemon does this at start)."""
+    session.exec(delete(Gpu))
+    session.exec(delete(Node))
+    session.flush()
+    for n in nodes:
+        session.add(
+            Node(
+                name=n.name,
+                executor=n.executor,
+                gpus=n.gpu_count,
+                gpu_model=n.gpu_model,
+                rack=n.rack,
+                host=n.host,
+                gpu_source=n.gpu_source,
+                updated_at=now,
+            )
+        )
+    session.flush()
+    for n in nodes:
+        for g in n.gpus:
+            session.add(
+                Gpu(node=n.name, index=g.index, uuid=g.uuid, model=g.model, memory_mb=g.memory_mb)
+            )

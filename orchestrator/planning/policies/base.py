@@ -1,0 +1,137 @@
+"""What a policy sees and what it decides. Pure data: no clock, database or network.
+
+A ``Snapshot`` holds the time, the jobs to plan (their requested width or width range,
+expected run time at full power, deadline, whether they may be suspended, and their
+performance model), what already holds GPUs (running jobs, plans that stand), the cluster's
+size, the forecasts of the carbon and price signals, the objective, the carbon budget's
+state and the site's power limit. A policy answers with a ``Plan``: for each job, when it
+should start, on how many GPUs, at what power cap and, for a job that may be suspended,
+the intervals it should run in. Times are epoch seconds (UTC).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from orchestrator.errors import SpecError
+
+DEFAULT_MAX_DEFER_S = 24 * 3600.0  # how long a job without a deadline may be deferred
+
+
+def check_objective(text: str, has_price: bool) -> str:
+    """``carbon``, ``cost`` or ``mix:W`` (W: carbon's weight, 0-1), normalised; one clear
+    SpecError otherwise, or when it needs a price signal that is not there."""
+    objective = text.strip().lower()
+    kind, _, weight = objective.partition(":")
+    if kind not in ("carbon", "cost", "mix"):
+        raise SpecError(f"unknown objective {text!r}; use carbon, cost or mix:W")
+    if kind == "mix":
+        try:
+            ok = 0.0 <= float(weight or 0.5) <= 1.0
+        except ValueError:
+            ok = False
+        if not ok:
+            raise SpecError(f"objective {text!r}: W is the carbon weight, 0-1")
+    if kind != "carbon" and not has_price:
+        raise SpecError(f"objective {text!r} needs a price signal (--price)")
+    return objective
+
+
+@dataclass(slots=True)
+class QueuedJob:
+    id: int
+    gpus: int
+    submitted_s: float
+    priority: int = 0
+    duration_s: float | None = None  # remaining run time at full width and full power
+    deadline_s: float | None = None  # when it must have finished
+    interruptible: bool = False
+    min_gpus: int | None = None  # a width range (``--gpus 2-8``); None: exactly ``gpus``
+    max_gpus: int | None = None
+    model: object | None = (
+        None  # an orchestrator.planning.perfmodel.JobModel (None: full power only)
+    )
+
+    def latest_finish_s(self, max_defer_s: float) -> float:
+        """Its deadline, or for a job without one: its submission + the maximum deferral +
+        its (remaining) run: deferral counts from submission, however often it is replanned."""
+        if self.deadline_s is not None:
+            return self.deadline_s
+        return self.submitted_s + max_defer_s + (self.duration_s or 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    start_s: float
+    # For a job that may be suspended: the intervals it runs in (it is suspended between
+    # them). None: it runs from ``start_s`` to its end.
+    intervals: tuple[tuple[float, float], ...] | None = None
+    # Per interval, when they differ: (GPUs, cap, watts) of each (``optimal`` may run a
+    # job's pieces at different caps). None: ``gpus``/``cap``/``power_w`` throughout.
+    configs: tuple[tuple[int, float, float], ...] | None = None
+    gpus: int | None = None  # None: the job's requested width
+    cap: float = 1.0  # power-cap fraction of the GPU's maximum limit
+    end_s: float | None = None  # expected end (None: not estimated)
+    power_w: float | None = None  # expected facility draw while it runs
+    # Started when its deadline required, although the budget or objective said wait.
+    forced: bool = False
+
+    def piece_config(self, i: int) -> tuple[int | None, float, float | None]:
+        """(GPUs, cap, watts) of interval ``i``."""
+        if self.configs is not None:
+            return self.configs[i]
+        return self.gpus, self.cap, self.power_w
+
+
+@dataclass(frozen=True, slots=True)
+class Commitment:
+    """GPUs and power already spoken for: a running job, or a plan that stands."""
+
+    id: int
+    gpus: int
+    power_w: float
+    start_s: float
+    end_s: float
+
+
+Plan = dict[int, Decision]
+
+
+@dataclass
+class Snapshot:
+    now_s: float
+    jobs: list[QueuedJob]
+    forecast: object | None = None  # a grid.forecasters.StepForecaster
+    max_defer_s: float = DEFAULT_MAX_DEFER_S
+    extra: dict = field(default_factory=dict)
+    committed: list[Commitment] = field(default_factory=list)
+    total_gpus: int | None = None  # None: capacity is not the policy's concern
+    price: object | None = None  # a StepForecaster of the price signal (per MWh)
+    objective: str = "carbon"  # carbon | cost | mix:W (W: the carbon weight, 0-1)
+    budget: object | None = None  # an orchestrator.planning.budgets.BudgetState
+    power_limit_w: float | None = None  # the site's limit on the jobs' total draw
+    slot_s: float = 900.0  # planning slot
+    horizon_s: float = 48 * 3600.0  # how far ahead a rolling-horizon planner looks
+    # Share of the cluster's GPU time that jobs not yet submitted are expected to need
+    # (recent arrivals): a planner leaves room for them in later slots.
+    expected_load: float = 0.0
+
+
+class Policy(ABC):
+    name: str = "abstract"
+    needs_forecast: bool = False
+    # True: plan() is given every queued job on each pass (a joint planner). False: only
+    # jobs without a plan yet; a plan stands until the job starts or is suspended.
+    replans_all: bool = False
+    # True: plan() reads the cluster's state in the snapshot (running jobs and standing
+    # plans as commitments, capacity, load, budget, price, limits). False (the baselines):
+    # only the jobs, the time and the forecast, so the scheduler skips building the rest.
+    reads_cluster: bool = True
+
+    @abstractmethod
+    def plan(self, snapshot: Snapshot) -> Plan: ...
+
+    # A joint planner replans everything at most this often (simulated or wall seconds);
+    # in between, only new jobs are planned, around the plans that stand.
+    replan_every_s: float = 0.0

@@ -1,0 +1,421 @@
+"""``budget``: the default planner, a fast heuristic in the spirit of GreenFlow; and
+``budget-fifo``, what a lab does by hand.
+
+``budget`` plans every queued job together on the slot grid of ``Problem``. Jobs are placed
+one by one (``placement_order``: those that must start now first) into the capacity left
+by running jobs and by the jobs placed before them, keeping room in later slots for the
+load expected to arrive; each takes its cheapest option that meets its latest finish:
+
+- with no budget, the cheapest in the objective (carbon, cost or a mix): it waits for low
+  slots, runs at the power cap where a joule buys the most work, and for a job that may be
+  suspended, runs only in the lowest slots before its deadline;
+- with a budget, the option with the least completion time + λ × grams, where λ (seconds
+  of completion time a gram is worth) is the smallest that keeps the plan within what is
+  left of each budget period. λ is found by bisection on the jobs' choices without
+  capacity, then checked (and raised) with it. A low λ widens and uncaps jobs to finish
+  sooner; a high one shrinks, caps and defers them into low-carbon slots or the next
+  period. That is GreenFlow's rule of spending the budget where it buys the most
+  completion time per gram.
+
+A job that no option lets meet its deadline starts as early as capacity allows at full
+speed, whatever the carbon: its decision is marked ``forced``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import replace
+
+import numpy as np
+
+from orchestrator.planning.budgets import J_PER_KWH
+from orchestrator.planning.policies.base import Decision, Plan, Policy, Snapshot
+from orchestrator.planning.policies.problem import Problem, full_power
+
+LAMBDA_MAX = 1e9  # seconds per gram: carbon dominates completion time
+BISECT_STEPS = 16  # log10 λ over 15 decades to within 0.001
+
+
+class BudgetPlanner(Policy):
+    name = "budget"
+    needs_forecast = True
+    replans_all = True
+    replan_every_s = 900.0
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        if not snapshot.jobs:
+            return {}
+        return heuristic(Problem(snapshot)).plan
+
+
+def heuristic(problem: Problem) -> Result:
+    """The plan (and each job's chosen option) of the ``budget`` heuristic."""
+    if problem.snapshot.budget is None:
+        return greedy(problem, problem.obj_cost, None)
+    periods = Periods(problem)
+    lambdas = periods.find_lambdas()
+    result = greedy(problem, periods.cost(lambdas), (periods, lambdas))
+    for _ in range(6):  # capacity moved jobs: raise λ where a period went over
+        over = periods.over(result.carbon_by_period)
+        if not over.any() or np.all(lambdas[over] >= LAMBDA_MAX):
+            break
+        lambdas = np.where(over, np.maximum(lambdas * 4, 1e-3), lambdas)
+        lambdas = np.minimum(lambdas, LAMBDA_MAX)
+        result = greedy(problem, periods.cost(lambdas), (periods, lambdas))
+    result.periods = periods
+    _mark_budget_breaks(problem, periods, result)
+    return result
+
+
+def _mark_budget_breaks(problem: Problem, periods: Periods, result: Result) -> None:
+    """Where a period still goes over, mark the jobs that spend in it although they have
+    to (no option meeting their deadline spends nothing there): the plan's report of a
+    deadline that broke the budget."""
+    over = np.flatnonzero(periods.over(result.carbon_by_period))
+    if not len(over):
+        return
+    for j, (c, s, intervals, forced) in result.choice.items():
+        if forced or s is None:
+            continue
+        for i in over:
+            if periods.grams[i, j, c, s] <= 0:
+                continue
+            avoidable = np.where(problem.meets[j], periods.grams[i, j], np.inf).min() <= 0
+            if not avoidable:
+                job_id = problem.jobs[j].id
+                result.plan[job_id] = replace(result.plan[job_id], forced=True)
+                result.choice[j] = (c, s, intervals, True)
+                break
+
+
+class Periods:
+    """The budget periods the horizon touches, the grams each option spends in each, and
+    what is left of each after what is committed."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = p = problem
+        state = p.snapshot.budget
+        budget = state.budget
+        cuts = [p.now, *budget.boundaries(p.now, p.t_end), p.t_end]
+        self.bounds = list(itertools.pairwise(cuts))
+        n = len(self.bounds)
+        self.left = np.full(n, budget.grams)
+        self.left[0] = state.remaining_g
+        watts = p.power_w[:, :, None]
+        self.grams = np.empty((n, *p.start.shape))
+        for i, (a, b) in enumerate(self.bounds):
+            s, e = np.clip(p.start, a, b), np.clip(p.end, a, b)
+            self.grams[i] = np.where(p.exists, watts * p.carbon.integral(s, e) / J_PER_KWH, 0)
+            for c in p.snapshot.committed:
+                s_c, e_c = np.clip(max(c.start_s, p.now), a, b), np.clip(c.end_s, a, b)
+                self.left[i] -= c.power_w * float(p.carbon.integral(s_c, e_c)) / J_PER_KWH
+        jobs = p.jobs
+        submitted = np.array([j.submitted_s for j in jobs])[:, None, None]
+        self.jct = np.where(p.exists, p.end - submitted, np.inf)
+        # the period each slot falls in, for the slot costs of jobs that may be suspended
+        mids = (p.t[:-1] + p.t[1:]) / 2
+        self.slot_period = np.searchsorted(cuts[1:-1], mids, side="right")
+
+    def spend(self, pieces, watts) -> np.ndarray:
+        """Grams each period gets from running ``pieces`` ((start, end) pairs) at
+        ``watts`` (one value, or one per piece)."""
+        carbon = self.problem.carbon
+        watts = np.broadcast_to(np.asarray(watts, dtype=float), (len(pieces),))
+        out = np.zeros(len(self.bounds))
+        for w, (a, b) in zip(watts, pieces, strict=True):
+            for i, (pa, pb) in enumerate(self.bounds):
+                lo, hi = max(a, pa), min(b, pb)
+                if hi > lo:
+                    out[i] += w * float(carbon.integral(lo, hi)) / J_PER_KWH
+        return out
+
+    def cost(self, lambdas: np.ndarray) -> np.ndarray:
+        return self.jct + np.tensordot(lambdas, self.grams, axes=1)
+
+    def choose(self, lambdas: np.ndarray) -> np.ndarray:
+        """Grams per period of each job's cheapest deadline-meeting option, no capacity."""
+        p = self.problem
+        cost = np.where(p.meets, self.cost(lambdas), np.inf)
+        flat = cost.reshape(len(p.jobs), -1)
+        best = flat.argmin(axis=1)
+        forced = ~np.isfinite(flat[np.arange(len(best)), best])
+        if forced.any():  # no option meets the deadline: the earliest start
+            best[forced] = np.ravel_multi_index((0, 0), p.start.shape[1:])
+        grams = self.grams.reshape(len(self.bounds), len(p.jobs), -1)
+        return grams[:, np.arange(len(best)), best].sum(axis=1)
+
+    def find_lambdas(self) -> np.ndarray:
+        lambdas = np.zeros(len(self.bounds))
+        for i in range(len(self.bounds)):
+            if self.choose(lambdas)[i] <= self.left[i]:
+                continue
+            lo, hi = -6.0, np.log10(LAMBDA_MAX)  # bisect log10 λ
+            for _ in range(BISECT_STEPS):
+                mid = (lo + hi) / 2
+                lambdas[i] = 10**mid
+                if self.choose(lambdas)[i] <= self.left[i]:
+                    hi = mid
+                else:
+                    lo = mid
+            lambdas[i] = 10**hi
+        return lambdas
+
+    def over(self, spent: np.ndarray) -> np.ndarray:
+        return spent > self.left + 1e-6 * np.maximum(1.0, np.abs(self.left))
+
+
+class Result:
+    def __init__(self, n_periods: int) -> None:
+        self.plan: Plan = {}
+        self.carbon_by_period = np.zeros(n_periods)
+        # per job (by position): (config, start index or None, intervals, forced)
+        self.choice: dict[int, tuple[int, int | None, tuple, bool]] = {}
+        self.periods: Periods | None = None
+
+
+def greedy(problem: Problem, cost: np.ndarray, budget) -> Result:
+    """Place the jobs in ``placement_order``, each at its cheapest option that fits. A
+    job that finds no room to meet its deadline bumps jobs with more slack that were
+    placed before it (at most four times each) and they are placed again after it."""
+    p = problem
+    periods, lambdas = budget if budget is not None else (None, None)
+    result = Result(len(periods.bounds) if periods else 0)
+    free_g, free_w = p.free_gpus.copy(), p.free_w.copy()
+    room = free_g - p.reserved  # what the queue may plan on, leaving room for arrivals
+    jobs = p.jobs
+    order = placement_order(p)
+    todo = deque(order)
+    placed: dict[int, tuple] = {}  # job -> (config, intervals)
+    bumps: dict[int, int] = {}
+    slack = p.latest - np.nanmin(np.where(p.has, p.run_s, np.nan), axis=1)
+    while todo:
+        j = todo.popleft()
+        fits = p.fits(j, room, free_w)
+        options = np.where(fits & p.meets[j], cost[j], np.inf)
+        c, s, best = _cheapest(options, p.end[j])
+        intervals = None
+        if jobs[j].interruptible:
+            alt = _lowest_slots(p, j, room, free_w, periods, lambdas)
+            if alt is not None and alt[2] < best - 1e-9 * max(1.0, abs(best)):
+                c, intervals, best = alt[0], alt[1], alt[2]
+        victims: list[int] = []
+        if not np.isfinite(best):
+            # room taken by plans of jobs with more slack: bump them, if that makes room
+            alone = np.where(p.fits(j, p.free_gpus, p.free_w) & p.meets[j], cost[j], np.inf)
+            c, s, best = _cheapest(alone, p.end[j])
+            if np.isfinite(best):
+                cfg = p.configs[j][c]
+                span = (float(p.start[j, c, s]), float(p.end[j, c, s]))
+                victims = _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room)
+                if victims is None:
+                    best, victims = np.inf, []
+        forced = not np.isfinite(best)
+        if forced:  # the deadline guard: the earliest start that fits, full speed
+            c, s = 0, -1
+            start = _earliest_fit(p, j, p.configs[j][0], free_g, free_w)
+            intervals = ((start, start + p.configs[j][0].run_s),)
+        cfg = p.configs[j][c]
+        split = intervals is not None and not forced
+        if intervals is None:
+            start = float(p.start[j, c, s])
+            intervals = ((start, start + cfg.run_s),)
+        p.reserve(free_g, free_w, cfg.gpus, cfg.power_w, intervals)
+        p.reserve(room, None, cfg.gpus, 0.0, intervals)
+        placed[j] = (cfg, intervals)
+        result.choice[j] = (c, None if split else s, intervals, forced)
+        todo.extendleft(reversed(victims))
+    for j, (c, s, intervals, forced) in result.choice.items():
+        cfg = p.configs[j][c]
+        split = s is None
+        on_grid = s is not None and s >= 0
+        result.plan[jobs[j].id] = Decision(
+            intervals[0][0],
+            intervals if split else None,
+            gpus=cfg.gpus,
+            cap=cfg.cap,
+            end_s=intervals[-1][1],
+            power_w=cfg.power_w,
+            forced=forced,
+        )
+        if periods is None:
+            continue
+        if on_grid:
+            result.carbon_by_period += periods.grams[:, j, c, s]
+        else:
+            result.carbon_by_period += periods.spend(intervals, cfg.power_w)
+    return result
+
+
+def _earliest_fit(p: Problem, j: int, cfg, free_g, free_w) -> float:
+    """The first start (now, or a slot boundary) from which ``cfg`` finds its GPUs and
+    watts in every slot of the horizon it covers; the horizon's end if none."""
+    bad = (free_g < cfg.gpus - 1e-9) | (free_w < cfg.power_w - 1e-6)
+    cum = np.concatenate(([0], np.cumsum(bad)))
+    m = max(1, int(np.ceil(cfg.run_s / p.slot - 1e-9)))
+    k = np.arange(int(p.rk[j]), p.K)
+    ok = (cum[np.minimum(k + m, p.K)] - cum[k]) == 0
+    if not ok.any():
+        return float(p.t[-1])
+    first = int(k[np.argmax(ok)])
+    return float(max(p.t[first], p.release[j]))
+
+
+def _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room) -> list[int] | None:
+    """Take placed jobs with more slack than job j off the plan until j's option fits.
+    Returns them, or None (and nothing changes) when that cannot make room."""
+    a, b = p.slot_range(*span)
+
+    def short() -> bool:
+        return bool(
+            (free_g[a:b] < cfg.gpus - 1e-9).any() or (free_w[a:b] < cfg.power_w - 1e-6).any()
+        )
+
+    candidates = []
+    for v, (_, pieces) in placed.items():
+        if bumps.get(v, 0) >= 4 or slack[v] < slack[j]:
+            continue
+        if any(p.slot_range(x, y)[0] < b and p.slot_range(x, y)[1] > a for x, y in pieces):
+            candidates.append(v)
+    candidates.sort(key=lambda v: -slack[v])
+    taken: list[tuple] = []
+    for v in candidates:
+        if not short():
+            break
+        vcfg, pieces = placed.pop(v)
+        p.reserve(free_g, free_w, -vcfg.gpus, -vcfg.power_w, pieces)
+        p.reserve(room, None, -vcfg.gpus, 0.0, pieces)
+        taken.append((v, vcfg, pieces))
+    if short():
+        for v, vcfg, pieces in taken:  # undo
+            placed[v] = (vcfg, pieces)
+            p.reserve(free_g, free_w, vcfg.gpus, vcfg.power_w, pieces)
+            p.reserve(room, None, vcfg.gpus, 0.0, pieces)
+        return None
+    for v, _, _ in taken:
+        bumps[v] = bumps.get(v, 0) + 1
+    return [v for v, _, _ in taken]
+
+
+def placement_order(p: Problem) -> list[int]:
+    """Jobs that must start within two slots first (by latest start). Then, minimising
+    the objective, the ones hard to fit (in one piece, then the biggest in GPU-seconds)
+    and the rest; under a budget, where the aim is completion time, the smallest first."""
+    jobs = p.jobs
+    fastest = np.nanmin(np.where(p.has, p.run_s, np.nan), axis=1)
+    latest_start = p.latest - fastest
+    urgent = latest_start <= p.now + 2 * p.slot
+    size = np.array([j.gpus * (j.duration_s or 0.0) for j in jobs])
+
+    shortest_first = p.snapshot.budget is not None
+
+    def key(j: int):
+        if urgent[j]:
+            return (0, latest_start[j], 0.0)
+        if shortest_first:
+            return (1, size[j], jobs[j].submitted_s)
+        return (1 + int(jobs[j].interruptible), -size[j], jobs[j].submitted_s)
+
+    return sorted(range(len(jobs)), key=key)
+
+
+def _cheapest(options: np.ndarray, ends: np.ndarray) -> tuple[int, int, float]:
+    """The cheapest option (C, S); among near-ties, the earliest end."""
+    low = options.min()
+    if not np.isfinite(low):
+        return 0, 0, np.inf
+    near = options <= low + 1e-9 * max(1.0, abs(low))
+    flat = np.where(near, ends, np.inf).argmin()
+    c, s = np.unravel_index(flat, options.shape)
+    return int(c), int(s), float(options[c, s])
+
+
+def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas):
+    """For a job that may be suspended: the cheapest set of whole slots before its latest
+    finish, over its configurations. Returns (config, intervals, cost) or None."""
+    job = p.jobs[j]
+    last = int(np.floor((p.latest[j] - p.now) / p.slot + 1e-9))
+    first, last = int(p.rk[j]), min(last, p.K)
+    if last - first < 2:
+        return None
+    edges_a = np.maximum(p.t[first:last], p.release[j])
+    edges_b = p.t[first + 1 : last + 1]
+    lengths = edges_b - edges_a
+    if periods is None:
+        per_s = p.slot_obj[first:last] / p.slot
+    else:
+        per_s = lambdas[periods.slot_period[first:last]] * p.slot_carbon[first:last] / p.slot
+    index = np.arange(len(lengths))
+    best = None
+    for c, cfg in enumerate(p.configs[j]):
+        ok = (free_g[first:last] >= cfg.gpus - 1e-9) & (free_w[first:last] >= cfg.power_w - 1e-6)
+        if lengths[ok].sum() < cfg.run_s - 1e-6:
+            continue
+        price = np.where(ok, per_s * cfg.power_w, np.inf)
+        order = np.argsort(price, kind="stable")
+        taken = np.cumsum(lengths[order])
+        count = int(np.searchsorted(taken, cfg.run_s - 1e-6)) + 1
+        surplus = float(taken[count - 1]) - cfg.run_s
+        cut = int(order[count - 1])
+        chosen = order[:count]
+        cost = float(np.dot(price[chosen], lengths[chosen])) - price[cut] * surplus
+        if periods is not None:  # + completion time: the end of the latest slot used
+            end = edges_b[chosen.max()] - (surplus if cut == chosen.max() else 0.0)
+            cost += float(end) - job.submitted_s
+        if best is None or cost < best[2]:
+            best = (c, (np.sort(chosen), cut, surplus), cost)
+    if best is None:
+        return None
+    c, (chosen, cut, surplus), cost = best
+    ends = edges_b[chosen].copy()
+    ends[index[: len(chosen)][chosen == cut]] -= surplus  # the partly needed slot: its start
+    starts = edges_a[chosen]
+    breaks = np.flatnonzero(np.abs(starts[1:] - ends[:-1]) > 1e-6)  # merge touching slots
+    first_i = np.concatenate(([0], breaks + 1))
+    last_i = np.concatenate((breaks, [len(chosen) - 1]))
+    intervals = tuple(
+        (float(starts[a]), float(ends[b])) for a, b in zip(first_i, last_i, strict=True)
+    )
+    return c, intervals, cost
+
+
+class BudgetFifo(Policy):
+    """FIFO at full power that stops starting jobs while the next one would take the
+    period's spending (what has run, what is running, and that job, to the period's end,
+    by the forecast) over the budget, and resumes when the period turns. A job whose
+    deadline cannot wait any longer starts anyway (``forced``)."""
+
+    name = "budget-fifo"
+    needs_forecast = True
+    replans_all = True
+
+    def plan(self, snapshot: Snapshot) -> Plan:
+        now = snapshot.now_s
+        state = snapshot.budget
+        if state is None:
+            return {job.id: Decision(now) for job in snapshot.jobs}
+        end = state.period_end_s
+        until = end if np.isfinite(end) else now + snapshot.horizon_s
+        carbon = snapshot.forecast.window(now, now, until)
+
+        def grams(power_w: float, a: float, b: float) -> float:
+            return power_w * float(carbon.integral(a, max(a, min(b, end)))) / J_PER_KWH
+
+        spend = state.spent_g + sum(
+            grams(c.power_w, max(now, c.start_s), c.end_s) for c in snapshot.committed
+        )
+        plan: Plan = {}
+        paused = False
+        queue = sorted(snapshot.jobs, key=lambda j: (-j.priority, j.submitted_s, j.id))
+        for job in queue:
+            cfg = full_power(job)
+            g = grams(cfg.power_w, now, now + cfg.run_s)
+            latest = job.latest_finish_s(snapshot.max_defer_s) - cfg.run_s
+            if not paused and spend + g <= state.budget.grams:
+                spend += g
+                plan[job.id] = Decision(now, end_s=now + cfg.run_s, power_w=cfg.power_w)
+                continue
+            paused = True
+            start = min(end, max(now, latest))
+            plan[job.id] = Decision(start, power_w=cfg.power_w, forced=latest <= now)
+        return plan

@@ -1,0 +1,119 @@
+"""The attempt state machine: the only place that changes an attempt's state.
+
+    launching → running | submitted | failed | abandoned | orphaned
+    submitted → running | exited | lost | orphaned   (handed to a batch scheduler)
+    running   → stopped | exited | lost | orphaned
+    stopped   → running | exited | lost | orphaned   (SIGSTOP, then SIGCONT)
+    orphaned  → lost                                 (fenced once its server answers)
+
+``exited``, ``failed``, ``lost`` and ``abandoned`` are final. An illegal move raises
+``StateError``. Each move is one write of the attempt and one ``AttemptEvent`` row, in the
+caller's transaction, as ``states.transition`` does for jobs.
+
+Also here: what is left of a job that ran before (``remaining_run_s``), read from its
+attempts.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from sqlmodel import Session, col, select
+
+from orchestrator.errors import StateError
+from orchestrator.queue.models import Attempt, AttemptEvent, Job
+
+
+class AttemptState(enum.StrEnum):
+    LAUNCHING = "launching"  # recorded; the monitor may or may not have started
+    SUBMITTED = "submitted"  # handed to a batch scheduler (Slurm), not started yet
+    RUNNING = "running"
+    STOPPED = "stopped"  # SIGSTOPped; it keeps its GPUs
+    EXITED = "exited"  # ended with an exit record (any code)
+    FAILED = "failed"  # the launch itself failed
+    LOST = "lost"  # vanished without an exit record, or fenced after its node was lost
+    ABANDONED = "abandoned"  # a launch cut short that provably never started
+    ORPHANED = "orphaned"  # given up while its server was away; fenced when it is back
+
+
+_S = AttemptState
+ALLOWED: dict[AttemptState, frozenset[AttemptState]] = {
+    _S.LAUNCHING: frozenset({_S.RUNNING, _S.SUBMITTED, _S.FAILED, _S.ABANDONED, _S.ORPHANED}),
+    _S.SUBMITTED: frozenset({_S.RUNNING, _S.EXITED, _S.LOST, _S.ORPHANED}),
+    _S.RUNNING: frozenset({_S.STOPPED, _S.EXITED, _S.LOST, _S.ORPHANED}),
+    _S.STOPPED: frozenset({_S.RUNNING, _S.EXITED, _S.LOST, _S.ORPHANED}),
+    _S.ORPHANED: frozenset({_S.LOST}),
+    _S.EXITED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.LOST: frozenset(),
+    _S.ABANDONED: frozenset(),
+}
+FINAL = frozenset(s for s, moves in ALLOWED.items() if not moves)
+#: Attempts that hold their GPUs (orphaned ones until they are fenced).
+HOLDING = (_S.LAUNCHING, _S.SUBMITTED, _S.RUNNING, _S.STOPPED, _S.ORPHANED)
+#: Attempts the reaper polls.
+LIVE = (_S.SUBMITTED, _S.RUNNING, _S.STOPPED)
+#: Attempts whose process exists on a GPU (running or stopped).
+ON_GPU = (_S.RUNNING, _S.STOPPED)
+
+
+def values(states) -> list[str]:
+    """The stored strings of ``states`` (for ``col(Attempt.state).in_(...)``)."""
+    return [s.value for s in states]
+
+
+def begin(session: Session, *, at: datetime, **fields: Any) -> Attempt:
+    """Record a new ``launching`` attempt (flushed: it has its id)."""
+    att = Attempt(state=_S.LAUNCHING.value, **fields)
+    session.add(att)
+    session.flush()
+    session.add(AttemptEvent(attempt_id=att.id, job_id=att.job_id, at=at, to_state=att.state))
+    return att
+
+
+def move(
+    session: Session,
+    att: Attempt,
+    to: AttemptState,
+    *,
+    at: datetime,
+    reason: str | None = None,
+    **fields: Any,
+) -> AttemptEvent:
+    """Move ``att`` to ``to``, set ``fields`` on it and record the event; the caller
+    commits."""
+    src = AttemptState(att.state)
+    if to not in ALLOWED[src]:
+        raise StateError(f"attempt {att.id}: illegal transition {src} → {to}")
+    att.state = to.value
+    for name, value in fields.items():
+        setattr(att, name, value)
+    event = AttemptEvent(
+        attempt_id=att.id, job_id=att.job_id, at=at, from_state=src.value, to_state=to.value,
+        reason=reason,
+    )  # fmt: skip
+    session.add(att)
+    session.add(event)
+    return event
+
+
+def remaining_run_s(session: Session, job: Job, now: datetime | None = None) -> float:
+    """A job's run time left at full speed: from its last progress report with a total,
+    else its duration less the time its attempts ran (an attempt still running counts to
+    ``now``; a stopped one to when it was stopped)."""
+    atts = session.exec(
+        select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
+    ).all()
+    last = atts[-1] if atts else None
+    if last is not None and last.progress_total and last.progress_done is not None:
+        share = min(1.0, last.progress_done / last.progress_total)
+        return max(1.0, job.duration_s * (1.0 - share))
+    ran = 0.0
+    for a in atts:
+        running = a.state == _S.RUNNING.value
+        end = a.finished_at or a.stopped_at or (now if running else None)
+        if a.started_at and end:
+            ran += (end - a.started_at).total_seconds()
+    return max(1.0, job.duration_s - ran)
