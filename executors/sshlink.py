@@ -44,6 +44,9 @@ from executors.errors import ExecutorError, HostUnreachable
 
 log = logging.getLogger(__name__)
 RETRY_MIN_S, RETRY_MAX_S = 2.0, 30.0
+#: A server that answers nonsense is left alone longer each time, up to this: its
+#: connection works, so only time tells whether it has been mended.
+BAD_ANSWER_MAX_S = 600.0
 
 
 USER_TEMPLATE = "{user}"
@@ -167,6 +170,8 @@ class SshLink:
         self.last_error: str | None = None
         self._retry_at = 0.0
         self._backoff_s = RETRY_MIN_S
+        self._strikes = 0  # malformed answers in a row to the verb below
+        self._struck: str | None = None
         if not target.verify_host_key:
             log.warning(
                 "node %s: host key checking is OFF (verify_host_key = false); the "
@@ -203,6 +208,13 @@ class SshLink:
         """The node answered nonsense: erroring (down) for this pass; retried later."""
         reason = f"{what}: malformed answer ({why})"
         self._mark_down(reason)
+        with self._lock:  # not up again at the next answer of another verb: a server
+            # that answers ``claim`` well but ``launch`` with nonsense would take a job
+            # each pass; it waits longer after each malformed answer instead
+            self._strikes = self._strikes + 1 if self._struck == what else 1
+            self._struck = what
+            wait_s = min(BAD_ANSWER_MAX_S, RETRY_MIN_S * 4**self._strikes)
+            self._retry_at = max(self._retry_at, self._clock() + wait_s)
         return BadAnswer(f"node {self.target.node}: {reason}")
 
     def for_account(self, account: str) -> SshLink:
@@ -282,9 +294,11 @@ class SshLink:
         stdin: bytes | None = None,
         timeout_s: float | None = None,
         check: bool = True,
+        mark_up: bool = True,
     ) -> subprocess.CompletedProcess:
         """Run ``argv`` on the server; raises ``HostUnreachable`` or, with ``check``,
-        ``RemoteError`` when it exits non-zero."""
+        ``RemoteError`` when it exits non-zero. A down server is up again once a command
+        ran (with ``mark_up``; a verb waits until its answer proved well formed)."""
         if not self.retry_due():
             raise HostUnreachable(
                 f"node {self.target.node}: unreachable ({self.last_error}); next try in "
@@ -306,7 +320,8 @@ class SshLink:
             self._fail(f"no answer within {timeout_s or self.target.command_timeout_s:.0f}s")
         if done.returncode == 255:  # ssh's own failure: connection, auth, host key
             self._fail(_last_line(done.stderr.decode(errors="replace")) or "connection lost")
-        self._mark_up()
+        if mark_up:
+            self._mark_up()
         if check and done.returncode != 0:
             text = _last_line(done.stderr.decode(errors="replace")) or f"exit {done.returncode}"
             raise RemoteError(f"node {self.target.node}: {argv[0]}: {text}")
@@ -322,11 +337,15 @@ class SshLink:
         argv = ["env", f"PYTHONPATH={lib}", self.target.python, "-m", "executors.remote",
                 verb, *args]  # fmt: skip
         stdin = json.dumps(request).encode() if request is not None else None
-        out = self.run(argv, stdin=stdin).stdout
+        out = self.run(argv, stdin=stdin, mark_up=False).stdout
         try:
-            return sshanswers.check(verb, json.loads(out))
+            answer = sshanswers.check(verb, json.loads(out))
         except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
             raise self.bad_answer(verb, f"{exc}; got {out[:120]!r}") from None
+        if verb == self._struck:
+            self._strikes, self._struck = 0, None
+        self._mark_up()  # up again only once a verb answered well
+        return answer
 
     def read(self, path: str, offset: int) -> bytes | None:
         """A file on the server (a job's log) from byte ``offset`` on, at most 1 MiB;

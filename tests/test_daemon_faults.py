@@ -31,6 +31,34 @@ kill -9 $PPID
 """
 
 
+def hand_written_rows(cli, template: int) -> dict[int, str]:
+    """Copies of queued job ``template`` with values no CLI accepts, written straight
+    into the database (as an old or hand-edited one may hold): id -> what is wrong."""
+    from sqlalchemy import create_engine, text
+
+    wrong = {
+        "duration_s = 9e999": "duration inf s",
+        "duration_s = 99999999 * 604800.0": "duration 60479999395200.0 s",
+        "deadline = '9999-12-31 00:00:00.000000'": "more than ten years after submission",
+        "gpus_max = 1099511627776": "GPUs 1-1099511627776",
+    }
+    engine = create_engine(cli.db_url)
+    made = {}
+    with engine.begin() as conn:
+        columns = [r[1] for r in conn.execute(text("PRAGMA table_info(job)")) if r[1] != "id"]
+        names = ", ".join(columns)
+        for change, why in wrong.items():
+            conn.execute(
+                text(f"INSERT INTO job ({names}) SELECT {names} FROM job WHERE id = :t"),
+                {"t": template},
+            )
+            new = conn.execute(text("SELECT max(id) FROM job")).scalar_one()
+            conn.execute(text(f"UPDATE job SET {change} WHERE id = :id"), {"id": new})
+            made[new] = why
+    engine.dispose()
+    return made
+
+
 def test_hostile_run_files_lose_that_job_and_the_others_complete(cli, tmp_path):
     hostile = cli.submit("--", "sh", "-c", HOSTILE)
     ordinary = cli.submit("--", "sh", "-c", "sleep 1; echo fine")
@@ -127,3 +155,25 @@ def test_one_attempt_whose_reaping_fails_is_skipped_with_why_and_the_pass_goes_o
     tracebacks = [r for r in caplog.records if r.exc_info and "attempt 1" in r.getMessage()]
     assert len(tracebacks) == 1, "logged with its traceback once, not every pass"
     json.dumps(job)
+
+
+def test_rows_no_cli_accepts_fail_with_why_and_the_pass_goes_on(cli, tmp_path):
+    """An infinite duration in the database stopped the carbon-aware daemon at every
+    start (OverflowError in the planner); a deadline in the year 9999 swamped it."""
+    from datetime import UTC, datetime, timedelta
+
+    template = cli.submit("--duration", "1m", "--within", "2h", "--", "true")
+    forged = hand_written_rows(cli, template)
+    cli.run("cancel", str(template))
+    ordinary = cli.submit("--", "sh", "-c", "echo fine")
+    now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+    trace = tmp_path / "trace.csv"
+    rows = [f"{(now + timedelta(hours=h)).isoformat()},{200 + h % 3}" for h in range(-4, 60)]
+    trace.write_text("time,carbon_g_per_kwh\n" + "\n".join(rows) + "\n")
+    log = cli.run("daemon", "--grid", f"csv:{trace}", "--until-idle", "--interval", "0.1",
+                  timeout=120).stderr  # fmt: skip
+    assert cli.json("show", str(ordinary))["state"] == "completed", log
+    for job_id, why in forged.items():
+        row = cli.json("show", str(job_id))
+        assert row["state"] == "failed", row
+        assert "the stored job cannot be believed" in row["reason"] and why in row["reason"]

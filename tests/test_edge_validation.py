@@ -452,3 +452,42 @@ def test_settings_bound_what_would_hang_or_overflow(tmp_path, monkeypatch):
         path.write_text(text)
         with pytest.raises(ConfigError):
             load_settings(path)
+
+
+# -- rows the daemon did not check (an old or hand-edited database) -------------------------
+_NOW = datetime(2026, 11, 23, tzinfo=UTC)
+
+
+def _row(**changes):
+    from orchestrator.queue.models import Job
+
+    fields = dict(state="queued", user="u", uid=1000, command=["true"], workdir="/",
+                  gpus_min=1, gpus_max=2, duration_s=3600.0, submitted_at=_NOW,
+                  deadline=_NOW + timedelta(days=1))  # fmt: skip
+    return Job(**(fields | changes))
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"duration_s": math.inf}, "duration inf s"),
+        ({"duration_s": math.nan}, "duration nan s"),
+        ({"duration_s": -1.0}, "longer than zero"),
+        ({"duration_s": 366 * 86400.0}, "at most one year"),
+        ({"gpus_max": 2**40}, "GPUs 1-1099511627776"),
+        ({"gpus_min": 3}, "GPUs 3-2"),
+        ({"priority": 2**70}, "64-bit"),
+        ({"deadline": datetime(9999, 12, 31, tzinfo=UTC)}, "more than ten years"),
+    ],
+)
+def test_a_stored_row_out_of_bounds_is_named(changes, words):
+    from orchestrator.queue.checks import stored_job_problem
+
+    assert words in (stored_job_problem(_row(**changes)) or ""), changes
+
+
+def test_a_stored_row_within_bounds_passes():
+    from orchestrator.queue.checks import stored_job_problem
+
+    assert stored_job_problem(_row()) is None
+    assert stored_job_problem(_row(duration_s=None, deadline=None, gpus_min=0)) is None

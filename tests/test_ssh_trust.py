@@ -163,6 +163,42 @@ def test_malformed_answers_are_the_nodes_error_and_the_attempt_survives(ssh_serv
         ex.close()
 
 
+def test_a_server_that_answers_launch_with_nonsense_stays_down_longer_each_time(
+    ssh_servers, tmp_path
+):
+    """Its connection works and its other verbs answer well: without the growing wait,
+    every pass would send it a job that bounces back."""
+    srv = ssh_servers(gpus=1)
+    fake, bad = _lying_python(tmp_path)
+    cfg = NodeConfig(**{**ssh_node(srv, ssh_servers, "s"), "python": str(fake)})
+    now = [0.0]
+    ex = SshExecutor({"s": SshLink(ssh_target(cfg), clock=lambda: now[0])}, poll_wait_s=5)
+    bad.write_text('launch\n{"monitor": {"pid": "1"}, "run_dir": 3}\n')
+    try:
+        waits = []
+        for attempt in (1, 2, 3):
+            with pytest.raises(HostUnreachable, match="malformed"):
+                ex.launch(_spec(tmp_path, attempt, ["true"], "s"))
+            assert "s" in ex.unreachable_nodes()
+            start = now[0]
+            while True:  # not asked again before its wait is over
+                now[0] += 1
+                try:
+                    assert ex.recover(attempt, str(tmp_path / f"run-{attempt}"), "s") is None
+                except HostUnreachable as exc:
+                    assert "next try in" in str(exc)
+                    continue
+                break
+            assert ex.unreachable_nodes() == {}, "a well-formed answer: up again"
+            waits.append(now[0] - start)
+        assert waits[0] >= 8 and waits[1] >= 4 * waits[0] - 1 and waits[2] >= 4 * waits[1] - 1
+        bad.unlink()
+        assert ex.launch(_spec(tmp_path, 4, ["true"], "s")) is not None, "mended: used again"
+        assert ex.unreachable_nodes() == {}
+    finally:
+        ex.close()
+
+
 @pytest.mark.backends("sqlite")
 def test_the_daemon_outlives_a_server_that_answers_nonsense(cli, ssh_servers, tmp_path):
     srv = ssh_servers(gpus=1)

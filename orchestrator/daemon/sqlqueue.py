@@ -31,6 +31,7 @@ from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.queue import cron
 from orchestrator.queue.attempts import AttemptState, remaining_run_s
+from orchestrator.queue.checks import stored_job_problem
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt, Job
 from orchestrator.queue.states import JobState
@@ -89,6 +90,8 @@ class SqlQueue:
                     .order_by(col(Job.priority).desc(), col(Job.id))
                 ).all()
             )
+            bad = {j.id: why for j in queued if (why := stored_job_problem(j)) is not None}
+            queued = [j for j in queued if j.id not in bad]
             stopped = {
                 a.job_id: a
                 for a in session.exec(
@@ -109,6 +112,8 @@ class SqlQueue:
                 if j.attempts and j.duration_s
             }
             spent = self._spent_g(session, now)
+        for job_id, why in bad.items():
+            d.fail_queued(job_id, now, f"the stored job cannot be believed: {why}")
         largest = alloc.max_node_gpus
         eligible: dict[int, Job] = {}
         for job in queued:

@@ -76,3 +76,27 @@ def number(value: Any, field: str) -> float:
 
 def job_id(value: Any, field: str = "job id") -> int:
     return integer(value, field, low=1)
+
+
+def stored_job_problem(job: Any) -> str | None:
+    """Why a job row as stored cannot be planned, or None. The CLI and the socket check
+    every value on the way in, but a database may predate those checks or be edited by
+    hand: the daemon believes no row it did not check (an infinite duration, a deadline
+    in the year 9999 or a width of 2**40 would stop or swamp every pass)."""
+    from orchestrator.timeparse import MAX_DEADLINE_S, MAX_DURATION_S, MAX_DURATION_TEXT
+
+    d = job.duration_s
+    if d is not None and not (isinstance(d, int | float) and 0 < d <= MAX_DURATION_S):
+        return (
+            f"duration {shown(d)} s: a duration is longer than zero and at most {MAX_DURATION_TEXT}"
+        )
+    lo, hi = job.gpus_min, job.gpus_max
+    if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= MAX_GPUS):
+        return f"GPUs {shown(lo)}-{shown(hi)} are not a range within 0-{MAX_GPUS}"
+    if not isinstance(job.priority, int) or not INT64_MIN <= job.priority <= INT64_MAX:
+        return f"priority {shown(job.priority)} is not a 64-bit whole number"
+    if job.deadline is not None and job.submitted_at is not None:
+        ahead_s = (job.deadline - job.submitted_at).total_seconds()
+        if ahead_s > MAX_DEADLINE_S + 86400.0:
+            return f"deadline {job.deadline:%Y-%m-%d} is more than ten years after submission"
+    return None
