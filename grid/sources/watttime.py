@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 import httpx
 
-from grid.errors import GridDataError, MissingCredentials
+from grid.errors import CredentialsRefused, GridDataError
 from grid.http import HttpApi, shape_error
 from grid.signal import Signal
 from grid.sources.base import GridSource, Row, chunks, parse_time
@@ -63,7 +63,7 @@ class WattTime(GridSource):
             return self.api.get_json(
                 path, params=params, headers={"Authorization": f"Bearer {self._token}"}
             )
-        except MissingCredentials:  # token revoked or expired early: log in once more
+        except CredentialsRefused:  # token revoked or expired early: log in once more
             self._login()
             return self.api.get_json(
                 path, params=params, headers={"Authorization": f"Bearer {self._token}"}
