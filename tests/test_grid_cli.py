@@ -108,10 +108,13 @@ def test_fetch_caches_and_an_outage_falls_back_with_its_age(cli, provider):
     assert cli.json("grid", "show", "-s", "uk", *rng)["points"] == 4
     assert len(FakeProvider.seen) == 1, "the same range is fetched once"
     FakeProvider.status = 503
-    text = cli.run(
-        "grid", "show", "-s", "uk", "--start", "2023-06-01T00:00Z", "--end", "2023-06-01T01:00Z"
+    assert cli.json("grid", "show", "-s", "uk", "--start", "2023-06-01T00:30Z",
+                    "--end", "2023-06-01T01:30Z")["points"] == 2  # fmt: skip
+    assert len(FakeProvider.seen) == 1, "nor is a part of it"
+    text = cli.run(  # more than was fetched: the outage is served what the cache holds
+        "grid", "show", "-s", "uk", "--start", "2023-06-01T00:00Z", "--end", "2023-06-01T03:00Z"
     ).stdout
-    assert "served from the cache" in text and "HTTP 503" in text
+    assert "served from the cache" in text and "HTTP 503" in text and "4 points" in text
 
 
 def test_keys_never_appear_in_output(cli, provider):
