@@ -61,7 +61,7 @@ class SignalCache:
                 kept = old.frame[~old.frame.index.isin(part.index)]
                 part = pd.concat([kept, part]).sort_index()
             tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(json.dumps(_encode(Signal(part, signal.meta), fetched_at)))
+            tmp.write_text(json.dumps(_encode(Signal(part, signal.meta), what, fetched_at)))
             os.utime(tmp, (stamp, stamp))  # the mtime is the fetch's time, for pruning
             os.replace(tmp, path)
         self.prune(fetched_at)
@@ -207,12 +207,13 @@ def _read(path: Path, with_time: bool = False):
     return (signal, fetched) if with_time else signal
 
 
-def _encode(signal: Signal, fetched_at: datetime) -> dict:
+def _encode(signal: Signal, what: str, fetched_at: datetime) -> dict:
     meta = asdict(signal.meta)
     meta["issued_at"] = signal.meta.issued_at.isoformat() if signal.meta.issued_at else None
     meta["stale_s"] = None
     frame = signal.frame
     return {
+        "kind": what,
         "fetched_at": fetched_at.isoformat(),
         "meta": meta,
         "index": [int(t) for t in frame.index.as_unit("s").asi8],
