@@ -142,6 +142,22 @@ def test_keys_never_appear_in_output(cli, provider):
     assert next(s for s in sources if s["name"] == "watttime")["ready"] is False
 
 
+def test_a_refused_key_is_a_failure_of_the_provider_in_one_line(cli, provider):
+    """Exit 1, not 2: the key was accepted until the provider stopped accepting it
+    (expired, revoked) as often as it was mistyped, and the daemon treats it as that
+    source's failure too (the next source, then the cache)."""
+    cli.env["GRIDSHIFT_GRID__ELECTRICITYMAPS__API_KEY"] = SECRET
+    cli.env["GRIDSHIFT_GRID__ELECTRICITYMAPS__BASE_URL"] = provider
+    FakeProvider.status = 401
+    rng = ["--start", "2023-06-01", "--end", "2023-06-02"]
+    proc = cli.run("grid", "show", "-s", "electricitymaps:DE", *rng, check=False)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused the credentials (HTTP 401)" in lines[0], lines
+    assert "check the key" in lines[0] and SECRET not in proc.stdout + proc.stderr
+    assert len(FakeProvider.seen) == 1, "a refused key is not retried"
+
+
 @pytest.mark.parametrize(
     "args,message",
     [
