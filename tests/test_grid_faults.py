@@ -407,3 +407,30 @@ def test_sigterm_during_a_pass_exits_0_every_time(cli, provider):
     assert codes == [0] * 5
     for log in logs:
         _plain_log(log)
+
+
+@E2E
+@pytest.mark.backends("sqlite")
+def test_a_bug_in_a_pass_still_stops_the_daemon_and_is_raised(cli, provider, monkeypatch, caplog):
+    from tests.test_crash_recovery import _daemon
+
+    provider.delay_s = 2.0  # a refresh hanging meanwhile holds up neither passes nor the stop
+    _daemon_env(cli, provider, "1s")
+    cli.env.update({"GRIDSHIFT_DAEMON__GRID": '["uk"]', "GRIDSHIFT_DAEMON__POLICY": "fifo"})
+    daemon = _daemon(cli, monkeypatch)
+    passes = []
+
+    def tick(now):
+        passes.append(now)
+        if len(passes) == 3:
+            raise KeyError("a bug")
+        return 0.05
+
+    monkeypatch.setattr(daemon, "tick", tick)
+    started = time.monotonic()
+    with pytest.raises(KeyError, match="a bug"):
+        daemon.run()
+    assert len(passes) == 3 and time.monotonic() - started < 10.0
+    health = json.loads(cli.db_rows("SELECT data FROM health")[0][0])
+    assert health["stopped"] is True, "stopped as a daemon stops: caps restored, health said"
+    assert not [r for r in caplog.records if r.name.startswith("apscheduler")]
