@@ -1,16 +1,28 @@
 """A file cache of fetched signals, and the fallback that uses it.
 
-Each fetched range is one JSON file under the cache folder, keyed by source spec and
-range, so the same range is fetched once. When every source of a chain fails, the newest
-cached signal that covers the range is served, marked with its age (``meta.stale_s``)."""
+One JSON file per source spec, kind (history or forecast) and UTC day: a fetch writes
+each day it brought, its values replacing the file's at the times they cover (so the day
+keeps the rest), and the file's mtime is set to that fetch's time. Each write prunes the
+files fetched more than ``KEEP_S`` (14 days) ago, and the files of the older layout (one
+per fetched range), so the folder stays bounded: sources × kinds × the days fetched in
+the last two weeks.
+
+A chain answers history from the cache without a request when the cached days cover the
+range, were fetched after it ended and hold no forecast value (history that is final).
+When every source of a chain fails, the newest cached data from the range's start on
+is served (as far as the cached days reach), marked with its age (``meta.stale_s``);
+only the files of that source and those days are read."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
+import threading
 from dataclasses import asdict, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -19,56 +31,113 @@ from grid.errors import GridDataError, SourceSpecError
 from grid.signal import ResampleReport, Signal, SignalMeta
 from grid.sources.base import GridSource
 
+KEEP_S = 14 * 86400.0
+OLD_LAYOUT = re.compile(r"^(history|forecast)-[0-9a-f]{24}\.json$")
+#: what a provider's parser may raise on an answer of a shape nobody foresaw: that
+#: source's failure, not the daemon's
+PARSE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError)
+
 
 class SignalCache:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, keep_s: float = KEEP_S) -> None:
         self.folder = folder
+        self.keep_s = keep_s
 
-    def _path(self, spec: str, what: str, start: datetime, end: datetime) -> Path:
-        key = f"{spec}|{what}|{start.isoformat()}|{end.isoformat()}"
-        digest = hashlib.sha256(key.encode()).hexdigest()[:24]
-        return self.folder / f"{what}-{digest}.json"
+    def _path(self, spec: str, what: str, day: date) -> Path:
+        digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
+        return self.folder / f"{what}-{digest}-{day.isoformat()}.json"
 
-    def get(
-        self, spec: str, what: str, start: datetime, end: datetime
-    ) -> tuple[Signal, datetime] | None:
-        path = self._path(spec, what, start, end)
-        try:
-            data = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-        return _decode(data), datetime.fromisoformat(data["fetched_at"])
-
-    def put(
-        self, signal: Signal, what: str, start: datetime, end: datetime, fetched_at: datetime
-    ) -> None:
+    def put(self, signal: Signal, what: str, fetched_at: datetime) -> None:
+        """Store ``signal`` by UTC day, then prune what is too old."""
+        frame = signal.frame
+        if not len(frame):
+            return
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = self._path(signal.meta.source, what, start, end)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_encode(signal, fetched_at)))
-        os.replace(tmp, path)
+        stamp = fetched_at.timestamp()
+        for day, part in frame.groupby(frame.index.normalize()):
+            path = self._path(signal.meta.source, what, day.date())
+            old = _read(path)
+            if old is not None and old.meta.resolution_s == signal.meta.resolution_s:
+                kept = old.frame[~old.frame.index.isin(part.index)]
+                part = pd.concat([kept, part]).sort_index()
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(json.dumps(_encode(Signal(part, signal.meta), what, fetched_at)))
+            os.utime(tmp, (stamp, stamp))  # the mtime is the fetch's time, for pruning
+            os.replace(tmp, path)
+        self.prune(fetched_at)
 
-    def newest_covering(
+    def prune(self, now: datetime) -> int:
+        """Remove files fetched more than ``keep_s`` before ``now``, and the older
+        layout's files. Returns how many went."""
+        oldest = now.timestamp() - self.keep_s
+        gone = 0
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.folder) as entries:
+            for entry in entries:
+                name = entry.name
+                if not (name.endswith(".json") or name.endswith(".tmp")):
+                    continue
+                try:
+                    too_old = entry.stat().st_mtime < oldest
+                except FileNotFoundError:
+                    continue
+                if too_old or OLD_LAYOUT.match(name):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(entry.path)
+                        gone += 1
+        return gone
+
+    def from_start(
         self, spec: str, what: str, start: datetime, end: datetime
     ) -> tuple[Signal, datetime] | None:
-        best = None
-        for path in self.folder.glob(f"{what}-*.json"):
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            if data["meta"]["source"] != spec:
-                continue
-            signal = _decode(data)
-            if signal.start and signal.start <= start and signal.end and signal.end >= end:
-                fetched = datetime.fromisoformat(data["fetched_at"])
-                if best is None or fetched > best[1]:
-                    best = (signal.between(start, end), fetched)
-        return best
+        """The cached data of ``spec`` from ``start`` on, up to ``end`` or as far as the
+        cached days reach without a gap, and when it was fetched (the oldest of the days
+        used); None when the cache does not hold ``start``. Reads only the files of
+        ``spec`` for the days in ``[start, end)``."""
+        parts, fetched = [], []
+        day = start.astimezone(UTC).date()
+        last = (end.astimezone(UTC) - timedelta(microseconds=1)).date()
+        while day <= last:
+            hit = _read(self._path(spec, what, day), with_time=True)
+            if hit is None:
+                break
+            signal, at = hit
+            if parts and signal.meta.resolution_s != parts[0].meta.resolution_s:
+                break
+            parts.append(signal)
+            fetched.append(at)
+            day += timedelta(days=1)
+        if not parts:
+            return None
+        res = parts[0].meta.resolution_s
+        frame = pd.concat([p.frame for p in parts]).sort_index()
+        steps = frame.index.to_series().diff().dt.total_seconds().iloc[1:]
+        gaps = steps[steps != res]
+        if len(gaps):  # up to the first gap
+            frame = frame[frame.index < gaps.index[0]]
+        signal = Signal(frame, parts[0].meta)
+        if signal.start is None or signal.start > start or signal.end <= start:
+            return None
+        signal = signal.between(start, end)
+        return (signal, min(fetched)) if len(signal.frame) else None
+
+    def final_history(self, spec: str, start: datetime, end: datetime) -> Signal | None:
+        """Cached history of the whole range, fetched after the range ended and without
+        forecast values (the same range is fetched once); None otherwise."""
+        hit = self.from_start(spec, "history", start, end)
+        if hit is None:
+            return None
+        signal, fetched_at = hit
+        whole = signal.end is not None and signal.end >= end
+        if whole and fetched_at >= end and not signal.frame["forecast"].any():
+            return signal
+        return None
 
 
 class CachedChain:
-    """Sources tried in order; a success is cached; when all fail, the cache answers."""
+    """Sources tried in order; a success is cached. A source that fails (an outage, a
+    refused key, a malformed answer) hands over to the next one; when all fail, the cache
+    answers. Only a source that cannot be used as given (``SourceSpecError``: a bad
+    file or option, a key not configured) raises, being the user's to mend."""
 
     def __init__(
         self, sources: list[GridSource], cache: SignalCache | None, clock=lambda: datetime.now(UTC)
@@ -78,7 +147,7 @@ class CachedChain:
         self.sources = sources
         self.cache = cache
         self.clock = clock
-        self.errors: list[str] = []
+        self.errors: list[str] = []  # why each source failed, in the last request
 
     @property
     def spec(self) -> str:
@@ -93,38 +162,58 @@ class CachedChain:
         )
 
     def _get(self, what: str, start: datetime, end: datetime, fetch) -> Signal:
-        self.errors = []
+        errors: list[str] = []
         cacheable = [s for s in self.sources if s.name != "csv"]
         if self.cache is not None and what == "history":
             for source in cacheable:
-                hit = self.cache.get(source.spec, what, start, end)
-                if hit is not None:
-                    return hit[0]
+                final = self.cache.final_history(source.spec, start, end)
+                if final is not None:
+                    self.errors = errors
+                    return final
         for source in self.sources:
             try:
                 signal = fetch(source)
             except SourceSpecError:
                 raise
             except GridDataError as exc:
-                self.errors.append(str(exc))
+                errors.append(str(exc))
+                continue
+            except PARSE_ERRORS as exc:
+                errors.append(f"{source.spec}: unusable answer ({type(exc).__name__})")
                 continue
             if self.cache is not None and source in cacheable:
-                self.cache.put(signal, what, start, end, self.clock())
+                self.cache.put(signal, what, self.clock())
+            self.errors = errors
             return signal
+        self.errors = errors
         if self.cache is not None:
             for source in cacheable:
-                hit = self.cache.newest_covering(source.spec, what, start, end)
+                hit = self.cache.from_start(source.spec, what, start, end)
                 if hit is not None:
                     age = (self.clock() - hit[1]).total_seconds()
                     return hit[0].with_meta(stale_s=age)
-        raise GridDataError("; ".join(self.errors) + " (and nothing cached covers the range)")
+        raise GridDataError("; ".join(errors) + " (and nothing cached covers the range)")
 
 
-def _encode(signal: Signal, fetched_at: datetime) -> dict:
+def _read(path: Path, with_time: bool = False):
+    """The signal stored at ``path`` (and when it was fetched), or None when there is
+    none or it cannot be read."""
+    try:
+        data = json.loads(path.read_text())
+        signal = _decode(data)
+        fetched = datetime.fromisoformat(data["fetched_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (signal, fetched) if with_time else signal
+
+
+def _encode(signal: Signal, what: str, fetched_at: datetime) -> dict:
     meta = asdict(signal.meta)
     meta["issued_at"] = signal.meta.issued_at.isoformat() if signal.meta.issued_at else None
+    meta["stale_s"] = None
     frame = signal.frame
     return {
+        "kind": what,
         "fetched_at": fetched_at.isoformat(),
         "meta": meta,
         "index": [int(t) for t in frame.index.as_unit("s").asi8],

@@ -1,8 +1,11 @@
 """HTTP for the adapters: an injected ``httpx.Client``, retries with exponential backoff
-on 429, 5xx and transport errors (honouring ``Retry-After``), and httpx errors translated
-into ``ProviderError``. Messages name the path, never the query: it may hold a token; and
-a provider's answer quoted in one has the request's secrets (token and key parameters,
-auth headers, the Basic password) cut out, should the provider echo them."""
+on 429, 5xx, timeouts and broken connections (honouring ``Retry-After``), and httpx errors
+translated into ``ProviderError``. A host that cannot be reached at all (a DNS failure, a
+refused connection: ``httpx.ConnectError``) fails at once, and the tries of one request
+never take longer than ``max_total_s`` together. HTTP 401/403 is ``CredentialsRefused``.
+Messages name the path, never the query: it may hold a token; and a provider's answer
+quoted in one has the request's secrets (token and key parameters, auth headers, the Basic
+password) cut out, should the provider echo them."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from grid.errors import MissingCredentials, ProviderError
+from grid.errors import CredentialsRefused, MissingCredentials, ProviderError
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 #: parameters and headers whose values are secrets (compared in lower case)
@@ -38,14 +41,18 @@ class HttpApi:
         retries: int = 4,
         backoff_s: float = 1.0,
         max_wait_s: float = 60.0,
+        max_total_s: float = 30.0,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.base_url = base_url.rstrip("/")
         self.retries = retries
         self.backoff_s = backoff_s
         self.max_wait_s = max_wait_s
+        self.max_total_s = max_total_s
         self.sleep = sleep
+        self.clock = clock
 
     def get(
         self,
@@ -58,19 +65,27 @@ class HttpApi:
         url = f"{self.base_url}{path}"
         path = path or "/"  # for messages
         secrets = _secrets(params, headers, auth)
-        last = ""
+        started = self.clock()
+        last, tries, out_of_time = "", 0, False
         for attempt in range(self.retries + 1):
+            tries += 1
+            left_s = self.max_total_s - (self.clock() - started)
             try:
-                response = self.client.get(url, params=params, headers=headers, auth=auth)
+                response = self.client.get(
+                    url, params=params, headers=headers, auth=auth, **self._timeout(left_s)
+                )
+            except httpx.ConnectError as exc:  # DNS failure, connection refused: no retry
+                reason = scrub(str(exc) or type(exc).__name__, secrets)
+                raise ProviderError(f"{self.name}: {path} cannot be reached ({reason})") from None
             except httpx.TimeoutException:
-                last = "timed out"
+                last, wait_s = "timed out", self._backoff_s(attempt)
             except httpx.TransportError as exc:
-                last = f"connection failed ({type(exc).__name__})"
+                last, wait_s = f"connection failed ({type(exc).__name__})", self._backoff_s(attempt)
             else:
                 if response.status_code < 400:
                     return response
                 if response.status_code in (401, 403):
-                    raise MissingCredentials(
+                    raise CredentialsRefused(
                         f"{self.name}: {path} refused the credentials (HTTP "
                         f"{response.status_code}); check the key in the settings"
                     )
@@ -79,14 +94,32 @@ class HttpApi:
                         f"{self.name}: {path} answered HTTP "
                         f"{response.status_code}: {_brief(response, secrets)}"
                     )
-                last = f"HTTP {response.status_code}"
-                if attempt < self.retries:
-                    self.sleep(self._wait_s(response, attempt))
-                    continue
+                last, wait_s = f"HTTP {response.status_code}", self._wait_s(response, attempt)
+            if attempt == self.retries:
                 break
-            if attempt < self.retries:
-                self.sleep(min(self.max_wait_s, self.backoff_s * 2**attempt))
-        raise ProviderError(f"{self.name}: {path} failed after {self.retries + 1} tries ({last})")
+            if self.clock() - started + wait_s >= self.max_total_s:
+                out_of_time = True  # another try would end past the time limit
+                break
+            self.sleep(wait_s)
+        times = "1 try" if tries == 1 else f"{tries} tries"
+        limit = f", time limit {self.max_total_s:g} s" if out_of_time else ""
+        raise ProviderError(f"{self.name}: {path} failed after {times} ({last}{limit})")
+
+    def _timeout(self, left_s: float) -> dict[str, httpx.Timeout]:
+        """The client's timeouts, each cut to the time left (none when all fit)."""
+        current = getattr(self.client, "timeout", None)
+        if current is None:
+            return {}
+        parts = {"connect": current.connect, "read": current.read,
+                 "write": current.write, "pool": current.pool}  # fmt: skip
+        if all(v is not None and v <= left_s for v in parts.values()):
+            return {}
+        left_s = max(0.05, left_s)
+        cut = {k: left_s if v is None else min(v, left_s) for k, v in parts.items()}
+        return {"timeout": httpx.Timeout(**cut)}
+
+    def _backoff_s(self, attempt: int) -> float:
+        return min(self.max_wait_s, self.backoff_s * 2**attempt)
 
     def get_json(self, path: str, **kwargs) -> Any:
         response = self.get(path, **kwargs)
@@ -102,9 +135,13 @@ class HttpApi:
             try:
                 wait = float(header)
             except ValueError:
-                when = email.utils.parsedate_to_datetime(header)
-                if when is not None:
+                try:  # an HTTP date; anything else: the backoff
+                    when = email.utils.parsedate_to_datetime(header)
                     wait = (when - datetime.now(UTC)).total_seconds()
+                except (TypeError, ValueError, IndexError):
+                    pass
+        if wait != wait:  # NaN
+            wait = self.backoff_s * 2**attempt
         return max(0.0, min(self.max_wait_s, wait))
 
 

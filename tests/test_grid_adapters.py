@@ -9,7 +9,13 @@ from datetime import UTC, datetime, timedelta
 import httpx
 import pytest
 
-from grid.errors import GridDataError, MissingCredentials, ProviderError, SourceSpecError
+from grid.errors import (
+    CredentialsRefused,
+    GridDataError,
+    MissingCredentials,
+    ProviderError,
+    SourceSpecError,
+)
 from grid.registry import ProviderConfig, build_source
 from grid.signal import PRICE
 from tests.grid_fixtures import Router, ok, uk_rows
@@ -58,12 +64,14 @@ def test_malformed_json_and_wrong_shape():
 
 
 def test_transport_errors_are_retried_then_reported():
+    """A connection broken mid-answer is retried (one never made fails at once:
+    tests/test_grid_faults.py)."""
     calls = []
 
     def flaky(request):
         calls.append(request)
         if len(calls) == 1:
-            raise httpx.ConnectError("refused")
+            raise httpx.ReadError("connection reset by peer")
         return ok({"data": uk_rows(0, 2)})
 
     router = Router().on("/intensity/", flaky)
@@ -203,12 +211,14 @@ def test_electricitymaps_forecast_latest_and_missing_key():
         _source("electricitymaps:DE", router)
 
 
-def test_refused_key_is_a_credentials_error_without_the_key():
+def test_refused_key_is_the_providers_failure_without_the_key():
     router = Router().on("/carbon-intensity/", httpx.Response(401, text="bad token"))
     src = _source("electricitymaps:DE", router, api_key="sekrit-key")
-    with pytest.raises(MissingCredentials) as info:
+    with pytest.raises(CredentialsRefused) as info:
         src.history(T0, T0 + timedelta(days=2))
-    assert "sekrit" not in str(info.value)
+    assert "sekrit" not in str(info.value) and "refused the credentials" in str(info.value)
+    assert isinstance(info.value, ProviderError) and not isinstance(info.value, SourceSpecError)
+    assert len(router.requests) == 1, "a refused key is not retried"
 
 
 # -- WattTime --------------------------------------------------------------------------------

@@ -108,10 +108,13 @@ def test_fetch_caches_and_an_outage_falls_back_with_its_age(cli, provider):
     assert cli.json("grid", "show", "-s", "uk", *rng)["points"] == 4
     assert len(FakeProvider.seen) == 1, "the same range is fetched once"
     FakeProvider.status = 503
-    text = cli.run(
-        "grid", "show", "-s", "uk", "--start", "2023-06-01T00:00Z", "--end", "2023-06-01T01:00Z"
+    assert cli.json("grid", "show", "-s", "uk", "--start", "2023-06-01T00:30Z",
+                    "--end", "2023-06-01T01:30Z")["points"] == 2  # fmt: skip
+    assert len(FakeProvider.seen) == 1, "nor is a part of it"
+    text = cli.run(  # more than was fetched: the outage is served what the cache holds
+        "grid", "show", "-s", "uk", "--start", "2023-06-01T00:00Z", "--end", "2023-06-01T03:00Z"
     ).stdout
-    assert "served from the cache" in text and "HTTP 503" in text
+    assert "served from the cache" in text and "HTTP 503" in text and "4 points" in text
 
 
 def test_keys_never_appear_in_output(cli, provider):
@@ -137,6 +140,22 @@ def test_keys_never_appear_in_output(cli, provider):
     entsoe = next(s for s in sources if s["name"] == "entsoe")
     assert entsoe["ready"] is True and SECRET not in json.dumps(sources)
     assert next(s for s in sources if s["name"] == "watttime")["ready"] is False
+
+
+def test_a_refused_key_is_a_failure_of_the_provider_in_one_line(cli, provider):
+    """Exit 1, not 2: the key was accepted until the provider stopped accepting it
+    (expired, revoked) as often as it was mistyped, and the daemon treats it as that
+    source's failure too (the next source, then the cache)."""
+    cli.env["GRIDSHIFT_GRID__ELECTRICITYMAPS__API_KEY"] = SECRET
+    cli.env["GRIDSHIFT_GRID__ELECTRICITYMAPS__BASE_URL"] = provider
+    FakeProvider.status = 401
+    rng = ["--start", "2023-06-01", "--end", "2023-06-02"]
+    proc = cli.run("grid", "show", "-s", "electricitymaps:DE", *rng, check=False)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "refused the credentials (HTTP 401)" in lines[0], lines
+    assert "check the key" in lines[0] and SECRET not in proc.stdout + proc.stderr
+    assert len(FakeProvider.seen) == 1, "a refused key is not retried"
 
 
 @pytest.mark.parametrize(

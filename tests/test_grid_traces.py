@@ -140,12 +140,14 @@ def test_same_range_is_fetched_once_and_an_outage_is_served_stale(tmp_path):
     first = chain.history(T0, T0 + timedelta(hours=2))
     again = chain.history(T0, T0 + timedelta(hours=2))
     assert len(router.requests) == 1 and list(again.values) == list(first.values)
+    assert list(chain.history(T0, T0 + timedelta(hours=1)).values) == [100, 101]
+    assert len(router.requests) == 1, "a part of history fetched whole is not fetched again"
     router.rules.clear()
     router.on("/intensity/", httpx.Response(503))
     clock[0] += timedelta(hours=3)
-    part = chain.history(T0, T0 + timedelta(hours=1))  # a new range: the API is down
+    part = chain.history(T0, T0 + timedelta(hours=3))  # more than cached: the API is down
     assert part.meta.stale_s == pytest.approx(3 * 3600)
-    assert list(part.values) == [100, 101] and "HTTP 503" in chain.errors[0]
+    assert list(part.values) == [100, 101, 102, 103] and "HTTP 503" in chain.errors[0]
     with pytest.raises(GridDataError, match="nothing cached covers"):
         chain.history(T0 - timedelta(days=3), T0)
 

@@ -1,16 +1,25 @@
-"""The ``GridSource`` interface and helpers every adapter shares."""
+"""The ``GridSource`` interface and helpers every adapter shares.
+
+What a provider answers is untrusted: a value that is not a finite number in range (a
+string, NaN, infinity, a negative carbon intensity) is unknown (NaN), handled as a gap;
+a row whose time cannot be read, or times no signal can hold, are a ``ProviderError``
+(that provider failed), never a crash."""
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-from grid.errors import GridDataError, ProviderError
+from grid.errors import GridDataError, ProviderError, SourceSpecError
 from grid.resample import regularise
 from grid.signal import CARBON, Signal, SignalMeta
 
 Row = tuple[datetime, float | None, bool]  # interval start, value, is forecast
+#: The largest value a trace or a provider may give in either sign (g/kWh, or a currency
+#: per MWh): far above any grid's, and small enough that sums over years stay finite.
+MAX_VALUE = 1e6
 
 
 class GridSource(ABC):
@@ -47,13 +56,19 @@ class GridSource(ABC):
         if not rows:
             raise ProviderError(f"{self.spec}: no data in the requested range")
         times, values, forecast = zip(*rows, strict=True)
-        frame, res, report = regularise(
-            list(times),
-            [_num(v) for v in values],
-            list(forecast),
-            resolution_s=self.resolution_s,
-            column=self.quantity,
-        )
+        low = 0.0 if self.quantity == CARBON else -MAX_VALUE  # prices can be negative
+        try:
+            frame, res, report = regularise(
+                list(times),
+                [number(v, low) for v in values],
+                list(forecast),
+                resolution_s=self.resolution_s,
+                column=self.quantity,
+            )
+        except SourceSpecError as exc:  # times no signal can hold
+            if isinstance(self, FileSource):
+                raise  # the user's file
+            raise ProviderError(f"{self.spec}: unusable answer ({exc})") from None
         meta = SignalMeta(
             source=self.spec,
             zone=self.zone,
@@ -87,11 +102,33 @@ class FileSource(GridSource):
         )
 
 
-def _num(value) -> float:
+def number(value, low: float = -MAX_VALUE) -> float:
+    """A value as a float: NaN (unknown) unless it is a finite number in ``[low, MAX]``."""
+    if value is None or isinstance(value, bool):
+        return math.nan
     try:
-        return float("nan") if value is None else float(value)
-    except (TypeError, ValueError):
-        return float("nan")
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return math.nan
+    return x if low <= x <= MAX_VALUE else math.nan  # NaN fails both
+
+
+def field(item, key: str):
+    """``item[key]`` of a row that should be an object; None when it is not one."""
+    return item.get(key) if isinstance(item, dict) else None
+
+
+def row_time(value, spec: str) -> datetime:
+    """A row's time from a provider: ISO 8601 text or epoch seconds. Anything else is a
+    ``ProviderError`` (an answer of the wrong shape)."""
+    try:
+        if isinstance(value, str):
+            return parse_time(value)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return datetime.fromtimestamp(value, UTC)
+    except (ValueError, OverflowError, OSError):
+        pass
+    raise ProviderError(f"{spec}: unexpected response shape (a row's time is not a time)")
 
 
 def chunks(

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from grid.errors import GridDataError, ProviderError
 from grid.http import HttpApi, shape_error
 from grid.signal import Signal
-from grid.sources.base import GridSource, Row, iso_z, parse_time
+from grid.sources.base import GridSource, Row, field, iso_z, row_time
 
 BASE_URL = "http://localhost:8080"
 _HMS = re.compile(r"^(?:(\d+)\.)?(\d+):(\d+):(\d+)")
@@ -19,10 +19,10 @@ _HMS = re.compile(r"^(?:(\d+)\.)?(\d+):(\d+):(\d+)")
 def duration_s(text: str | int | float | None) -> int | None:
     """``"00:05:00"`` / ``"1.00:00:00"`` (.NET time span), ``"PT5M"`` (ISO 8601), or a
     bare number, which the SDK's forecast data uses for minutes."""
-    if text is None or text == "":
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        return int(text * 60) if 0 < text < 1e6 else None  # NaN fails too
+    if not isinstance(text, str) or not text:
         return None
-    if isinstance(text, int | float):
-        return int(text * 60) or None
     if match := _HMS.match(text):
         days, h, m, s = (int(g or 0) for g in match.groups())
         return days * 86400 + h * 3600 + m * 60 + s
@@ -49,8 +49,8 @@ class CarbonAwareSdk(GridSource):
             raise shape_error(self.spec, "expected a list")
         rows: list[Row] = []
         for item in payload:
-            rows.append((parse_time(item["time"]), item.get("rating"), False))
-            self.resolution_s = self.resolution_s or duration_s(item.get("duration"))
+            rows.append((row_time(field(item, "time"), self.spec), field(item, "rating"), False))
+            self.resolution_s = self.resolution_s or duration_s(field(item, "duration"))
         return self.signal(rows, start=start, end=end)
 
     def forecast(self, issued_at: datetime, horizon: timedelta) -> Signal:
@@ -70,11 +70,13 @@ class CarbonAwareSdk(GridSource):
         if not isinstance(payload, list) or not payload:
             raise shape_error(self.spec, "expected a non-empty list of forecasts")
         first = payload[0]
-        rows = [
-            (parse_time(p["timestamp"]), p.get("value"), True)
-            for p in first.get("forecastData", [])
-        ]
+        points = field(first, "forecastData")
+        if not isinstance(points, list):
+            raise shape_error(self.spec, "a forecast without forecastData")
+        rows = [(row_time(field(p, "timestamp"), self.spec), field(p, "value"), True)
+                for p in points]  # fmt: skip
         if rows:
-            self.resolution_s = duration_s(first["forecastData"][0].get("duration"))
-        generated = first.get("generatedAt")
-        return self.signal(rows, issued_at=parse_time(generated) if generated else issued_at)
+            self.resolution_s = duration_s(field(points[0], "duration"))
+        generated = field(first, "generatedAt")
+        issued = row_time(generated, self.spec) if generated else issued_at
+        return self.signal(rows, issued_at=issued)

@@ -19,15 +19,12 @@ from pathlib import Path
 
 from grid.errors import SourceSpecError
 from grid.signal import PRICE, Signal
-from grid.sources.base import FileSource
+from grid.sources.base import MAX_VALUE, FileSource
 
 EM_TIME = "Datetime (UTC)"
 EM_LCA = "Carbon Intensity gCO₂eq/kWh (LCA)"
 EM_DIRECT = "Carbon Intensity gCO₂eq/kWh (direct)"
 _PRICE = re.compile(r"^Price \((\w+)/MWh\)$")
-#: The largest value a trace may hold in either sign (g/kWh, or a currency per MWh):
-#: far above any grid's, and small enough that sums over years stay finite.
-MAX_VALUE = 1e6
 
 
 class CsvTrace(FileSource):

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from grid.http import HttpApi, shape_error
 from grid.signal import Signal
-from grid.sources.base import GridSource, Row, chunks, iso_z, parse_time
+from grid.sources.base import GridSource, Row, chunks, field, iso_z, row_time
 
 BASE_URL = "https://api.electricitymap.org/v3"
 MAX_SPAN = timedelta(days=10)
@@ -35,13 +35,11 @@ class ElectricityMaps(GridSource):
     def _rows(self, items, forecast: bool) -> list[Row]:
         if not isinstance(items, list):
             raise shape_error(self.spec, "expected a list of rows")
-        rows = []
-        for item in items:
-            try:
-                rows.append((parse_time(item["datetime"]), item.get("carbonIntensity"), forecast))
-            except (KeyError, TypeError, ValueError):
-                raise shape_error(self.spec, "row without 'datetime'") from None
-        return rows
+        return [
+            (row_time(field(item, "datetime"), self.spec), field(item, "carbonIntensity"),
+             forecast)
+            for item in items
+        ]  # fmt: skip
 
     def history(self, start: datetime, end: datetime) -> Signal:
         now = datetime.now(UTC)
@@ -65,6 +63,6 @@ class ElectricityMaps(GridSource):
         if not isinstance(payload, dict):
             raise shape_error(self.spec, "forecast is not an object")
         updated = payload.get("updatedAt")
-        issued = parse_time(updated) if updated else issued_at
+        issued = row_time(updated, self.spec) if updated else issued_at
         rows = self._rows(payload.get("forecast"), True)
         return self.signal(rows, issued_at=issued, end=issued_at + horizon)

@@ -5,11 +5,11 @@ as ISO 8601 in UTC (a bare date would be read as a CET day)."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from grid.http import HttpApi, shape_error
 from grid.signal import PRICE, Signal
-from grid.sources.base import GridSource, Row, chunks, iso_z
+from grid.sources.base import GridSource, Row, chunks, iso_z, row_time
 
 BASE_URL = "https://api.energy-charts.info"
 MAX_SPAN = timedelta(days=31)
@@ -43,11 +43,11 @@ class EnergyCharts(GridSource):
             raise shape_error(self.spec, "no unix_seconds")
         if self.quantity == PRICE and "EUR" not in str(payload.get("unit", "EUR")):
             self.unit = str(payload["unit"]).replace(" ", "")
+        columns = [(_list(payload.get(key)), is_forecast) for key, is_forecast in series]
         rows = []
         for i, seconds in enumerate(payload["unix_seconds"]):
-            when = datetime.fromtimestamp(seconds, UTC)
-            for key, is_forecast in series:
-                values = payload.get(key) or []
+            when = row_time(seconds, self.spec)
+            for values, is_forecast in columns:
                 if i < len(values) and values[i] is not None:
                     rows.append((when, values[i], is_forecast))
                     break
@@ -64,3 +64,7 @@ class EnergyCharts(GridSource):
         return self.signal(
             [(t, v, True) for t, v, _ in rows], issued_at=issued_at, end=issued_at + horizon
         )
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []

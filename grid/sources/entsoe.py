@@ -11,8 +11,9 @@ from datetime import datetime, timedelta
 
 from grid.errors import ProviderError, SourceSpecError
 from grid.http import HttpApi, scrub, shape_error
+from grid.resample import MAX_POINTS
 from grid.signal import PRICE, Signal
-from grid.sources.base import GridSource, Row, chunks, parse_time
+from grid.sources.base import GridSource, Row, chunks, number, row_time
 
 BASE_URL = "https://web-api.tp.entsoe.eu/api"
 MAX_SPAN = timedelta(days=30)
@@ -74,14 +75,17 @@ def parse_a44(xml_text: str) -> list[Row]:
         if not match:
             raise shape_error("entsoe", f"resolution {res_el.text!r}")
         step = timedelta(hours=int(match.group(1) or 0), minutes=int(match.group(2) or 0))
-        start, end = parse_time(start_el.text), parse_time(end_el.text)
+        start, end = row_time(start_el.text, "entsoe"), row_time(end_el.text, "entsoe")
+        count = int((end - start) / step) if step else -1
+        if not 0 <= count <= MAX_POINTS:
+            raise shape_error("entsoe", f"a period of {count} points")
         prices: dict[int, float] = {}
         for point in (n for n in period if _local(n.tag) == "Point"):
             pos, amount = _find(point, "position"), _find(point, "price.amount")
-            if pos is not None and amount is not None:
-                prices[int(pos.text)] = float(amount.text)
+            if pos is not None and amount is not None and (pos.text or "").strip().isdigit():
+                prices[int(pos.text)] = number(amount.text)  # garbage: unknown (NaN)
         last = None
-        for position in range(1, int((end - start) / step) + 1):
+        for position in range(1, count + 1):
             last = prices.get(position, last)  # A03: a missing point repeats the last
             rows.append((start + (position - 1) * step, last, False))
     return rows

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from grid.http import HttpApi, shape_error
 from grid.signal import Signal
-from grid.sources.base import GridSource, Row, chunks, iso_z, parse_time
+from grid.sources.base import GridSource, Row, chunks, field, iso_z, row_time
 
 BASE_URL = "https://api.carbonintensity.org.uk"
 MAX_SPAN = timedelta(days=14)
@@ -27,23 +27,19 @@ class UkCarbonIntensity(GridSource):
         self.region = region
 
     def _rows(self, payload) -> list[Row]:
-        data = payload.get("data") if isinstance(payload, dict) else None
+        data = field(payload, "data")
         if isinstance(data, dict):  # regional answers wrap the list in an object
             data = data.get("data")
-        if isinstance(data, list) and data and "regionid" in data[0]:  # regional forecast
-            data = [row for region in data for row in region.get("data", [])]
+        if isinstance(data, list) and data and isinstance(data[0], dict) and "regionid" in data[0]:
+            data = [row for region in data for row in _list(field(region, "data"))]
         if not isinstance(data, list):
             raise shape_error(self.spec, "no data list")
         rows = []
         for item in data:
-            try:
-                start = parse_time(item["from"])
-                intensity = item.get("intensity") or {}
-            except (KeyError, TypeError, ValueError):
-                raise shape_error(self.spec, "row without 'from'") from None
-            actual = intensity.get("actual")
-            value = actual if actual is not None else intensity.get("forecast")
-            rows.append((start, value, actual is None))
+            start = row_time(field(item, "from"), self.spec)
+            intensity = field(item, "intensity")
+            actual, forecast = field(intensity, "actual"), field(intensity, "forecast")
+            rows.append((start, actual if actual is not None else forecast, actual is None))
         return rows
 
     def history(self, start: datetime, end: datetime) -> Signal:
@@ -68,3 +64,7 @@ class UkCarbonIntensity(GridSource):
         )
         rows = [(t, v, True) for t, v, _ in self._rows(self.api.get_json(path))]
         return self.signal(rows, issued_at=issued_at, end=issued_at + horizon)
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else []

@@ -11,10 +11,10 @@ from datetime import datetime, timedelta
 
 import httpx
 
-from grid.errors import GridDataError, MissingCredentials
+from grid.errors import CredentialsRefused, GridDataError
 from grid.http import HttpApi, shape_error
 from grid.signal import Signal
-from grid.sources.base import GridSource, Row, chunks, parse_time
+from grid.sources.base import GridSource, Row, chunks, field, number, row_time
 
 BASE_URL = "https://api.watttime.org"
 LBS_PER_MWH_TO_G_PER_KWH = 0.45359237
@@ -63,33 +63,27 @@ class WattTime(GridSource):
             return self.api.get_json(
                 path, params=params, headers={"Authorization": f"Bearer {self._token}"}
             )
-        except MissingCredentials:  # token revoked or expired early: log in once more
+        except CredentialsRefused:  # token revoked or expired early: log in once more
             self._login()
             return self.api.get_json(
                 path, params=params, headers={"Authorization": f"Bearer {self._token}"}
             )
 
     def _rows(self, payload, forecast: bool) -> list[Row]:
-        if not isinstance(payload, dict) or not isinstance(payload.get("data"), list):
+        if not isinstance(field(payload, "data"), list):
             raise shape_error(self.spec, "no data list")
-        units = (payload.get("meta") or {}).get("units", "lbs_co2_per_mwh")
+        units = field(payload.get("meta"), "units") or "lbs_co2_per_mwh"
         if units == "percentile":
             raise GridDataError(
                 f"{self.spec}: the signal index is a percentile, not an "
                 "intensity; gridshift needs co2_moer"
             )
         factor = LBS_PER_MWH_TO_G_PER_KWH if units == "lbs_co2_per_mwh" else 1.0
-        rows = []
-        for item in payload["data"]:
-            value = item.get("value")
-            rows.append(
-                (
-                    parse_time(item["point_time"]),
-                    None if value is None else value * factor,
-                    forecast,
-                )
-            )
-        return rows
+        return [
+            (row_time(field(item, "point_time"), self.spec),
+             number(field(item, "value")) * factor, forecast)
+            for item in payload["data"]
+        ]  # fmt: skip
 
     def history(self, start: datetime, end: datetime) -> Signal:
         rows: list[Row] = []
@@ -109,6 +103,7 @@ class WattTime(GridSource):
             "/v3/forecast",
             {"region": self.zone, "signal_type": self.signal_type, "horizon_hours": hours},
         )
-        generated = (payload.get("meta") or {}).get("generated_at")
-        issued = parse_time(generated) if generated else issued_at
-        return self.signal(self._rows(payload, True), issued_at=issued, end=issued_at + horizon)
+        rows = self._rows(payload, True)
+        generated = field(payload.get("meta"), "generated_at")
+        issued = row_time(generated, self.spec) if generated else issued_at
+        return self.signal(rows, issued_at=issued, end=issued_at + horizon)

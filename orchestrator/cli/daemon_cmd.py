@@ -55,23 +55,12 @@ def daemon(
     time within their deadlines; without one they start in priority, then submission
     order. Each option may also be set in the config file's [daemon] table. Stopping the
     daemon leaves running jobs running; the next daemon picks them up."""
-    import logging
-
-    from rich.console import Console
-    from rich.logging import RichHandler
-
     from orchestrator.daemon.service import Daemon
     from orchestrator.errors import ConfigError
     from orchestrator.settings import DaemonSettings
-    from orchestrator.signals.redact import guard
     from orchestrator.signals.sources import provider_configs
 
-    # httpx logs full URLs (ENTSO-E's token is a query parameter) at INFO: WARNING for
-    # it, and every record redacted and escaped on its way out
-    handler = guard(RichHandler(console=Console(stderr=True), show_path=False, markup=False))
-    logging.basicConfig(
-        level=logging.INFO, format="%(message)s", datefmt="[%X]", handlers=[handler]
-    )
+    _log_to_stderr()
     c = context.get(ctx)
     provider_configs(c.settings)  # remembers the providers' secrets, to hide them
     given = {
@@ -94,6 +83,29 @@ def daemon(
         where = "--" + "-".join(str(p) for p in first["loc"]).replace("_", "-")
         raise ConfigError(f"invalid {where}: {first['msg']}") from None
     Daemon(settings=c.settings, db=c.db, interval_s=interval).run(until_idle=until_idle)
+
+
+def _log_to_stderr() -> None:
+    """Rich on a terminal; elsewhere (a file, a pipe, the journal) plain lines to read
+    later: ISO date-time, level, message. httpx logs full URLs (ENTSO-E's token is a query
+    parameter) at INFO: WARNING for it, and every record redacted and escaped on its way
+    out either way; Python's warnings go the same way."""
+    import logging
+    import sys
+
+    from orchestrator.signals.redact import LineFormatter, guard
+
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.logging import RichHandler
+
+        handler = RichHandler(console=Console(stderr=True), show_path=False, markup=False)
+        handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(LineFormatter())
+    logging.basicConfig(level=logging.INFO, handlers=[guard(handler)])
+    logging.captureWarnings(True)
 
 
 db_app = typer.Typer(

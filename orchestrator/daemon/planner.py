@@ -201,11 +201,10 @@ def build_live(settings, nodes) -> tuple[LivePlanner | None, str | None]:
         if grid
         else None
     )
-    price = (
-        SignalFeed(open_chain(settings, [cfg.price]), horizon_s=horizon_s, lookback_s=lookback_s)
-        if cfg.price
-        else None
-    )
+    price = None
+    if cfg.price:
+        chain = open_chain(settings, [cfg.price])
+        price = SignalFeed(chain, horizon_s=horizon_s, lookback_s=lookback_s, what="price")
     model = next((g.model for n in nodes for g in n.gpus if g.model), None)
     planner = LivePlanner(
         policy=policy,

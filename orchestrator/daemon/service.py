@@ -1,5 +1,7 @@
 """The daemon: one per queue, a recovery pass, then ``tick(now)`` driven by APScheduler
-(3.x) with the grid refresh on a timer of its own.
+(3.x) in the background, with the grid refresh and the node discovery on threads of their
+own (``orchestrator.daemon.loop``): passes read the last good signal and never wait on a
+provider.
 
 One daemon serves a queue: on SQLite, the one holding ``$GRIDSHIFT_HOME/daemon.lock`` (a
 second one refuses to start); on PostgreSQL, the one holding the database's lease
@@ -25,7 +27,7 @@ import os
 import signal
 import threading
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from executors.base import Executor
 from orchestrator.accounting.meter import Accountant
@@ -36,7 +38,7 @@ from orchestrator.daemon.health import HealthWriter
 from orchestrator.daemon.reaper import Reaper, modelled_power
 from orchestrator.daemon.server import serve
 from orchestrator.daemon.sqlqueue import SqlQueue
-from orchestrator.errors import DaemonError, GridshiftError, boundary
+from orchestrator.errors import DaemonError, GridshiftError
 from orchestrator.nodes import backends
 from orchestrator.nodes import ssh as sshnodes
 from orchestrator.nodes.inventory import resolve_nodes, sync_inventory
@@ -46,6 +48,7 @@ from orchestrator.queue.ownership import current_user, prepare_home
 from orchestrator.settings import Settings
 
 log = logging.getLogger(__name__)
+START_WAIT_S = 5.0  # at start, the first passes wait this long at most for the grid signal
 
 
 class DaemonLock:
@@ -171,9 +174,9 @@ class Daemon:
             self.lease = DaemonLease(self.db, cfg.seconds("lease"))
             self.dispatcher.lease_check = self.lease.check
         self._lost = False
+        self._wake = threading.Event()  # ends the passes: stopped, or the lease lost
         self.health = HealthWriter(self)
         self.metrics = None
-        self._scheduler = None
 
     def _discovered(self) -> dict:
         """GPUs per SSH node: as discovered now, else as the last discovery stored them
@@ -211,19 +214,20 @@ class Daemon:
     def refresh_signal(self, *, at_start: bool = False) -> None:
         """The grid timer: fetch the signal (cache first) for the next plans. At start a
         source that cannot be used as given (a missing trace file) stops the daemon with
-        one line; later, it is logged and planning goes on with what the tape holds."""
+        one line; later, it is logged (once) and planning goes on with what the tape
+        holds. A failing source is logged by its feed, once per reason."""
         from grid.errors import SourceSpecError
 
         now = self.clock.now()
         for feed in (self.planner.feed, self.planner.price):
+            if feed is None:
+                continue
             try:
-                if feed is not None and not feed.refresh(now):
-                    log.warning("grid source failed: %s", feed.last_error or "no data")
+                feed.refresh(now)
             except SourceSpecError as exc:
                 if at_start:
                     raise
-                feed.last_error = str(exc)
-                log.warning("grid source failed: %s", exc)
+                feed.failed(str(exc))
 
     def refresh_nodes(self) -> None:
         """The discovery timer: the servers' GPUs, use and power limits, for ``nodes``."""
@@ -232,9 +236,15 @@ class Daemon:
             sshnodes.record(session, found, self.clock.now())
 
     def stop(self, *_args) -> None:
+        """Stop serving (a signal handler, or a pass): only sets events; the main thread
+        shuts the passes down (``orchestrator.daemon.loop``)."""
         self._stop.set()
-        if self._scheduler is not None and self._scheduler.running:
-            self._scheduler.shutdown(wait=False)
+        self._wake.set()
+
+    def stand_by(self) -> None:
+        """The lease is lost: stop serving and stand by again."""
+        self._lost = True
+        self._wake.set()
 
     def run(self, *, until_idle: bool = False) -> None:
         if self.lease is None:
@@ -290,6 +300,8 @@ class Daemon:
         return False
 
     def _serve(self, until_idle: bool) -> None:
+        from orchestrator.daemon.loop import Every, run_passes
+
         now = self.clock.now()
         with self.db.write() as session:
             sync_inventory(session, self.dispatcher.nodes, now)
@@ -297,77 +309,35 @@ class Daemon:
         self.reaper.recover(now)
         self.reaper.reconcile_caps()
         self._announce()
-        if self.planner is not None:
-            self.refresh_signal(at_start=True)
-        if self.settings.daemon.metrics_port and self.metrics is None:
-            from orchestrator.daemon.prometheus import Metrics
+        self._wake.clear()
+        timers = []
+        try:
+            if self.planner is not None and self.planner.feed is not None:
+                refresh_s = self.settings.daemon.seconds("refresh") or min(
+                    self.planner.slot_s, 900.0
+                )
+                grid = Every("grid refresh", refresh_s,
+                             lambda first: self.refresh_signal(at_start=first))  # fmt: skip
+                timers.append(grid.start())
+                error = grid.wait_first(START_WAIT_S, abort=self._wake)  # a signal, if in time
+                if error is not None:
+                    raise error
+            if self.links:
+                every_s = self.settings.daemon.seconds("discovery")
+                nodes = Every("node discovery", every_s, lambda _: self.refresh_nodes(),
+                              delay_first=True)  # fmt: skip
+                timers.append(nodes.start())
+            if self.settings.daemon.metrics_port and self.metrics is None:
+                from orchestrator.daemon.prometheus import Metrics
 
-            self.metrics = Metrics(
-                self.settings.daemon.metrics_port, self.settings.daemon.metrics_addr
-            )
-        self._loop(until_idle)
-
-    def _loop(self, until_idle: bool) -> None:
-        """APScheduler drives the pass and the grid timer, one at a time."""
-        from apscheduler.executors.pool import ThreadPoolExecutor
-        from apscheduler.schedulers.blocking import BlockingScheduler
-
-        sched = BlockingScheduler(
-            timezone=UTC,
-            executors={"default": ThreadPoolExecutor(1)},  # one job at a time, in order
-            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": None},
-        )
-        self._scheduler = sched
-        failure: list[BaseException] = []
-
-        early: list[datetime] = []  # the one-off pass booked before the interval's next
-
-        def _early(wait_s: float) -> None:
-            """Something is due before the interval's next pass: book a one-off pass then
-            (the interval job goes on as it is)."""
-            if wait_s >= self.interval_s:
-                return
-            at = datetime.now(UTC) + timedelta(seconds=wait_s)
-            if early and early[0] > datetime.now(UTC) and early[0] <= at:
-                return
-            early[:] = [at]
-            sched.add_job(_pass, "date", run_date=at)
-
-        def _pass() -> None:
-            from orchestrator.daemon.lease import LeaseLost
-
-            try:
-                with boundary():
-                    if self.lease is not None:
-                        self.lease.renew()
-                    wait_s = self.tick(self.clock.now())
-                    _early(wait_s)
-                    if until_idle and self.dispatcher.pending_count() == 0:
-                        log.info("queue is idle; exiting")
-                        self.stop()
-            except LeaseLost as exc:
-                log.error("%s; standing by", exc)
-                self._lost = True
-                sched.shutdown(wait=False)
-            except GridshiftError as exc:
-                log.error("%s", exc)  # a store or grid hiccup: the next pass tries again
-            except BaseException as exc:  # a bug: stop, and let the caller see it
-                failure.append(exc)
-                self.stop()
-
-        start = datetime.now(UTC)
-        sched.add_job(_pass, "interval", seconds=self.interval_s, next_run_time=start, id="tick")
-        if self.planner is not None and self.planner.feed is not None:
-            refresh_s = self.settings.daemon.seconds("refresh") or min(self.planner.slot_s, 900.0)
-            sched.add_job(self.refresh_signal, "interval", seconds=refresh_s, id="grid")
-        if self.links:
-            every_s = self.settings.daemon.seconds("discovery")
-            sched.add_job(self.refresh_nodes, "interval", seconds=every_s, id="nodes")
-        if self._stop.is_set():
-            return
-        sched.start()
-        if failure:
-            raise failure[0]
+                self.metrics = Metrics(
+                    self.settings.daemon.metrics_port, self.settings.daemon.metrics_addr
+                )
+            if not self._stop.is_set():
+                run_passes(self, self._wake, until_idle)
+        finally:
+            for timer in timers:
+                timer.stop()
 
     def _announce(self) -> None:
         d = self.dispatcher

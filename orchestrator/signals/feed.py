@@ -6,16 +6,26 @@ tape of values by time (newer values replace older ones from their time on). Pla
 reads the forecast from the tape; accounting integrates the tape over what ran, asking the
 source for history where the tape has a hole (the daemon was down).
 
+Refreshes run on a thread of their own while passes read the tape: a ``Tape`` is never
+changed once made, a refresh builds the next one and swaps it in (under a lock held only
+for that, never across a request), so a reader always sees a whole tape and never waits on
+a provider. One request to the chain at a time: a pass that finds a hole while a refresh
+is under way (or while the source is failing) does not wait for it, and uses what the tape
+holds this time.
+
 The signal's age is the time since the data in hand came from a source (a cache entry
-counts from when it was fetched). While it is
-younger than ``max_age_s`` the daemon plans on what it has (cached data and forecasts);
-after that it falls back to its configured rule until a refresh succeeds again.
+counts from when it was fetched). While it is younger than ``max_age_s`` the daemon plans
+on what it has (cached data and forecasts); after that it falls back to its configured
+rule until a refresh succeeds again. A failing source is logged once, when its error
+changes, and its recovery once.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import re
+import threading
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -25,6 +35,56 @@ from grid.steps import StepSeries
 
 log = logging.getLogger(__name__)
 KEEP_S = 8 * 86400.0  # the tape keeps this much past
+_DIGITS = re.compile(r"\d+")
+
+
+class Tape:
+    """Values by slot (index × ``step_s`` seconds); never changed once made."""
+
+    __slots__ = ("_series", "slots", "step_s", "version")
+
+    def __init__(self, step_s: float | None = None, slots=None, version: int = 0) -> None:
+        self.step_s = step_s
+        self.slots: dict[int, float] = slots or {}  # slot index -> value
+        self.version = version
+        self._series: StepSeries | None = None  # made on first read (the same by any thread)
+
+    def series(self) -> StepSeries | None:
+        """The tape as one step series (holes filled from their neighbours)."""
+        if self._series is None and self.slots:
+            keys = sorted(self.slots)
+            full = np.arange(keys[0], keys[-1] + 1)
+            values = np.interp(full, np.array(keys), [self.slots[k] for k in keys])
+            self._series = StepSeries(keys[0] * self.step_s, self.step_s, values)
+        return self._series
+
+    def merged(self, signal, horizon_s: float) -> Tape:
+        """A new tape: this one with ``signal`` written over it from its start on.
+        Raises ``GridDataError`` when the signal has no known value."""
+        if not len(signal.frame):
+            return self
+        series, _ = StepSeries.from_signal(signal)
+        step = self.step_s
+        slots = dict(self.slots)
+        if step is None or series.step_s < step:
+            finer = series.step_s
+            if step is not None:  # finer data: re-cut the tape
+                old, slots = self.series(), {}
+                if old is not None:
+                    t = old.start_s + np.arange(len(old) * round(old.step_s / finer)) * finer
+                    for ti, v in zip(t, old.value_at(t), strict=True):
+                        slots[round(ti / finer)] = float(v)
+            step = finer
+        t = series.start_s + np.arange(math.ceil(len(series) * series.step_s / step)) * step
+        for ti, v in zip(t, series.value_at(t), strict=True):
+            slots[round(ti / step)] = float(v)
+        floor = round((t[-1] - KEEP_S - horizon_s) / step)
+        slots = {k: v for k, v in slots.items() if k >= floor}
+        return Tape(step, slots, self.version + 1)
+
+    def covers(self, t0: float, t1: float) -> bool:
+        s = self.series()
+        return s is not None and s.start_s <= t0 and t1 <= s.end_s
 
 
 class SignalFeed:
@@ -35,65 +95,84 @@ class SignalFeed:
         self.horizon_s = horizon_s
         self.lookback_s = lookback_s
         self.what = what
-        self.step_s: float | None = None
-        self._tape: dict[int, float] = {}  # slot index -> value
-        self._series: StepSeries | None = None
+        self._tape = Tape()
+        self._swap = threading.Lock()  # held to write a new tape, never across a request
+        self._fetching = threading.Lock()  # one request to the chain at a time
         self.fresh_at: datetime | None = None  # when the newest data came from a source
-        self.version = 0
         self.last_error: str | None = None
+        self._logged: str | None = None  # the failure last logged
         self._history_tried: int | None = None  # the version a hole was last fetched at
+
+    @property
+    def version(self) -> int:
+        return self._tape.version
+
+    @property
+    def step_s(self) -> float | None:
+        return self._tape.step_s
 
     # -- refresh ------------------------------------------------------------------------
     def refresh(self, now: datetime) -> bool:
         """True when a source answered (not only the cache). A source that cannot be used
         as given (``SourceSpecError``: a missing file, a bad option) raises: that is the
         user's to mend, not a failure to plan around."""
-        try:
-            signal = self.chain.forecast(now, timedelta(seconds=self.horizon_s))
-        except SourceSpecError:
-            raise
-        except GridDataError as exc:
-            self.last_error = str(exc)
-            return False
-        reached = signal.meta.stale_s is None
-        fetched = now - timedelta(seconds=signal.meta.stale_s or 0.0)
-        try:
-            past = self.chain.history(now - timedelta(seconds=self.lookback_s), now)
+        with self._fetching:
+            try:
+                signal = self.chain.forecast(now, timedelta(seconds=self.horizon_s))
+            except SourceSpecError:
+                raise
+            except GridDataError as exc:
+                self.failed(str(exc))
+                return False
+            errors = list(self.chain.errors)
+            try:
+                past = self.chain.history(now - timedelta(seconds=self.lookback_s), now)
+            except GridDataError:
+                past = None  # a forecast alone will do
+        if past is not None:
             self._merge(past)
-        except GridDataError:
-            pass  # a forecast alone will do
-        self._merge(signal)
+        if not self._merge(signal):
+            self.failed(f"{self.chain.spec}: no known value in the forecast")
+            return False
+        fetched = now - timedelta(seconds=signal.meta.stale_s or 0.0)
         if self.fresh_at is None or fetched > self.fresh_at:
             self.fresh_at = fetched  # when the data in hand came from a source
-        if reached:
-            self.last_error = None
-        else:
-            self.last_error = "; ".join(self.chain.errors) or "served from the cache"
-        return reached
+        if signal.meta.stale_s is not None:
+            self.failed("; ".join(errors) + " (served from the cache)")
+            return False
+        self.recovered(errors, signal.meta.source)
+        return True
 
-    def _merge(self, signal) -> None:
-        if not len(signal.frame):
+    def failed(self, error: str) -> None:
+        """Note why the source failed (logged when the reason is new)."""
+        self.last_error = error
+        self._log(error)
+
+    def recovered(self, passed_over: list[str], source: str) -> None:
+        """A source answered (``source``), after those of ``passed_over`` failed."""
+        self.last_error = None
+        self._log("; ".join(passed_over) + f"; using {source}" if passed_over else None)
+
+    def _log(self, problem: str | None) -> None:
+        """Log a problem once, not each refresh (the same failure for another time range
+        or after another number of tries is the same), and its end once."""
+        key = None if problem is None else _DIGITS.sub("0", problem)
+        if key == self._logged:
             return
-        series, _ = StepSeries.from_signal(signal)
-        step = series.step_s
-        if self.step_s is None or step < self.step_s:
-            if self.step_s is not None:  # finer data: re-cut the tape
-                old = self.series()
-                self._tape = {}
-                self.step_s = step
-                if old is not None:
-                    t = old.start_s + np.arange(len(old) * round(old.step_s / step)) * step
-                    for ti, v in zip(t, old.value_at(t), strict=True):
-                        self._tape[round(ti / step)] = float(v)
-            self.step_s = step
-        step = self.step_s
-        t = series.start_s + np.arange(math.ceil(len(series) * series.step_s / step)) * step
-        for ti, v in zip(t, series.value_at(t), strict=True):
-            self._tape[round(ti / step)] = float(v)
-        floor = round((t[-1] - KEEP_S - self.horizon_s) / step)
-        self._tape = {k: v for k, v in self._tape.items() if k >= floor}
-        self._series = None
-        self.version += 1
+        if problem is None:
+            log.info("%s source answers again: %s", self.what, self.chain.spec)
+        else:
+            log.warning("%s source failed: %s", self.what, problem)
+        self._logged = key
+
+    def _merge(self, signal) -> bool:
+        """Write ``signal`` onto the tape; False when it holds no known value."""
+        with self._swap:
+            try:
+                self._tape = self._tape.merged(signal, self.horizon_s)
+            except GridDataError:
+                return False
+        return True
 
     # -- read ---------------------------------------------------------------------------
     def age_s(self, now: datetime) -> float | None:
@@ -101,33 +180,37 @@ class SignalFeed:
 
     def series(self) -> StepSeries | None:
         """The tape as one step series (holes filled from their neighbours)."""
-        if self._series is None and self._tape:
-            keys = sorted(self._tape)
-            full = np.arange(keys[0], keys[-1] + 1)
-            known = np.array(keys)
-            values = np.interp(full, known, [self._tape[k] for k in keys])
-            self._series = StepSeries(keys[0] * self.step_s, self.step_s, values)
-        return self._series
+        return self._tape.series()
 
     def covers(self, t0: float, t1: float) -> bool:
-        s = self.series()
-        return s is not None and s.start_s <= t0 and t1 <= s.end_s
+        return self._tape.covers(t0, t1)
 
     def integral(self, t0: float, t1: float) -> float | None:
-        """∫ signal dt over ``[t0, t1]`` (value × seconds); fetches history for a hole."""
-        if not self.covers(t0, t1) and self._history_tried != self.version:
-            self._history_tried = self.version  # one request per hole, not one per stretch
+        """∫ signal dt over ``[t0, t1]`` (value × seconds); fetches history for a hole,
+        unless a refresh is under way or the source is failing (then the tape as is)."""
+        tape = self._tape
+        if (
+            not tape.covers(t0, t1)
+            and self._history_tried != tape.version
+            and self.last_error is None
+            and self._fetching.acquire(blocking=False)
+        ):
             try:
+                self._history_tried = tape.version  # one request per hole, not per stretch
                 start = datetime.fromtimestamp(t0, UTC)
                 end = datetime.fromtimestamp(t1, UTC)
-                self._merge(self.chain.history(start, end))
+                past = self.chain.history(start, end)
             except GridDataError:
-                pass
-        s = self.series()
+                past = None
+            finally:
+                self._fetching.release()
+            if past is not None:
+                self._merge(past)
+        s = self._tape.series()
         return None if s is None else float(s.integral(t0, t1))
 
     def now_value(self, now: datetime) -> float | None:
-        s = self.series()
+        s = self._tape.series()
         return None if s is None else float(s.value_at(now.timestamp()))
 
 

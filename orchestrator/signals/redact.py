@@ -7,13 +7,15 @@ secret value this process was told about (``remember``: the providers' keys, the
 database password). ``printable`` escapes C0 and C1 control characters, DEL and the
 Unicode bidirectional overrides, so text from users (job names, labels, commands,
 reasons) cannot move another user's cursor, retitle their terminal or clear it.
-``LogHygiene`` applies both to every record a gridshift log handler emits.
+``LogHygiene`` applies both to every record a gridshift log handler emits;
+``LineFormatter`` writes the daemon's log when it goes to a file or a pipe.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from datetime import UTC, datetime
 
 HIDDEN = "***"
 # query parameters and ``name=value`` pairs whose value is a secret: the unmistakable
@@ -105,13 +107,27 @@ class LogHygiene(logging.Filter):
         return True
 
 
-QUIET = ("httpx", "httpcore", "apscheduler")
+QUIET = ("httpx", "httpcore")
 
 
 def guard(handler: logging.Handler) -> logging.Handler:
-    """Make ``handler`` safe to show: ``LogHygiene`` on it, and the HTTP libraries (whose
-    INFO lines carry full URLs, query tokens and all) and APScheduler at WARNING."""
+    """Make ``handler`` safe to show: ``LogHygiene`` on it, the HTTP libraries (whose
+    INFO lines carry full URLs, query tokens and all) at WARNING, and APScheduler at ERROR
+    (a pass skipped while the one before runs is the daemon's business, not its users')."""
     handler.addFilter(LogHygiene())
     for name in QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
     return handler
+
+
+class LineFormatter(logging.Formatter):
+    """Log lines to read later (stderr not a terminal): one per record, the time in ISO
+    8601 UTC with its offset, the level, the message; no padding, no wrapping. (A
+    traceback, where a record has one, follows on lines of its own.)"""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")

@@ -1,0 +1,436 @@
+"""Grid I/O that fails, and the daemon that does not fall over because of it: a host that
+cannot be reached, a provider that is slow, hangs, refuses the key or answers garbage;
+the cache that stays bounded; passes and exits that never wait on a provider; and log
+lines a person can read later. Real HTTP: a local provider (``tests.helpers.provider``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import re
+import signal
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+
+from grid.cache import CachedChain, SignalCache
+from grid.errors import ProviderError
+from grid.http import HttpApi
+from grid.registry import ProviderConfig, build_source
+from orchestrator.signals.feed import SignalFeed
+from tests.conftest import E2E
+from tests.grid_fixtures import Router, ok, uk_rows
+from tests.helpers.provider import ProviderServer
+from tests.helpers.waiting import free_port, wait_for
+
+T0 = datetime(2023, 6, 1, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+NATIONAL = "/intensity/2023-06-01T00:01Z/2023-06-01T02:00Z"
+REGIONAL = "/regional/intensity/2023-06-01T00:01Z/2023-06-01T02:00Z/regionid/13"
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?[+-]\d\d:\d\d (INFO|WARNING|ERROR) ")
+
+
+@pytest.fixture
+def provider():
+    server = ProviderServer().start()
+    yield server
+    server.stop()
+
+
+def _source(spec: str, base_url: str, client: httpx.Client | None = None, **http):
+    client = client or httpx.Client(timeout=5)
+    return build_source(spec, {"uk": ProviderConfig(base_url=base_url)}, client, **http)
+
+
+# -- 1, 2: fail fast, and never longer than max_total_s ---------------------------------------
+
+
+def test_a_closed_port_fails_in_one_try_at_once():
+    sleeps: list[float] = []
+    src = _source("uk", f"http://127.0.0.1:{free_port()}", sleep=sleeps.append)
+    started = time.monotonic()
+    with pytest.raises(ProviderError, match="cannot be reached"):
+        src.history(T0, T0 + 2 * HOUR)
+    assert time.monotonic() - started < 1.0 and sleeps == [], "no retry, no backoff"
+
+
+def test_a_dns_failure_fails_in_one_try():
+    calls, sleeps = [], []
+
+    def no_such_host(request):
+        calls.append(request)
+        raise httpx.ConnectError("[Errno -2] Name or service not known", request=request)
+
+    client = httpx.Client(transport=httpx.MockTransport(no_such_host))
+    src = _source("uk", "https://grid.invalid", client, sleep=sleeps.append)
+    with pytest.raises(ProviderError, match=r"cannot be reached .*Name or service not known"):
+        src.history(T0, T0 + 2 * HOUR)
+    assert len(calls) == 1 and sleeps == []
+
+
+def test_retries_never_take_longer_than_max_total_s():
+    clock = [0.0]
+
+    def slow_503(request):
+        clock[0] += 4.0  # each try takes 4 s
+        return httpx.Response(503)
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+
+    client = httpx.Client(transport=httpx.MockTransport(slow_503))
+    api = HttpApi(client, "https://grid.test", retries=10, backoff_s=1.0, max_total_s=30.0,
+                  sleep=sleep, clock=lambda: clock[0])  # fmt: skip
+    with pytest.raises(ProviderError, match=r"failed after 4 tries \(HTTP 503, time limit 30 s"):
+        api.get("/x")
+    assert clock[0] <= 30.0  # 4 + 1 + 4 + 2 + 4 + 4 + 4 = 23; 8 more would pass 30
+    clock[0] = 0.0
+    late = httpx.MockTransport(lambda r: httpx.Response(429, headers={"Retry-After": "45"}))
+    api = HttpApi(httpx.Client(transport=late), "https://grid.test", max_total_s=30.0,
+                  sleep=sleep, clock=lambda: clock[0])  # fmt: skip
+    with pytest.raises(ProviderError, match="after 1 try"):
+        api.get("/x")
+    assert clock[0] == 0.0, "a Retry-After beyond the limit is not slept"
+
+
+def test_a_slow_answer_is_cut_at_max_total_s(provider):
+    provider.delay_s = 3.0
+    api = HttpApi(httpx.Client(timeout=20), provider.url, max_total_s=1.0)
+    started = time.monotonic()
+    with pytest.raises(ProviderError, match="timed out"):
+        api.get(NATIONAL)
+    assert time.monotonic() - started < 2.0, "the try's timeout is cut to the time left"
+
+
+# -- 3: a refused key is that source's failure ------------------------------------------------
+
+
+def test_a_refused_key_hands_over_to_the_next_source(provider, tmp_path):
+    provider.status["/intensity/"] = 401
+    client = httpx.Client(timeout=5)
+    sources = [_source(spec, provider.url, client) for spec in ("uk", "uk:region=13")]
+    chain = CachedChain(sources, SignalCache(tmp_path))
+    signal = chain.history(T0, T0 + 2 * HOUR)
+    assert signal.meta.source == "uk:region=13" and len(signal.frame) == 4
+    assert "refused the credentials (HTTP 401)" in chain.errors[0]
+    assert provider.requests == [NATIONAL, REGIONAL], "the refused key: one try"
+
+
+def test_a_refused_key_with_a_cached_day_is_served_from_the_cache(provider, tmp_path):
+    clock = [T0 + HOUR]
+    chain = CachedChain([_source("uk", provider.url)], SignalCache(tmp_path),
+                        clock=lambda: clock[0])  # fmt: skip
+    fresh = chain.forecast(T0 + HOUR, 24 * HOUR)
+    assert fresh.meta.stale_s is None
+    provider.status["/intensity/"] = 403
+    clock[0] += timedelta(minutes=30)
+    stale = chain.forecast(clock[0], 24 * HOUR)
+    assert stale.meta.stale_s == pytest.approx(1800)
+    assert stale.start == clock[0] and stale.end == fresh.end, "as far as the cache reaches"
+    assert "refused the credentials (HTTP 403)" in chain.errors[0]
+
+
+def test_a_failing_source_is_logged_once_and_its_recovery_once(provider, caplog):
+    caplog.set_level(logging.INFO, logger="orchestrator.signals.feed")
+    provider.status["/intensity/"] = 401
+    feed = SignalFeed(CachedChain([_source("uk", provider.url)], None), horizon_s=86400,
+                      lookback_s=3600)  # fmt: skip
+    for i in range(4):
+        assert not feed.refresh(T0 + i * HOUR)
+        assert "HTTP 401" in feed.last_error
+    failed = [r.getMessage() for r in caplog.records if "source failed" in r.getMessage()]
+    assert len(failed) == 1 and "refused the credentials" in failed[0], failed
+    del provider.status["/intensity/"]
+    for i in range(4, 7):
+        assert feed.refresh(T0 + i * HOUR) and feed.last_error is None
+    back = [r.getMessage() for r in caplog.records if "answers again" in r.getMessage()]
+    assert len(back) == 1, back
+
+
+def test_a_refused_key_passed_over_is_logged_once(provider, caplog):
+    caplog.set_level(logging.INFO, logger="orchestrator.signals.feed")
+    provider.status["/intensity/"] = 401
+    client = httpx.Client(timeout=5)
+    chain = CachedChain([_source(s, provider.url, client) for s in ("uk", "uk:region=13")], None)
+    feed = SignalFeed(chain, horizon_s=86400, lookback_s=3600)
+    assert all(feed.refresh(T0 + i * HOUR) for i in range(4)), "the next source answers"
+    assert feed.last_error is None
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "HTTP 401" in warned[0] and "using uk:region=13" in warned[0]
+
+
+# -- 4: the cache stays bounded and reads only what it needs ----------------------------------
+
+
+def test_the_cache_keeps_one_file_per_source_kind_and_day_and_prunes(provider, tmp_path):
+    clock = [T0]
+    chain = CachedChain([_source("uk", provider.url)], SignalCache(tmp_path),
+                        clock=lambda: clock[0])  # fmt: skip
+    for _ in range(18 * 4):  # a refresh every 6 hours for 18 days
+        chain.forecast(clock[0], 48 * HOUR)
+        chain.history(clock[0] - HOUR, clock[0])
+        last = clock[0]
+        clock[0] += 6 * HOUR
+    files = list(tmp_path.iterdir())
+    assert all(p.suffix == ".json" for p in files), "no temporary file left"
+    keys = []
+    for path in files:
+        data = json.loads(path.read_text())
+        days = {datetime.fromtimestamp(t, UTC).date() for t in data["index"]}
+        assert len(days) == 1, f"{path.name} holds one UTC day"
+        keys.append((data["meta"]["source"], data["kind"], days.pop()))
+        assert path.stat().st_mtime >= (last - timedelta(days=14)).timestamp(), path.name
+    assert len(keys) == len(set(keys)), "one file per source, kind and day"
+    oldest = min(day for _, _, day in keys)
+    assert oldest >= (last - timedelta(days=14)).date(), "older days pruned"
+    assert len(files) <= 2 * (14 + 3)
+
+
+def test_the_fallback_reads_only_the_files_of_that_source_and_range(
+    provider, tmp_path, monkeypatch
+):
+    cache = SignalCache(tmp_path)
+    clock = [T0 + 10 * 24 * HOUR]
+    client = httpx.Client(timeout=5)
+    national, regional = (_source(s, provider.url, client) for s in ("uk", "uk:region=13"))
+    CachedChain([national], cache, clock=lambda: clock[0]).history(T0, T0 + 10 * 24 * HOUR)
+    before = set(tmp_path.iterdir())
+    CachedChain([regional], cache, clock=lambda: clock[0]).history(T0, T0 + 10 * 24 * HOUR)
+    others = set(tmp_path.iterdir()) - before
+    assert len(others) == 10
+    opened: list[Path] = []
+    read_text = Path.read_text
+
+    def spy(self, *args, **kwargs):
+        opened.append(self)
+        return read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", spy)
+    provider.status["/"] = 503
+    chain = CachedChain([national], cache, clock=lambda: clock[0])
+    monkeypatch.setattr(national.api, "retries", 0)
+    stale = chain.history(T0 + 4 * 24 * HOUR, T0 + 5 * 24 * HOUR + HOUR)  # not all of it final
+    assert stale.meta.stale_s == 0 and len(stale.frame) == 50
+    assert opened and not set(opened) & others, "none of the other source's files"
+    assert len(set(opened)) <= 2, "only the two days of the range"
+
+
+# -- 5: garbage from a provider is unknown, not a crash ---------------------------------------
+
+GARBAGE = ["abc", math.nan, -5, math.inf, [1], {"x": 1}, True, "1e999", -math.inf, 2e6]
+
+
+def test_garbage_values_become_unknown(provider):
+    def value(t: datetime):
+        i = int((t - T0) / timedelta(minutes=30))
+        return GARBAGE[i // 2] if i % 2 else 100 + i  # every other row is garbage
+
+    provider.value = value
+    signal = _source("uk", provider.url).history(T0, T0 + 10 * HOUR)
+    values = list(signal.values)
+    assert len(values) == 20
+    assert all(math.isnan(v) for v in values[1::2]), values
+    assert values[0::2] == [100 + i for i in range(0, 20, 2)]
+    assert signal.meta.report.missing == 10
+
+
+def _moer(value) -> dict:
+    return {"data": [{"point_time": (T0 + timedelta(minutes=5 * i)).isoformat(), "value": v}
+                     for i, v in enumerate([value, 500.0])],
+            "meta": {"units": "lbs_co2_per_mwh"}}  # fmt: skip
+
+
+def _ec(key, seconds, values) -> dict:
+    return {"unix_seconds": seconds, key: values}
+
+
+SECS = [int((T0 + i * HOUR).timestamp()) for i in range(2)]
+A44 = (
+    '<Publication_MarketDocument xmlns="urn:x"><TimeSeries><Period><timeInterval>'
+    "<start>2023-06-01T00:00Z</start><end>2023-06-01T02:00Z</end></timeInterval>"
+    "<resolution>{res}</resolution><Point><position>1</position><price.amount>{price}"
+    "</price.amount></Point><Point><position>2</position><price.amount>9</price.amount>"
+    "</Point></Period></TimeSeries></Publication_MarketDocument>"
+)
+# (spec, config, path, answer, outcome): "nan" is a signal whose first value is unknown,
+# "fails" a ProviderError; nothing else may come out
+ANSWERS = {
+    "uk intensity not an object": (
+        "uk", {}, "/intensity/",
+        ok({"data": [{**uk_rows(0, 1)[0], "intensity": "x"}, uk_rows(0, 2)[1]]}), "nan",
+    ),
+    "uk row time not a time": (
+        "uk", {}, "/intensity/", ok({"data": [{"from": {"a": 1}}, *uk_rows(0, 2)]}), "fails",
+    ),
+    "uk answer not a list of rows": ("uk", {}, "/intensity/", ok({"data": [7]}), "fails"),
+    "electricitymaps time a list": (
+        "electricitymaps:DE", {"api_key": "k"}, "/past-range",
+        ok({"data": [{"datetime": ["x"], "carbonIntensity": 1}]}), "fails",
+    ),
+    "watttime value text": (
+        "watttime:CAISO_NORTH", {"username": "u", "password": "p"}, "/v3/historical",
+        ok(_moer("high")), "nan",
+    ),
+    "watttime row without a time": (
+        "watttime:CAISO_NORTH", {"username": "u", "password": "p"}, "/v3/historical",
+        ok({"data": [{"value": 1}], "meta": "x"}), "fails",
+    ),
+    "energy-charts time text": (
+        "energy-charts:DE", {}, "/co2eq", ok(_ec("co2eq", ["x", SECS[1]], [1, 2])), "fails",
+    ),
+    "energy-charts values an object": (
+        "energy-charts:DE", {}, "/co2eq", ok(_ec("co2eq", SECS, {"a": 1})), "nan",
+    ),
+    "carbon-aware duration a list": (
+        "carbon-aware:westus", {}, "/emissions/bylocation",
+        ok([{"time": T0.isoformat(), "rating": "x", "duration": [5]},
+            {"time": (T0 + HOUR).isoformat(), "rating": 2, "duration": [5]}]), "nan",
+    ),
+    "entsoe price text": (
+        "entsoe:DE-LU", {"api_key": "t", "base_url": "https://e.test/api"}, "/api",
+        httpx.Response(200, text=A44.format(res="PT60M", price="n/a")), "nan",
+    ),
+    "entsoe zero resolution": (
+        "entsoe:DE-LU", {"api_key": "t", "base_url": "https://e.test/api"}, "/api",
+        httpx.Response(200, text=A44.format(res="PT0M", price="1")), "fails",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ANSWERS)
+def test_garbage_answers_are_unknown_values_or_that_providers_failure(case):
+    spec, config, path, answer, outcome = ANSWERS[case]
+    router = Router().on("/login", ok({"token": "t"})).on(path, answer)
+    providers = {spec.split(":")[0]: ProviderConfig(**config)}
+    src = build_source(spec, providers, router.client(), sleep=lambda s: None)
+    try:
+        signal = src.history(T0, T0 + 2 * HOUR)
+    except ProviderError:
+        got = "fails"
+    else:
+        got = "nan" if math.isnan(signal.values.iloc[0]) else "value"
+    assert got == outcome
+
+
+def test_a_forecast_of_nothing_but_garbage_is_a_failed_refresh(provider):
+    provider.value = lambda t: "n/a"
+    feed = SignalFeed(CachedChain([_source("uk", provider.url)], None), horizon_s=86400,
+                      lookback_s=3600)  # fmt: skip
+    assert not feed.refresh(T0) and "no known value" in feed.last_error
+    assert feed.series() is None
+
+
+# -- 6, 7: the daemon with a provider that hangs ----------------------------------------------
+
+
+def _plain_log(text: str) -> None:
+    """Every line of the daemon's log off a terminal: ISO time, level, message."""
+    lines = [line for line in text.splitlines() if line]
+    assert lines, "the daemon logged nothing"
+    bad = [line for line in lines if not LOG_LINE.match(line)]
+    assert not bad, bad
+    assert "maximum number of running instances" not in text
+    assert "Traceback" not in text and "JobLookupError" not in text
+
+
+def _daemon_env(cli, provider, refresh: str) -> None:
+    cli.env.update({"GRIDSHIFT_GRID__UK__BASE_URL": provider.url,
+                    "GRIDSHIFT_DAEMON__REFRESH": refresh})  # fmt: skip
+
+
+@E2E
+@pytest.mark.backends("sqlite")
+def test_a_hanging_provider_delays_no_pass_nor_the_exit(cli, provider, tmp_path):
+    provider.delay_s = 4.0  # every request hangs 4 s; a refresh asks two
+    _daemon_env(cli, provider, "1s")
+    done = tmp_path / "done"
+    job = cli.submit("--", "sh", "-c", f"sleep 1; touch {done}")
+    daemon = cli.daemon("--grid", "uk", "--policy", "fifo", "--interval", "0.2")
+    wait_for(done.exists, timeout_s=40, what="the job to end")
+    ended = time.monotonic()
+    wait_for(lambda: cli.job_state(job) == "completed", timeout_s=40, what="its end recorded",
+             every_s=0.02)  # fmt: skip
+    late_s = time.monotonic() - ended
+    assert late_s < 2.0, f"the job's end was recorded {late_s:.1f} s late"
+    assert len(provider.requests) >= 2, "the refresh was asking meanwhile"
+    daemon.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    assert daemon.wait(timeout=30) == 0
+    assert time.monotonic() - started < 3.0, "a refresh stuck on the network held the exit up"
+    _plain_log(daemon.stderr.read())
+
+
+@E2E
+@pytest.mark.backends("sqlite")
+def test_the_daemon_serves_when_its_first_source_refuses_the_key(cli, provider):
+    provider.status["/intensity/"] = 401
+    _daemon_env(cli, provider, "15m")
+    job = cli.submit("--", "true")
+    proc = cli.run("daemon", "--grid", "uk", "--grid", "uk:region=13", "--policy", "fifo",
+                   "--until-idle", "--interval", "0.1", timeout=60)  # fmt: skip
+    assert cli.job_state(job) == "completed"
+    warned = [line for line in proc.stderr.splitlines() if "source failed" in line]
+    assert len(warned) == 1, proc.stderr
+    assert "HTTP 401" in warned[0] and "using uk:region=13" in warned[0]
+    _plain_log(proc.stderr)
+
+
+def _served_by(cli, pid: int) -> bool:
+    """Whether the daemon ``pid`` has done a pass (its health row is written after one)."""
+    from sqlalchemy.exc import DBAPIError
+
+    try:
+        return cli.db_rows("SELECT pid FROM health") == [(pid,)]
+    except (LookupError, DBAPIError):
+        return False
+
+
+@E2E
+@pytest.mark.backends("sqlite")
+def test_sigterm_during_a_pass_exits_0_every_time(cli, provider):
+    provider.delay_s = 0.3  # a refresh under way most of the time, too
+    _daemon_env(cli, provider, "0.2s")
+    codes, logs = [], []
+    for _ in range(5):
+        daemon = cli.daemon("--grid", "uk", "--policy", "fifo", "--interval", "0.05")
+        wait_for(lambda: _served_by(cli, daemon.pid), what="the first pass")  # noqa: B023
+        time.sleep(random.uniform(0.1, 0.6))  # passes every 50 ms: mostly one under way
+        daemon.send_signal(signal.SIGTERM)
+        codes.append(daemon.wait(timeout=20))
+        logs.append(daemon.stderr.read())
+    assert not [log for log in logs if "JobLookupError" in log or "Traceback" in log], logs
+    assert codes == [0] * 5
+    for log in logs:
+        _plain_log(log)
+
+
+@E2E
+@pytest.mark.backends("sqlite")
+def test_a_bug_in_a_pass_still_stops_the_daemon_and_is_raised(cli, provider, monkeypatch, caplog):
+    from tests.test_crash_recovery import _daemon
+
+    provider.delay_s = 2.0  # a refresh hanging meanwhile holds up neither passes nor the stop
+    _daemon_env(cli, provider, "1s")
+    cli.env.update({"GRIDSHIFT_DAEMON__GRID": '["uk"]', "GRIDSHIFT_DAEMON__POLICY": "fifo"})
+    daemon = _daemon(cli, monkeypatch)
+    passes = []
+
+    def tick(now):
+        passes.append(now)
+        if len(passes) == 3:
+            raise KeyError("a bug")
+        return 0.05
+
+    monkeypatch.setattr(daemon, "tick", tick)
+    started = time.monotonic()
+    with pytest.raises(KeyError, match="a bug"):
+        daemon.run()
+    assert len(passes) == 3 and time.monotonic() - started < 10.0
+    health = json.loads(cli.db_rows("SELECT data FROM health")[0][0])
+    assert health["stopped"] is True, "stopped as a daemon stops: caps restored, health said"
+    assert not [r for r in caplog.records if r.name.startswith("apscheduler")]
