@@ -170,8 +170,7 @@ class SshLink:
         self.last_error: str | None = None
         self._retry_at = 0.0
         self._backoff_s = RETRY_MIN_S
-        self._strikes = 0  # malformed answers in a row to the verb below
-        self._struck: str | None = None
+        self._strikes: dict[str, int] = {}  # verb -> malformed answers since its last good one
         if not target.verify_host_key:
             log.warning(
                 "node %s: host key checking is OFF (verify_host_key = false); the "
@@ -208,12 +207,11 @@ class SshLink:
         """The node answered nonsense: erroring (down) for this pass; retried later."""
         reason = f"{what}: malformed answer ({why})"
         self._mark_down(reason)
-        with self._lock:  # not up again at the next answer of another verb: a server
-            # that answers ``claim`` well but ``launch`` with nonsense would take a job
-            # each pass; it waits longer after each malformed answer instead
-            self._strikes = self._strikes + 1 if self._struck == what else 1
-            self._struck = what
-            wait_s = min(BAD_ANSWER_MAX_S, RETRY_MIN_S * 4**self._strikes)
+        with self._lock:  # a good answer to another verb does not forgive this one: a
+            # server that answers ``claim`` well but ``launch`` with nonsense (or the two
+            # by turns) would take a job each pass; it waits longer each time instead
+            self._strikes[what] = self._strikes.get(what, 0) + 1
+            wait_s = min(BAD_ANSWER_MAX_S, RETRY_MIN_S * 4 ** max(self._strikes.values()))
             self._retry_at = max(self._retry_at, self._clock() + wait_s)
         return BadAnswer(f"node {self.target.node}: {reason}")
 
@@ -342,8 +340,7 @@ class SshLink:
             answer = sshanswers.check(verb, json.loads(out))
         except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
             raise self.bad_answer(verb, f"{exc}; got {out[:120]!r}") from None
-        if verb == self._struck:
-            self._strikes, self._struck = 0, None
+        self._strikes.pop(verb, None)
         self._mark_up()  # up again only once a verb answered well
         return answer
 
@@ -366,10 +363,12 @@ class SshLink:
         digest, data = bundle.archive()
         lib = self.target.remote_path("lib", digest)
         py = self.target.python
-        probe = self.run([py, "-c", bundle.PROBE, lib]).stdout.decode().strip()
+        # neither marks a down server up: the answer it is asked for has to be well formed
+        probe = self.run([py, "-c", bundle.PROBE, lib], mark_up=False).stdout.decode().strip()
         state, _, where = probe.partition(" ")
         if state != "present":
-            where = self.run([py, "-c", bundle.INSTALL, lib], stdin=data).stdout.decode().strip()
+            where = self.run([py, "-c", bundle.INSTALL, lib], stdin=data, mark_up=False)
+            where = where.stdout.decode().strip()
             log.info("node %s: installed the job monitor in %s", self.target.node, where)
         self._lib = where
         return where

@@ -31,12 +31,12 @@ kill -9 $PPID
 """
 
 
-def hand_written_rows(cli, template: int) -> dict[int, str]:
+def hand_written_rows(cli, template: int, wrong: dict[str, str] | None = None) -> dict[int, str]:
     """Copies of queued job ``template`` with values no CLI accepts, written straight
     into the database (as an old or hand-edited one may hold): id -> what is wrong."""
     from sqlalchemy import create_engine, text
 
-    wrong = {
+    wrong = wrong or {
         "duration_s = 9e999": "duration inf s",
         "duration_s = 99999999 * 604800.0": "duration 60479999395200.0 s",
         "deadline = '9999-12-31 00:00:00.000000'": "more than ten years after submission",
@@ -164,6 +164,10 @@ def test_rows_no_cli_accepts_fail_with_why_and_the_pass_goes_on(cli, tmp_path):
 
     template = cli.submit("--duration", "1m", "--within", "2h", "--", "true")
     forged = hand_written_rows(cli, template)
+    unreadable = hand_written_rows(cli, template, {
+        "deadline = 'garbage'": "ValueError",
+        "command = 'not json'": "JSONDecodeError",
+    })  # fmt: skip
     cli.run("cancel", str(template))
     ordinary = cli.submit("--", "sh", "-c", "echo fine")
     now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
@@ -177,3 +181,8 @@ def test_rows_no_cli_accepts_fail_with_why_and_the_pass_goes_on(cli, tmp_path):
         row = cli.json("show", str(job_id))
         assert row["state"] == "failed", row
         assert "the stored job cannot be believed" in row["reason"] and why in row["reason"]
+    for job_id, why in unreadable.items():  # (show cannot read them either: SQL)
+        ((state, reason),) = cli.db_rows(f"SELECT state, reason FROM job WHERE id = {job_id}")
+        assert state == "failed" and "a column cannot be read" in reason and why in reason
+    events = cli.db_rows(f"SELECT to_state FROM event WHERE job_id = {max(unreadable)}")
+    assert events[-1] == ("failed",)

@@ -166,3 +166,51 @@ def test_the_report_saving_counts_running_and_never_run_jobs(tmp_path):
     assert total["jobs"] == 3
     assert total["carbon_at_submission_kg"] == pytest.approx(0.8)  # 2 kWh at 400 g/kWh
     assert total["saving_pct"] == pytest.approx(100 * (1 - 150 / 800), abs=0.1)
+
+
+def test_stopping_while_a_pass_books_its_early_successor_does_not_deadlock(monkeypatch):
+    """A SIGTERM landing while a pass books the next one (``add_job``) hung the daemon:
+    ``shutdown(wait=True)`` held the job store lock the pass needed."""
+    import threading
+    from datetime import UTC, datetime
+
+    from apscheduler.job import Job
+
+    from orchestrator.daemon.loop import run_passes
+
+    wake = threading.Event()
+    booking = threading.Event()
+    original = Job.__init__
+
+    def slow_init(self, *args, **kwargs):
+        if threading.current_thread().name != "MainThread":
+            booking.set()
+            wake.set()  # stopped just now, while this pass books its successor
+            threading.Event().wait(0.5)
+        original(self, *args, **kwargs)
+
+    class Served:
+        interval_s = 10.0
+        lease = None
+        dispatcher = None
+
+        class clock:
+            @staticmethod
+            def now():
+                return datetime.now(UTC)
+
+        def tick(self, now):
+            monkeypatch.setattr(Job, "__init__", slow_init)
+            return 0.01  # something is due before the next interval: book a pass
+
+        def stop(self, *_):
+            wake.set()
+
+        def stand_by(self):
+            wake.set()
+
+    runner = threading.Thread(target=run_passes, args=(Served(), wake, False), daemon=True)
+    runner.start()
+    runner.join(10)
+    assert booking.is_set(), "the pass booked its successor"
+    assert not runner.is_alive(), "stopping hung"

@@ -199,6 +199,26 @@ def test_a_server_that_answers_launch_with_nonsense_stays_down_longer_each_time(
         ex.close()
 
 
+def test_malformed_answers_to_verbs_by_turns_still_make_the_wait_grow(tmp_path):
+    """A good answer to one verb forgives only that verb: nonsense to launch and status
+    by turns is not a wait of 8 s for ever."""
+    cfg = NodeConfig(name="s", executor="ssh", host="127.0.0.1")
+    now = [0.0]
+    control = tmp_path / "ssh"
+    control.mkdir(mode=0o700)
+    link = SshLink(ssh_target(cfg), clock=lambda: now[0], control_dir=control)
+    waits = []
+    for verb in ("launch", "status", "launch", "status"):
+        link.bad_answer(verb, "nonsense")
+        waits.append(link._retry_at - now[0])
+        now[0] = link._retry_at
+        link._strikes.pop("claim", None)  # a good claim in between forgives nothing else
+    assert waits == [8.0, 8.0, 32.0, 32.0], waits
+    link._strikes.pop("launch")  # launch answered well again
+    link.bad_answer("status", "nonsense")
+    assert link._retry_at - now[0] == 128.0, "status is still on its third strike"
+
+
 @pytest.mark.backends("sqlite")
 def test_the_daemon_outlives_a_server_that_answers_nonsense(cli, ssh_servers, tmp_path):
     srv = ssh_servers(gpus=1)

@@ -34,7 +34,7 @@ from orchestrator.queue.attempts import AttemptState, remaining_run_s
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt, Job
 from orchestrator.queue.ownership import User
-from orchestrator.queue.states import FINAL, JobState, transition
+from orchestrator.queue.states import FINAL, JobState, fail_unreadable, transition
 from orchestrator.settings import Settings
 from placement.cluster import ClusterAllocator
 from placement.topology import ClusterTopology
@@ -117,10 +117,14 @@ class Dispatcher:
         )  # fmt: skip
 
     def fail_queued(self, job_id: int, now: datetime, reason: str) -> None:
-        with self.db.write() as session:
-            job = session.get(Job, job_id)
-            if job.state == JobState.QUEUED.value:
-                transition(session, job, JobState.FAILED, at=now, actor=ACTOR, reason=reason)
+        try:
+            with self.db.write() as session:
+                job = session.get(Job, job_id)
+                if job.state == JobState.QUEUED.value:
+                    transition(session, job, JobState.FAILED, at=now, actor=ACTOR, reason=reason)
+        except (ValueError, TypeError, OverflowError):  # a row that cannot even be read
+            with self.db.write() as session:
+                fail_unreadable(session, job_id, now, reason)
         log.info("job %s: failed (%s)", job_id, reason)
 
     def launch(

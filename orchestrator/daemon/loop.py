@@ -129,6 +129,10 @@ def run_passes(daemon: Served, wake: threading.Event, until_idle: bool) -> None:
     )
     failure: list[BaseException] = []
     early: list[datetime] = []  # the one-off pass booked before the interval's next
+    # held by a pass from start to end. Stopping takes it, then shuts the scheduler down
+    # without waiting: waiting inside ``shutdown(wait=True)`` holds the scheduler's job
+    # store lock, which a pass booking its early successor (``add_job``) needs: deadlock
+    in_pass = threading.Lock()
 
     def _early(wait_s: float) -> None:
         """Something is due before the interval's next pass: book a one-off pass then
@@ -142,10 +146,13 @@ def run_passes(daemon: Served, wake: threading.Event, until_idle: bool) -> None:
         sched.add_job(_pass, "date", run_date=at)
 
     def _pass() -> None:
+        with in_pass:
+            if not wake.is_set():  # stopping: no new pass
+                _one_pass()
+
+    def _one_pass() -> None:
         from orchestrator.daemon.lease import LeaseLost
 
-        if wake.is_set():
-            return  # stopping: no new pass
         try:
             with boundary():
                 if daemon.lease is not None:
@@ -174,6 +181,7 @@ def run_passes(daemon: Served, wake: threading.Event, until_idle: bool) -> None:
         while not wake.wait(1.0):
             pass
     finally:
-        sched.shutdown(wait=True)  # the pass under way ends first
+        with in_pass:  # the pass under way ends first; none starts after
+            sched.shutdown(wait=False)
     if failure:
         raise failure[0]

@@ -83,14 +83,8 @@ class SqlQueue:
         now = self._at(now_s)
         d = self.dispatcher
         with self.db.read() as session:
-            queued = list(
-                session.exec(
-                    select(Job)
-                    .where(Job.state == JobState.QUEUED.value)
-                    .order_by(col(Job.priority).desc(), col(Job.id))
-                ).all()
-            )
-            bad = {j.id: why for j in queued if (why := stored_job_problem(j)) is not None}
+            queued, bad = _queued_rows(session)
+            bad |= {j.id: why for j in queued if (why := stored_job_problem(j)) is not None}
             queued = [j for j in queued if j.id not in bad]
             stopped = {
                 a.job_id: a
@@ -99,6 +93,11 @@ class SqlQueue:
                 ).all()
             }
             stopped_jobs = [session.get(Job, i) for i in stopped]
+            for job in stopped_jobs:  # a stopped job resumes on its plan: checked too
+                if (why := stored_job_problem(job)) is not None:
+                    stopped.pop(job.id)  # left out of the plan (it stays stopped), said once
+                    self._unplannable(job.id, why)
+            stopped_jobs = [j for j in stopped_jobs if j.id in stopped]
             running = _running_rows(session)
             deps = dependencies(session, [j.id for j in queued])
             dep_ids = {x for xs in deps.values() for x in xs}
@@ -211,6 +210,13 @@ class SqlQueue:
         return min(times, default=None)
 
     # -- parts --------------------------------------------------------------------------
+    def _unplannable(self, job_id: int, why: str) -> None:
+        def refuse() -> None:
+            raise ValueError(f"the stored job cannot be believed: {why}; cancel it")
+
+        with self.faults.contained(f"job {job_id}", f"job {job_id}: plan"):
+            refuse()
+
     def _cannot_run(self, job: Job, largest: int) -> str | None:
         if job.gpus_min > largest:
             return f"needs {job.gpus_min} GPUs; the largest node has {largest}"
@@ -228,6 +234,29 @@ class SqlQueue:
         from orchestrator.accounting.meter import spent_g
 
         return spent_g(session, *window)
+
+
+def _queued_rows(session: Session) -> tuple[list[Job], dict[int, str]]:
+    """The queued jobs, by priority then id, and those whose row cannot even be read (a
+    column that is not of its type): id -> why. One query while every row reads."""
+    order = (col(Job.priority).desc(), col(Job.id))
+    query = select(Job).where(Job.state == JobState.QUEUED.value)
+    try:
+        return list(session.exec(query.order_by(*order)).all()), {}
+    except (ValueError, TypeError, OverflowError) as exc:  # JSONDecodeError is a ValueError
+        session.rollback()
+        first = exc
+    ids = session.exec(select(Job.id).where(Job.state == JobState.QUEUED.value)).all()
+    rows, bad = [], {}
+    for job_id in ids:
+        try:
+            rows.append(session.exec(select(Job).where(Job.id == job_id)).one())
+        except (ValueError, TypeError, OverflowError) as exc:
+            session.rollback()
+            bad[job_id] = f"a column cannot be read ({type(exc).__name__}: {exc})"[:300]
+    del first  # (the rows that failed are named one by one above)
+    rows.sort(key=lambda j: (-j.priority, j.id))
+    return rows, bad
 
 
 def _running_rows(session: Session) -> list:

@@ -96,3 +96,20 @@ def transition(
     session.add(job)
     session.add(event)
     return event
+
+
+def fail_unreadable(session: Session, job_id: int, at: datetime, reason: str) -> None:
+    """Fail a queued job whose row cannot be loaded (a column not of its type), without
+    loading it: its state, reason and end time, and the event; the caller commits."""
+    from sqlalchemy import update
+
+    done = session.exec(
+        update(Job)
+        .where(Job.id == job_id, Job.state == JobState.QUEUED.value)
+        .values(state=JobState.FAILED.value, reason=reason, finished_at=at)
+    )
+    if done.rowcount:
+        queued, failed = JobState.QUEUED.value, JobState.FAILED.value
+        event = Event(job_id=job_id, at=at, from_state=queued, to_state=failed, reason=reason)
+        event.actor = "daemon"
+        session.add(event)
