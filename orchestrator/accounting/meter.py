@@ -201,11 +201,13 @@ def job_totals(session: Session, job_id: int) -> None:
     session.add(job)
 
 
-def spent_g(session: Session, start: datetime, end: datetime) -> float:
-    """Grams of CO2e accounted to UTC days in ``[start, end)``."""
+def spent_g(session: Session, start: datetime, end: datetime, kind: str = "carbon") -> float:
+    """Grams of CO2e accounted to UTC days in ``[start, end)``; for an energy budget
+    (``kind="energy"``), watt-hours (a budget's units: ``planning.budgets``)."""
     from sqlalchemy import func
 
+    column = Usage.carbon_g if kind == "carbon" else Usage.energy_j
     total = session.exec(
-        select(func.sum(Usage.carbon_g)).where(col(Usage.day) >= start).where(col(Usage.day) < end)
+        select(func.sum(column)).where(col(Usage.day) >= start).where(col(Usage.day) < end)
     ).one()
-    return float(total or 0.0)
+    return float(total or 0.0) / (1.0 if kind == "carbon" else 3600.0)

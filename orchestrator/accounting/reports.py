@@ -22,8 +22,10 @@ def budget_periods(session: Session, budget: Budget, now: datetime, periods: int
     ``periods`` periods' spending."""
     now_s = now.timestamp()
     spent: dict[float, float] = defaultdict(float)
-    for day, grams in session.exec(select(Usage.day, Usage.carbon_g)).all():
-        spent[budget.period_of(day.timestamp())[0]] += grams
+    energy = budget.kind == "energy"  # then in Wh, a budget's unit (planning.budgets)
+    column = Usage.energy_j if energy else Usage.carbon_g
+    for day, amount in session.exec(select(Usage.day, column)).all():
+        spent[budget.period_of(day.timestamp())[0]] += amount / 3600.0 if energy else amount
     start, end = budget.period_of(now_s)
     current = spent.get(start, 0.0)
     elapsed = now_s - start if start > -1e18 else None
@@ -40,6 +42,7 @@ def budget_periods(session: Session, budget: Budget, now: datetime, periods: int
         )
     return {
         "budget": str(budget),
+        "unit": budget.unit,  # kg, or kWh for an energy budget (the *_g keys: g, or Wh)
         "budget_g": budget.grams,
         "period_start": _iso(start),
         "period_end": _iso(end),

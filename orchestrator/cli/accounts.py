@@ -61,9 +61,10 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
     out.print(f"[bold]power caps[/] {caps}")
     b = data["budget"]
     if b:
+        unit = b.get("unit", "kg")
         out.print(
-            f"[bold]budget[/]     {b['budget']}: {b['spent_g'] / 1e3:.3f} kg spent, "
-            f"{b['remaining_g'] / 1e3:.3f} kg left this period"
+            f"[bold]budget[/]     {b['budget']}: {b['spent_g'] / 1e3:.3f} {unit} spent, "
+            f"{b['remaining_g'] / 1e3:.3f} {unit} left this period"
         )
 
 
@@ -86,15 +87,16 @@ def budget(
         return
     out = console()
     projected = data["projected_g"]
+    unit = data.get("unit", "kg")
     out.print(
-        f"[bold]{data['budget']}[/]: {data['spent_g'] / 1e3:.3f} kg spent, "
-        f"{data['remaining_g'] / 1e3:.3f} kg left"
-        + ("" if projected is None else f", {projected / 1e3:.3f} kg projected")
+        f"[bold]{data['budget']}[/]: {data['spent_g'] / 1e3:.3f} {unit} spent, "
+        f"{data['remaining_g'] / 1e3:.3f} {unit} left"
+        + ("" if projected is None else f", {projected / 1e3:.3f} {unit} projected")
         + f" (period from {(data['period_start'] or 'the start')[:16]})"
     )
     for p in data["periods"]:
-        over = f"  [red]over by {p['over_g'] / 1e3:.3f} kg[/]" if p["over_g"] else ""
-        out.print(f"  {p['period_start'][:10]}  {p['spent_g'] / 1e3:10.3f} kg{over}")
+        over = f"  [red]over by {p['over_g'] / 1e3:.3f} {unit}[/]" if p["over_g"] else ""
+        out.print(f"  {p['period_start'][:10]}  {p['spent_g'] / 1e3:10.3f} {unit}{over}")
 
 
 def report(

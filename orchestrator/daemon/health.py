@@ -79,9 +79,10 @@ class HealthWriter:
             from orchestrator.accounting.meter import spent_g
 
             start, end = planner.budget_window(now)
-            spent = spent_g(session, start, end)
+            spent = spent_g(session, start, end, planner.budget.kind)
             data["budget"] = {
                 "budget": str(planner.budget),
+                "unit": planner.budget.unit,
                 "period_start": start.isoformat(),
                 "period_end": end.isoformat(),
                 "spent_g": round(spent, 3),

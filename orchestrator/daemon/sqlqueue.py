@@ -233,7 +233,7 @@ class SqlQueue:
             return 0.0
         from orchestrator.accounting.meter import spent_g
 
-        return spent_g(session, *window)
+        return spent_g(session, *window, self.planner.budget.kind)
 
 
 def _queued_rows(session: Session) -> tuple[list[Job], dict[int, str]]:

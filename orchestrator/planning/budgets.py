@@ -1,8 +1,13 @@
 """Carbon budgets and the ledger that spends them.
 
 A budget is an amount of CO2e per period, as people write it: ``20kg/day``, ``150kg/week``,
-``2t/month``, or a plain amount (``500kg``) for the whole of a what-if run. Periods are
-calendar periods in UTC: days from midnight, weeks from Monday, months from the 1st.
+``2t/month``, or a plain amount (``500kg``) for the whole of a what-if run; or an amount of
+energy (``500kWh/day``, ``2MWh/week``: PowerFlow's setting). Periods are calendar periods
+in UTC: days from midnight, weeks from Monday, months from the 1st.
+
+An energy budget is kept as a carbon budget against a flat signal of 1,000 per kWh: its
+"grams" are watt-hours, so the ledger, the planner and the reports share one code path
+(``Budget.measure`` gives the signal a budget is charged against).
 
 The ledger records what ran (power over time × intensity) into the periods it fell in, so
 the planner can ask how much of the current period is left, and the reports can say which
@@ -20,34 +25,56 @@ from datetime import UTC, datetime
 
 from orchestrator.errors import SpecError
 
-_AMOUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(g|kg|t)\s*(?:/\s*(day|week|month))?\s*$", re.I)
-_GRAMS = {"g": 1.0, "kg": 1e3, "t": 1e6}
+_AMOUNT = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(g|kg|t|wh|kwh|mwh)\s*(?:/\s*(day|week|month))?\s*$", re.I
+)
+# budget units per unit written: grams of CO2e, or watt-hours for an energy budget
+_UNITS = {"g": 1.0, "kg": 1e3, "t": 1e6, "wh": 1.0, "kwh": 1e3, "mwh": 1e6}
+WH_PER_KWH = 1000.0  # an energy budget's flat "intensity": units (Wh) per kWh
 J_PER_KWH = 3.6e6
 MAX_GRAMS = 1e12  # a million tonnes: more than any lab emits; also keeps sums finite
 
 
 @dataclass(frozen=True)
 class Budget:
-    grams: float
+    grams: float  # per period, in the budget's unit: g CO2e, or Wh for an energy budget
     period: str  # day | week | month | run
+    kind: str = "carbon"  # carbon | energy
 
     @classmethod
     def parse(cls, text: str) -> Budget:
         match = _AMOUNT.match(text or "")
         if not match:
             raise SpecError(
-                f"invalid budget {text!r}: use e.g. 20kg/day, 150kg/week, 2t/month or 500kg"
+                f"invalid budget {text!r}: use e.g. 20kg/day, 150kg/week, 2t/month, 500kg"
+                " or 500kWh/day"
             )
-        grams = float(match.group(1)) * _GRAMS[match.group(2).lower()]
+        unit = match.group(2).lower()
+        grams = float(match.group(1)) * _UNITS[unit]
         if grams <= 0:
             raise SpecError(f"invalid budget {text!r}: it must be more than zero")
         if not grams < MAX_GRAMS:  # also NaN and infinity
             raise SpecError(f"invalid budget {text[:40]!r}: at most 1000000t")
-        return cls(grams, (match.group(3) or "run").lower())
+        kind = "energy" if unit.endswith("wh") else "carbon"
+        return cls(grams, (match.group(3) or "run").lower(), kind)
+
+    @property
+    def unit(self) -> str:
+        """The unit amounts are shown in: kg (of CO2e) or kWh."""
+        return "kWh" if self.kind == "energy" else "kg"
 
     def __str__(self) -> str:
-        amount = f"{self.grams / 1e3:g}kg"
+        amount = f"{self.grams / 1e3:g}{self.unit}"
         return amount if self.period == "run" else f"{amount}/{self.period}"
+
+    def measure(self, carbon):
+        """The signal (a StepSeries, per kWh) this budget is charged against: the carbon
+        intensity, or for an energy budget a flat 1,000 Wh per kWh on the same steps."""
+        if self.kind == "carbon":
+            return carbon
+        import numpy as np
+
+        return carbon.with_values(np.full(len(carbon.values), WH_PER_KWH))
 
     def period_of(self, t_s: float) -> tuple[float, float]:
         """The (start, end) of the period holding ``t_s`` (the run's period is endless)."""
@@ -81,38 +108,56 @@ class BudgetState:
     period_start_s: float
     period_end_s: float
     spent_g: float
+    # When jobs stop arriving, for pacing a whole-run budget (a what-if run knows its
+    # trace's last arrival); None: the period's end (a run budget: the planner's horizon).
+    arrivals_end_s: float | None = None
 
     @property
     def remaining_g(self) -> float:
         return max(0.0, self.budget.grams - self.spent_g)
 
 
+@dataclass(frozen=True)
+class ForcedStart:
+    """A start a deadline forced although the budget did not allow it."""
+
+    job_id: int
+    start_s: float
+    grams: float  # what the start was expected to spend (budget units: g, or Wh)
+
+
 @dataclass
 class Ledger:
-    """Grams of CO2e per period, from what actually ran."""
+    """Grams of CO2e (Wh for an energy budget) per period, from what actually ran."""
 
     budget: Budget
     spent_g: dict[float, float] = field(default_factory=lambda: defaultdict(float))
     forced: dict[float, int] = field(default_factory=lambda: defaultdict(int))
+    forced_jobs: list[ForcedStart] = field(default_factory=list)
+    arrivals_end_s: float | None = None  # see BudgetState
 
     def record(self, start_s: float, end_s: float, power_w: float, carbon) -> float:
         """Charge a stretch of constant power (``carbon``: a StepSeries of g/kWh) to the
-        periods it fell in. Returns the grams."""
+        periods it fell in. Returns the grams (Wh for an energy budget)."""
         total = 0.0
+        signal = self.budget.measure(carbon)
         cuts = [start_s, *self.budget.boundaries(start_s, end_s), end_s]
         for a, b in itertools.pairwise(cuts):
-            grams = power_w * float(carbon.integral(a, b)) / J_PER_KWH
+            grams = power_w * float(signal.integral(a, b)) / J_PER_KWH
             self.spent_g[self.budget.period_of(a)[0]] += grams
             total += grams
         return total
 
-    def note_forced(self, t_s: float) -> None:
+    def note_forced(self, t_s: float, job_id: int | None = None, grams: float = 0.0) -> None:
         """A deadline made a job start although the budget did not allow it."""
         self.forced[self.budget.period_of(t_s)[0]] += 1
+        if job_id is not None:
+            self.forced_jobs.append(ForcedStart(job_id, t_s, grams))
 
     def state(self, now_s: float) -> BudgetState:
         start, end = self.budget.period_of(now_s)
-        return BudgetState(self.budget, start, end, self.spent_g.get(start, 0.0))
+        spent = self.spent_g.get(start, 0.0)
+        return BudgetState(self.budget, start, end, spent, self.arrivals_end_s)
 
     def over_g(self) -> dict[float, float]:
         """Periods that went over the budget, by how many grams."""
