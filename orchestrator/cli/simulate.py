@@ -50,7 +50,11 @@ def simulate(
         int | None, Opt("--skip-jobs", help="Leave out the first N jobs in arrival order.", min=0)
     ] = None,
     budget: Annotated[
-        str | None, Opt("--budget", help="Carbon budget: 20kg/day, 150kg/week, 2t/month, 500kg.")
+        str | None,
+        Opt(
+            "--budget",
+            help="Carbon or energy budget: 20kg/day, 150kg/week, 2t/month, 500kg, 500kWh/day.",
+        ),
     ] = None,
     objective: Annotated[
         str | None, Opt("--objective", help="carbon, cost or mix:W (W: carbon's weight).")
@@ -224,10 +228,18 @@ def _table(data: dict) -> None:
         for name, m in data["policies"].items():
             b = m.get("budget")
             if b:
+                unit = b.get("unit", "kg")
                 out.print(
                     f"budget {s['budget']} under {name}: {b['periods_over']} of {b['periods']} "
-                    f"periods over, by {b['over_kg']:,.1f} kg in all"
+                    f"periods over, by {b['over_kg']:,.1f} {unit} in all"
                 )
+                forced = b.get("forced_jobs") or []
+                if forced:
+                    named = ", ".join(f"job {f['job']} ({f['kg']:,.2f} {unit})" for f in forced[:8])
+                    more = f" and {len(forced) - 8} more" if len(forced) > 8 else ""
+                    out.print(
+                        f"  forced by deadlines: {named}{more}; {b['forced_kg']:,.1f} {unit} in all"
+                    )
     if s["price_unit"]:
         out.print(f"cost in {s['price_unit']}")
     for note in s["notes"]:

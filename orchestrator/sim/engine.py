@@ -33,7 +33,7 @@ import numpy as np
 
 from executors.base import Handle, LaunchSpec
 from executors.simulated import SimulatedExecutor, Workload
-from orchestrator.planning.budgets import Ledger
+from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.planning.onepass import Pass, Running
 from orchestrator.planning.perfmodel import JobModel
 from orchestrator.planning.pieces import piece_index, width_of
@@ -77,7 +77,9 @@ class SimDaemon:
         self.executor = SimulatedExecutor(self.loop)
         self.alloc = ClusterAllocator(inputs.topology)
         self.scheduler = Scheduler(policy, forecaster, inputs.max_defer_s, self._context)
-        self.ledger = Ledger(inputs.budget) if inputs.budget is not None else None
+        self.ledger = None
+        if inputs.budget is not None:  # a whole-run budget is paced to the last arrival
+            self.ledger = Ledger(inputs.budget, arrivals_end_s=float(jobs.submit_s.max()))
         self._price = None
         if inputs.price is not None:
             from grid.forecasters import StepForecaster
@@ -284,11 +286,13 @@ class SimDaemon:
         handle = self.executor.launch(spec)
         if self.first_start[i] != self.first_start[i]:  # NaN: its first start
             self.first_start[i] = now
+        end = now + (1.0 - float(self.done[i])) / work.rate(cap)
         if decision.forced:
             self.forced += 1
             if self.ledger is not None:
-                self.ledger.note_forced(now)
-        end = now + (1.0 - float(self.done[i])) / work.rate(cap)
+                signal = self.ledger.budget.measure(self.inputs.carbon)
+                grams = work.power_w(cap) * float(signal.integral(now, end)) / J_PER_KWH
+                self.ledger.note_forced(now, i, grams)
         event = None
         if decision.intervals and piece < len(decision.intervals) - 1:
             stop = decision.intervals[piece][1]

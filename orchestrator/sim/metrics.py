@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.planning.budgets import J_PER_KWH
+from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
 
@@ -53,17 +53,48 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
         "solver": run.solver or None,  # oracle: what its one solve reported
     }
     if run.ledger is not None:
-        over = run.ledger.over_g()
-        out["budget"] = {
-            "per_period_kg": round(run.ledger.budget.grams / 1000, 3),
-            "period": run.ledger.budget.period,
-            "periods": len(run.ledger.spent_g),
-            "periods_over": len(over),
-            "over_kg": round(sum(over.values()) / 1000, 3),
-            "max_period_kg": round(max(run.ledger.spent_g.values(), default=0) / 1000, 3),
-            "forced_starts": sum(run.ledger.forced.values()),
-        }
+        out["budget"] = budget_block(run.ledger)
     return out
+
+
+def budget_block(ledger: Ledger) -> dict:
+    """How each period of the budget fared. Amounts in the budget's unit (kg, or kWh for
+    an energy budget: ``unit``); ``budget_overrun_kg``: the amount spent beyond the budget
+    over all periods; ``forced_jobs``: the starts a deadline forced against it, each with
+    what it was expected to spend (counted in the period it started in, ``by_period``)."""
+    over = ledger.over_g()
+    budget = ledger.budget
+    forced_g: dict[float, float] = {}
+    for f in ledger.forced_jobs:
+        start = budget.period_of(f.start_s)[0]
+        forced_g[start] = forced_g.get(start, 0.0) + f.grams
+    return {
+        "budget": str(budget),
+        "kind": budget.kind,
+        "unit": budget.unit,
+        "per_period_kg": round(budget.grams / 1000, 3),
+        "period": budget.period,
+        "periods": len(ledger.spent_g),
+        "periods_over": len(over),
+        "over_kg": round(sum(over.values()) / 1000, 3),
+        "budget_overrun_kg": round(sum(over.values()) / 1000, 3),
+        "spent_kg": round(sum(ledger.spent_g.values()) / 1000, 3),
+        "max_period_kg": round(max(ledger.spent_g.values(), default=0) / 1000, 3),
+        "forced_starts": sum(ledger.forced.values()),
+        "forced_jobs": [
+            {"job": f.job_id, "start_s": round(f.start_s, 1), "kg": round(f.grams / 1000, 3)}
+            for f in ledger.forced_jobs
+        ],
+        "forced_kg": round(sum(f.grams for f in ledger.forced_jobs) / 1000, 3),
+        "by_period": [  # start (epoch s; null for a whole-run budget), spent, forced
+            {
+                "start_s": p if np.isfinite(p) else None,
+                "kg": round(g / 1000, 3),
+                "forced_kg": round(forced_g.get(p, 0.0) / 1000, 3),
+            }
+            for p, g in sorted(ledger.spent_g.items())
+        ],
+    }
 
 
 def power_timeline(inputs: SimInputs, run: RunResult, step_s: float | None = None):

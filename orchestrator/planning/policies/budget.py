@@ -10,12 +10,14 @@ load expected to arrive; each takes its cheapest option that meets its latest fi
   slots, runs at the power cap where a joule buys the most work, and for a job that may be
   suspended, runs only in the lowest slots before its deadline;
 - with a budget, the option with the least completion time + λ × grams, where λ (seconds
-  of completion time a gram is worth) is the smallest that keeps the plan within what is
-  left of each budget period. λ is found by bisection on the jobs' choices without
-  capacity, then checked (and raised) with it. A low λ widens and uncaps jobs to finish
-  sooner; a high one shrinks, caps and defers them into low-carbon slots or the next
-  period. That is GreenFlow's rule of spending the budget where it buys the most
-  completion time per gram.
+  of completion time a gram is worth) is the smallest that keeps the plan within what the
+  queue may spend of each budget period (``Periods.target``: what is left, less what the
+  jobs expected to arrive need). λ is found by bisection on the jobs' choices without
+  capacity, then checked (and raised) with it. Where the plan still goes over, the plan
+  without the budget is taken if it spends no more in the period now. A low λ widens
+  and uncaps jobs to finish sooner; a high one shrinks, caps and defers them into
+  low-carbon slots or the next period. That is GreenFlow's rule of spending the budget
+  where it buys the most completion time per gram.
 
 A job that no option lets meet its deadline starts as early as capacity allows at full
 speed, whatever the carbon: its decision is marked ``forced``.
@@ -23,7 +25,6 @@ speed, whatever the carbon: its decision is marked ``forced``.
 
 from __future__ import annotations
 
-import itertools
 from collections import deque
 from dataclasses import replace
 
@@ -31,10 +32,8 @@ import numpy as np
 
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.policies.base import Decision, Plan, Policy, Snapshot
+from orchestrator.planning.policies.periods import LAMBDA_MAX, Periods
 from orchestrator.planning.policies.problem import Problem, full_power
-
-LAMBDA_MAX = 1e9  # seconds per gram: carbon dominates completion time
-BISECT_STEPS = 16  # log10 λ over 15 decades to within 0.001
 
 
 class BudgetPlanner(Policy):
@@ -52,17 +51,23 @@ class BudgetPlanner(Policy):
 def heuristic(problem: Problem) -> Result:
     """The plan (and each job's chosen option) of the ``budget`` heuristic."""
     if problem.snapshot.budget is None:
-        return greedy(problem, problem.obj_cost, None)
+        return greedy(problem, problem.obj_cost)
     periods = Periods(problem)
     lambdas = periods.find_lambdas()
-    result = greedy(problem, periods.cost(lambdas), (periods, lambdas))
+    result = greedy(problem, periods.cost(lambdas), periods, lambdas)
     for _ in range(6):  # capacity moved jobs: raise λ where a period went over
         over = periods.over(result.carbon_by_period)
         if not over.any() or np.all(lambdas[over] >= LAMBDA_MAX):
             break
         lambdas = np.where(over, np.maximum(lambdas * 4, 1e-3), lambdas)
         lambdas = np.minimum(lambdas, LAMBDA_MAX)
-        result = greedy(problem, periods.cost(lambdas), (periods, lambdas))
+        result = greedy(problem, periods.cost(lambdas), periods, lambdas)
+    if periods.over(result.carbon_by_period).any():
+        # still over: the plan without the budget, if it spends no more in the period
+        # now (a budget never makes the queue spend more than no budget would)
+        free = greedy(problem, problem.obj_cost, periods)
+        if free.carbon_by_period[0] <= result.carbon_by_period[0]:
+            result = free
     result.periods = periods
     _mark_budget_breaks(problem, periods, result)
     return result
@@ -72,7 +77,7 @@ def _mark_budget_breaks(problem: Problem, periods: Periods, result: Result) -> N
     """Where a period still goes over, mark the jobs that spend in it although they have
     to (no option meeting their deadline spends nothing there): the plan's report of a
     deadline that broke the budget."""
-    over = np.flatnonzero(periods.over(result.carbon_by_period))
+    over = np.flatnonzero(periods.over(result.carbon_by_period, paced=False))
     if not len(over):
         return
     for j, (c, s, intervals, forced) in result.choice.items():
@@ -89,82 +94,6 @@ def _mark_budget_breaks(problem: Problem, periods: Periods, result: Result) -> N
                 break
 
 
-class Periods:
-    """The budget periods the horizon touches, the grams each option spends in each, and
-    what is left of each after what is committed."""
-
-    def __init__(self, problem: Problem) -> None:
-        self.problem = p = problem
-        state = p.snapshot.budget
-        budget = state.budget
-        cuts = [p.now, *budget.boundaries(p.now, p.t_end), p.t_end]
-        self.bounds = list(itertools.pairwise(cuts))
-        n = len(self.bounds)
-        self.left = np.full(n, budget.grams)
-        self.left[0] = state.remaining_g
-        watts = p.power_w[:, :, None]
-        self.grams = np.empty((n, *p.start.shape))
-        for i, (a, b) in enumerate(self.bounds):
-            s, e = np.clip(p.start, a, b), np.clip(p.end, a, b)
-            self.grams[i] = np.where(p.exists, watts * p.carbon.integral(s, e) / J_PER_KWH, 0)
-            for c in p.snapshot.committed:
-                s_c, e_c = np.clip(max(c.start_s, p.now), a, b), np.clip(c.end_s, a, b)
-                self.left[i] -= c.power_w * float(p.carbon.integral(s_c, e_c)) / J_PER_KWH
-        jobs = p.jobs
-        submitted = np.array([j.submitted_s for j in jobs])[:, None, None]
-        self.jct = np.where(p.exists, p.end - submitted, np.inf)
-        # the period each slot falls in, for the slot costs of jobs that may be suspended
-        mids = (p.t[:-1] + p.t[1:]) / 2
-        self.slot_period = np.searchsorted(cuts[1:-1], mids, side="right")
-
-    def spend(self, pieces, watts) -> np.ndarray:
-        """Grams each period gets from running ``pieces`` ((start, end) pairs) at
-        ``watts`` (one value, or one per piece)."""
-        carbon = self.problem.carbon
-        watts = np.broadcast_to(np.asarray(watts, dtype=float), (len(pieces),))
-        out = np.zeros(len(self.bounds))
-        for w, (a, b) in zip(watts, pieces, strict=True):
-            for i, (pa, pb) in enumerate(self.bounds):
-                lo, hi = max(a, pa), min(b, pb)
-                if hi > lo:
-                    out[i] += w * float(carbon.integral(lo, hi)) / J_PER_KWH
-        return out
-
-    def cost(self, lambdas: np.ndarray) -> np.ndarray:
-        return self.jct + np.tensordot(lambdas, self.grams, axes=1)
-
-    def choose(self, lambdas: np.ndarray) -> np.ndarray:
-        """Grams per period of each job's cheapest deadline-meeting option, no capacity."""
-        p = self.problem
-        cost = np.where(p.meets, self.cost(lambdas), np.inf)
-        flat = cost.reshape(len(p.jobs), -1)
-        best = flat.argmin(axis=1)
-        forced = ~np.isfinite(flat[np.arange(len(best)), best])
-        if forced.any():  # no option meets the deadline: the earliest start
-            best[forced] = np.ravel_multi_index((0, 0), p.start.shape[1:])
-        grams = self.grams.reshape(len(self.bounds), len(p.jobs), -1)
-        return grams[:, np.arange(len(best)), best].sum(axis=1)
-
-    def find_lambdas(self) -> np.ndarray:
-        lambdas = np.zeros(len(self.bounds))
-        for i in range(len(self.bounds)):
-            if self.choose(lambdas)[i] <= self.left[i]:
-                continue
-            lo, hi = -6.0, np.log10(LAMBDA_MAX)  # bisect log10 λ
-            for _ in range(BISECT_STEPS):
-                mid = (lo + hi) / 2
-                lambdas[i] = 10**mid
-                if self.choose(lambdas)[i] <= self.left[i]:
-                    hi = mid
-                else:
-                    lo = mid
-            lambdas[i] = 10**hi
-        return lambdas
-
-    def over(self, spent: np.ndarray) -> np.ndarray:
-        return spent > self.left + 1e-6 * np.maximum(1.0, np.abs(self.left))
-
-
 class Result:
     def __init__(self, n_periods: int) -> None:
         self.plan: Plan = {}
@@ -174,17 +103,24 @@ class Result:
         self.periods: Periods | None = None
 
 
-def greedy(problem: Problem, cost: np.ndarray, budget) -> Result:
+def greedy(
+    problem: Problem,
+    cost: np.ndarray,
+    periods: Periods | None = None,
+    lambdas: np.ndarray | None = None,
+) -> Result:
     """Place the jobs in ``placement_order``, each at its cheapest option that fits. A
     job that finds no room to meet its deadline bumps jobs with more slack that were
-    placed before it (at most four times each) and they are placed again after it."""
+    placed before it (at most four times each) and they are placed again after it.
+
+    ``periods``: add up each period's grams of the plan; ``lambdas``: the budget's prices
+    (None: the objective's, and its placement order, as with no budget)."""
     p = problem
-    periods, lambdas = budget if budget is not None else (None, None)
     result = Result(len(periods.bounds) if periods else 0)
     free_g, free_w = p.free_gpus.copy(), p.free_w.copy()
     room = free_g - p.reserved  # what the queue may plan on, leaving room for arrivals
     jobs = p.jobs
-    order = placement_order(p)
+    order = placement_order(p, shortest_first=lambdas is not None)
     todo = deque(order)
     placed: dict[int, tuple] = {}  # job -> (config, intervals)
     bumps: dict[int, int] = {}
@@ -297,7 +233,7 @@ def _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room) -> list[i
     return [v for v, _, _ in taken]
 
 
-def placement_order(p: Problem) -> list[int]:
+def placement_order(p: Problem, shortest_first: bool = False) -> list[int]:
     """Jobs that must start within two slots first (by latest start). Then, minimising
     the objective, the ones hard to fit (in one piece, then the biggest in GPU-seconds)
     and the rest; under a budget, where the aim is completion time, the smallest first."""
@@ -306,8 +242,6 @@ def placement_order(p: Problem) -> list[int]:
     latest_start = p.latest - fastest
     urgent = latest_start <= p.now + 2 * p.slot
     size = np.array([j.gpus * (j.duration_s or 0.0) for j in jobs])
-
-    shortest_first = p.snapshot.budget is not None
 
     def key(j: int):
         if urgent[j]:
@@ -341,10 +275,10 @@ def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas):
     edges_a = np.maximum(p.t[first:last], p.release[j])
     edges_b = p.t[first + 1 : last + 1]
     lengths = edges_b - edges_a
-    if periods is None:
+    if lambdas is None:
         per_s = p.slot_obj[first:last] / p.slot
     else:
-        per_s = lambdas[periods.slot_period[first:last]] * p.slot_carbon[first:last] / p.slot
+        per_s = lambdas[periods.slot_period[first:last]] * periods.slot_units[first:last] / p.slot
     index = np.arange(len(lengths))
     best = None
     for c, cfg in enumerate(p.configs[j]):
@@ -359,7 +293,7 @@ def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas):
         cut = int(order[count - 1])
         chosen = order[:count]
         cost = float(np.dot(price[chosen], lengths[chosen])) - price[cut] * surplus
-        if periods is not None:  # + completion time: the end of the latest slot used
+        if lambdas is not None:  # + completion time: the end of the latest slot used
             end = edges_b[chosen.max()] - (surplus if cut == chosen.max() else 0.0)
             cost += float(end) - job.submitted_s
         if best is None or cost < best[2]:
@@ -396,7 +330,7 @@ class BudgetFifo(Policy):
             return {job.id: Decision(now) for job in snapshot.jobs}
         end = state.period_end_s
         until = end if np.isfinite(end) else now + snapshot.horizon_s
-        carbon = snapshot.forecast.window(now, now, until)
+        carbon = state.budget.measure(snapshot.forecast.window(now, now, until))
 
         def grams(power_w: float, a: float, b: float) -> float:
             return power_w * float(carbon.integral(a, max(a, min(b, end)))) / J_PER_KWH

@@ -106,7 +106,7 @@ def score(problem: Problem, plan: Plan) -> tuple[int, float, float]:
     over, total, late = 0.0, 0.0, 0
     periods = None
     if snap.budget is not None:
-        from orchestrator.planning.policies.budget import Periods
+        from orchestrator.planning.policies.periods import Periods
 
         periods = Periods(problem)
         spent = np.zeros(len(periods.bounds))
@@ -287,7 +287,7 @@ class Model:
             hi.append(np.where(np.isfinite(self.free_w), np.maximum(self.free_w, 0.0), inf))
         if self.n_per:
             lo.append(np.full(self.n_per, -inf))
-            hi.append(np.maximum(self.periods.left, 0.0))
+            hi.append(np.maximum(self.periods.target, 0.0))
         lo.append(np.asarray(b.row_lo))
         hi.append(np.asarray(b.row_hi))
         lp = highspy.HighsLp()
@@ -358,7 +358,7 @@ class Model:
                         if hi > lo:
                             x[secs[i]] += hi - lo
         if self.n_per:
-            x[-self.n_per :] = np.clip(self.warm.carbon_by_period - self.periods.left, 0, None)
+            x[-self.n_per :] = np.clip(self.warm.carbon_by_period - self.periods.target, 0, None)
         return x.tolist()
 
     def _read(self, x: np.ndarray) -> Plan:

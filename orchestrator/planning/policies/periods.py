@@ -1,0 +1,158 @@
+"""The budget periods one plan of the ``budget`` policy touches (``Periods``): the grams
+each option spends in each, what is left of each after what runs and stands, what the
+queued jobs may spend of it (the rest is kept for the jobs expected to arrive), and λ per
+period, the price of a gram that keeps the plan within that.
+
+For an energy budget, "grams" are watt-hours (``Budget.measure``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from orchestrator.planning.budgets import J_PER_KWH
+from orchestrator.planning.policies.problem import Problem
+
+# Budget kept for the jobs expected to arrive in a period: this many times their least
+# need at the recent load. Arrivals come in bursts, and the queue's frugal grams per
+# GPU-second understate theirs: on the synthetic what-ifs of tests/test_budget_online.py,
+# 1 let a whole-run budget a quarter of the way from no budget to fifo end 7 % over
+# (0.7 kg of starts forced), 2 kept it, 4 kept it at 1.5x the completion time.
+ARRIVAL_HEDGE = 2.0
+LAMBDA_MAX = 1e9  # seconds per gram: carbon dominates completion time
+BISECT_STEPS = 16  # log10 λ over 15 decades to within 0.001
+
+
+class Periods:
+    """The budget periods the horizon touches, the grams each option spends in each, what
+    is left of each after what is committed, and the share of that the queued jobs may
+    spend (``target``: the rest is kept for the jobs expected to arrive in the period).
+
+    For an energy budget, "grams" are watt-hours (``Budget.measure``)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = p = problem
+        self.state = state = p.snapshot.budget
+        budget = state.budget
+        self.signal = signal = budget.measure(p.carbon)
+        # to the end of the last commitment too: a job running past the queue's horizon
+        # spends there, and that is no longer the queue's to spend
+        end = max([p.t_end, *(c.end_s for c in p.snapshot.committed)])
+        cuts = [p.now, *budget.boundaries(p.now, end), end]
+        self.bounds = list(itertools.pairwise(cuts))
+        n = len(self.bounds)
+        self.left = np.full(n, budget.grams)
+        self.left[0] = state.remaining_g
+        watts = p.power_w[:, :, None]
+        self.grams = np.empty((n, *p.start.shape))
+        for i, (a, b) in enumerate(self.bounds):
+            s, e = np.clip(p.start, a, b), np.clip(p.end, a, b)
+            self.grams[i] = np.where(p.exists, watts * signal.integral(s, e) / J_PER_KWH, 0)
+            for c in p.snapshot.committed:
+                s_c, e_c = np.clip(max(c.start_s, p.now), a, b), np.clip(c.end_s, a, b)
+                self.left[i] -= c.power_w * float(signal.integral(s_c, e_c)) / J_PER_KWH
+        jobs = p.jobs
+        submitted = np.array([j.submitted_s for j in jobs])[:, None, None]
+        self.jct = np.where(p.exists, p.end - submitted, np.inf)
+        # the period each slot falls in, for the slot costs of jobs that may be suspended
+        mids = (p.t[:-1] + p.t[1:]) / 2
+        self.slot_period = np.searchsorted(cuts[1:-1], mids, side="right")
+        self.slot_units = signal.integral(p.t[:-1], p.t[1:]) / J_PER_KWH  # per watt
+        self.base, self.arrivals = self._expected()
+        self.target = self._pace()
+
+    def _expected(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per period: the grams of the queued jobs' most frugal options, and those of the
+        jobs expected to arrive in it (the snapshot's expected load, at the GPU-second
+        price the queued jobs reach when frugal, from now to the period's end or the end
+        of arrivals)."""
+        p, n = self.problem, len(self.bounds)
+        base = self.choose(np.full(n, LAMBDA_MAX))
+        snap, state = p.snapshot, self.state
+        load = min(max(snap.expected_load, 0.0), 1.0)
+        arrivals = np.zeros(n)
+        self.window_s = np.zeros(n)  # seconds of arrivals still to come in each period
+        stop = state.arrivals_end_s
+        for i, (a, _) in enumerate(self.bounds):
+            end = state.budget.period_of(a)[1]
+            if stop is not None:
+                end = min(end, stop)
+            elif not np.isfinite(end):
+                end = p.now + snap.horizon_s
+            self.window_s[i] = max(0.0, end - a)
+        if load <= 0 or snap.total_gpus is None or not p.jobs:
+            return base, arrivals
+        best = self._best(np.full(n, LAMBDA_MAX))
+        c, _ = np.unravel_index(best, p.start.shape[1:])
+        rows = np.arange(len(p.jobs))
+        gpu_s = float(np.sum(p.gpus[rows, c] * np.where(p.has[rows, c], p.run_s[rows, c], 0)))
+        per_gpu_s = float(base.sum()) / gpu_s if gpu_s > 0 else 0.0
+        rate = ARRIVAL_HEDGE * load * snap.total_gpus * per_gpu_s
+        return base, rate * self.window_s
+
+    def _pace(self) -> np.ndarray:
+        """What the queued jobs may spend in each period: what is left of it, less what the
+        jobs expected to arrive in it need at the least, less the arrivals' share of the
+        slack (what is left beyond everyone's least), shared by least need."""
+        need = self.base + self.arrivals
+        slack = np.maximum(self.left - need, 0.0)
+        share = np.divide(self.base, need, out=np.ones_like(need), where=need > 0)
+        return np.maximum(self.left - self.arrivals - (1.0 - share) * slack, 0.0)
+
+    def spend(self, pieces, watts) -> np.ndarray:
+        """Grams each period gets from running ``pieces`` ((start, end) pairs) at
+        ``watts`` (one value, or one per piece)."""
+        signal = self.signal
+        watts = np.broadcast_to(np.asarray(watts, dtype=float), (len(pieces),))
+        out = np.zeros(len(self.bounds))
+        for w, (a, b) in zip(watts, pieces, strict=True):
+            for i, (pa, pb) in enumerate(self.bounds):
+                lo, hi = max(a, pa), min(b, pb)
+                if hi > lo:
+                    out[i] += w * float(signal.integral(lo, hi)) / J_PER_KWH
+        return out
+
+    def cost(self, lambdas: np.ndarray) -> np.ndarray:
+        return self.jct + np.tensordot(lambdas, self.grams, axes=1)
+
+    def _best(self, lambdas: np.ndarray) -> np.ndarray:
+        """Each job's cheapest deadline-meeting option (flat over C × S), no capacity; the
+        earliest start at full power where none meets its deadline."""
+        p = self.problem
+        cost = np.where(p.meets, self.cost(lambdas), np.inf)
+        flat = cost.reshape(len(p.jobs), -1)
+        best = flat.argmin(axis=1)
+        forced = ~np.isfinite(flat[np.arange(len(best)), best])
+        if forced.any():
+            best[forced] = np.ravel_multi_index((0, 0), p.start.shape[1:])
+        return best
+
+    def choose(self, lambdas: np.ndarray) -> np.ndarray:
+        """Grams per period of each job's cheapest deadline-meeting option, no capacity."""
+        best = self._best(lambdas)
+        grams = self.grams.reshape(len(self.bounds), len(self.problem.jobs), -1)
+        return grams[:, np.arange(len(best)), best].sum(axis=1)
+
+    def find_lambdas(self) -> np.ndarray:
+        lambdas = np.zeros(len(self.bounds))
+        for i in range(len(self.bounds)):
+            if self.choose(lambdas)[i] <= self.target[i]:
+                continue
+            lo, hi = -6.0, np.log10(LAMBDA_MAX)  # bisect log10 λ
+            for _ in range(BISECT_STEPS):
+                mid = (lo + hi) / 2
+                lambdas[i] = 10**mid
+                if self.choose(lambdas)[i] <= self.target[i]:
+                    hi = mid
+                else:
+                    lo = mid
+            lambdas[i] = 10**hi
+        return lambdas
+
+    def over(self, spent: np.ndarray, paced: bool = True) -> np.ndarray:
+        """Periods where ``spent`` passes the queued jobs' share (``paced``) or all that
+        is left of the budget."""
+        limit = self.target if paced else self.left
+        return spent > limit + 1e-6 * np.maximum(1.0, np.abs(limit))
