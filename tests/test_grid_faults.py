@@ -11,7 +11,9 @@ import math
 import random
 import re
 import signal
+import threading
 import time
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,13 +21,13 @@ import httpx
 import pytest
 
 from grid.cache import CachedChain, SignalCache
-from grid.errors import ProviderError
+from grid.errors import ProviderError, SourceSpecError
 from grid.http import HttpApi
 from grid.registry import ProviderConfig, build_source
 from orchestrator.signals.feed import SignalFeed
 from tests.conftest import E2E
 from tests.grid_fixtures import Router, ok, uk_rows
-from tests.helpers.provider import ProviderServer
+from tests.helpers.provider import ProviderServer, drip
 from tests.helpers.waiting import free_port, wait_for
 
 T0 = datetime(2023, 6, 1, tzinfo=UTC)
@@ -434,3 +436,98 @@ def test_a_bug_in_a_pass_still_stops_the_daemon_and_is_raised(cli, provider, mon
     health = json.loads(cli.db_rows("SELECT data FROM health")[0][0])
     assert health["stopped"] is True, "stopped as a daemon stops: caps restored, health said"
     assert not [r for r in caplog.records if r.name.startswith("apscheduler")]
+
+
+# -- 8: an answer that drips, is huge or nests too deep is that provider's failure ------------
+
+
+def _within(seconds: float, fn) -> tuple[object, BaseException | None, float]:
+    """``fn()``'s result, exception and time taken, which must come within ``seconds``
+    (``fn`` runs on a daemon thread: the test of a hang fails then, not when it ends)."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append((fn(), None))
+        except BaseException as exc:  # handed to the test
+            out.append((None, exc))
+
+    worker = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(seconds)
+    assert out, f"still running after {seconds:g} s"
+    return *out[0], time.monotonic() - started
+
+
+def test_a_body_that_drips_is_cut_at_max_total_s(provider):
+    provider.body = b'{"data": []}' + b" " * 100  # 22 s at a byte every 0.2 s
+    provider.pieces = drip(0.2)  # each byte well within the read timeout
+    api = HttpApi(httpx.Client(timeout=2), provider.url, max_total_s=1.5)
+    _, error, took_s = _within(4.0, lambda: api.get_json(NATIONAL))
+    assert isinstance(error, ProviderError), error
+    assert "did not finish answering within 1.5 s" in str(error)
+    assert took_s < 2.5
+
+
+def test_a_refresh_from_a_provider_that_drips_fails_and_the_next_one_runs(provider):
+    provider.pieces = drip(0.2)
+    feed = SignalFeed(CachedChain([_source("uk", provider.url, max_total_s=1.0)], None),
+                      horizon_s=86400, lookback_s=3600)  # fmt: skip
+    assert _within(3.0, lambda: feed.refresh(T0))[0] is False
+    assert "did not finish answering within 1 s" in feed.last_error
+    provider.pieces = None  # the provider recovers: the lock was let go, a refresh works
+    assert _within(3.0, lambda: feed.refresh(T0 + HOUR))[0] is True
+    assert feed.now_value(T0 + HOUR) == 201.0
+
+
+@pytest.mark.parametrize("length", [True, False], ids=["content-length", "until-closed"])
+def test_an_answer_over_16_mib_is_refused(provider, length):
+    provider.body = b'{"data": []}' + b" " * (40 * 2**20)
+    provider.content_length = length
+    api = HttpApi(httpx.Client(timeout=5), provider.url)
+    tracemalloc.start()
+    try:
+        _, error, _ = _within(4.0, lambda: api.get_json(NATIONAL))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(error, ProviderError) and "answered more than 16 MiB" in str(error), error
+    assert peak < 40 * 2**20, f"{peak / 2**20:.0f} MiB held"
+
+
+def test_a_huge_error_answer_is_quoted_from_its_start(provider):
+    provider.status["/intensity/"] = 400
+    provider.error_body = b"bad request " + b"x " * (5 * 2**20)  # 10 MiB
+    api = HttpApi(httpx.Client(timeout=5), provider.url)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProviderError, match=r"answered HTTP 400: bad request x x") as info:
+            api.get(NATIONAL)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(str(info.value)) < 250
+    assert peak < 2 * 2**20, f"{peak / 2**20:.1f} MiB held to quote 160 characters"
+
+
+def test_json_nested_too_deep_is_malformed_json(provider):
+    provider.body = b"[" * 100_000
+    feed = SignalFeed(CachedChain([_source("uk", provider.url)], None), horizon_s=86400,
+                      lookback_s=3600)  # fmt: skip
+    assert feed.refresh(T0) is False
+    assert "answered malformed JSON" in feed.last_error
+
+
+def test_a_body_its_content_encoding_does_not_describe_is_that_providers_failure():
+    garbled = httpx.Response(200, stream=httpx.ByteStream(b"not gzip at all"),
+                             headers={"Content-Encoding": "gzip"})  # fmt: skip
+    api = HttpApi(Router().on("/x", garbled).client(), "https://grid.test")
+    with pytest.raises(ProviderError, match="undecodable body"):
+        api.get_json("/x")
+
+
+def test_a_base_url_that_is_no_url_is_the_users_to_mend():
+    api = HttpApi(httpx.Client(timeout=1), "http://grid\x00.test")
+    with pytest.raises(SourceSpecError, match="is not a URL"):
+        api.get_json("/x")
