@@ -531,3 +531,58 @@ def test_a_base_url_that_is_no_url_is_the_users_to_mend():
     api = HttpApi(httpx.Client(timeout=1), "http://grid\x00.test")
     with pytest.raises(SourceSpecError, match="is not a URL"):
         api.get_json("/x")
+
+
+def _a44(periods: str) -> httpx.Response:
+    document = '<Publication_MarketDocument xmlns="urn:x"><TimeSeries>{}</TimeSeries>'
+    return httpx.Response(200, text=document.format(periods) + "</Publication_MarketDocument>")
+
+
+def _period(start: str, end: str, res: str = "PT60M", inner: str = "") -> str:
+    return (f"<Period><timeInterval><start>{start}</start><end>{end}</end></timeInterval>"
+            f"<resolution>{res}</resolution><Point><position>1</position>"
+            f"<price.amount>42</price.amount></Point>{inner}</Period>")  # fmt: skip
+
+
+def _entsoe(answer: httpx.Response):
+    router = Router().on("/api", answer)
+    config = {"entsoe": ProviderConfig(api_key="t", base_url="https://e.test/api")}
+    return build_source("entsoe:DE-LU", config, router.client(), sleep=lambda s: None)
+
+
+ENTITIES = (
+    '<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">'
+    + "".join(f'<!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">' for i in range(6))
+    + "]><l>&g;</l>"
+)
+XML_ANSWERS = {
+    "entities": (ENTITIES, "DOCTYPE or entities refused"),
+    "external entity": (
+        '<!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><x>&e;</x>', "DOCTYPE"
+    ),
+    "nested 100,000 deep": ("<a>" * 100_000 + "</a>" * 100_000, "nested more than 32 deep"),
+    "periods nested 5,000 deep": (  # each Period's timeInterval found at the bottom
+        '<Publication_MarketDocument xmlns="urn:x">' + "<Period>" * 5_000
+        + _period("2023-06-01T00:00Z", "2023-06-01T02:00Z") + "</Period>" * 5_000
+        + "</Publication_MarketDocument>", "nested more than 32 deep",
+    ),
+    "70 overlapping periods": (  # 70 × 32 days (the range and a day each side) of 15 min
+        _a44(_period("2023-05-25T00:00Z", "2023-07-04T00:00Z", "PT15M") * 70).text,
+        "more than 200,000 points",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", XML_ANSWERS)
+def test_entsoe_xml_that_expands_nests_or_multiplies_is_refused_at_once(case):
+    text, message = XML_ANSWERS[case]
+    src = _entsoe(httpx.Response(200, text=text))
+    _, error, _ = _within(3.0, lambda: src.history(T0, T0 + 30 * 24 * HOUR))
+    assert isinstance(error, ProviderError) and message in str(error), error
+
+
+def test_entsoe_makes_rows_only_for_the_range_asked_for():
+    src = _entsoe(_a44(_period("2023-01-01T00:00Z", "2122-01-01T00:00Z")))  # a century
+    signal, error, took_s = _within(3.0, lambda: src.history(T0, T0 + 2 * HOUR))
+    assert error is None and list(signal.values) == [42.0, 42.0]
+    assert took_s < 1.0 and signal.meta.report.raw_rows <= 2 * 24 + 2 + 24
