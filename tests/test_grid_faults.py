@@ -5,6 +5,7 @@ lines a person can read later. Real HTTP: a local provider (``tests.helpers.prov
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
@@ -21,7 +22,7 @@ import httpx
 import pytest
 
 from grid.cache import CachedChain, SignalCache
-from grid.errors import ProviderError, SourceSpecError
+from grid.errors import GridDataError, ProviderError, SourceSpecError
 from grid.http import HttpApi
 from grid.registry import ProviderConfig, build_source
 from orchestrator.signals.feed import SignalFeed
@@ -586,3 +587,70 @@ def test_entsoe_makes_rows_only_for_the_range_asked_for():
     signal, error, took_s = _within(3.0, lambda: src.history(T0, T0 + 2 * HOUR))
     assert error is None and list(signal.values) == [42.0, 42.0]
     assert took_s < 1.0 and signal.meta.report.raw_rows <= 2 * 24 + 2 + 24
+
+
+# -- 9: the cache only helps: it never throws a fetched signal away nor fails a read ----------
+
+
+def test_a_cache_that_cannot_be_written_is_logged_once_and_the_signal_used(
+    provider, tmp_path, monkeypatch, caplog
+):
+    caplog.set_level(logging.WARNING, logger="grid.cache")
+    full = OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(Path, "write_text", lambda *a, **k: (_ for _ in ()).throw(full))
+    chain = CachedChain([_source("uk", provider.url)], SignalCache(tmp_path / "cache"))
+    feed = SignalFeed(chain, horizon_s=86400, lookback_s=3600)
+    for i in range(3):
+        assert feed.refresh(T0 + i * HOUR), feed.last_error
+        assert feed.now_value(T0 + i * HOUR) == 200.0 + i
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("")
+    chain.cache = SignalCache(tmp_path / "file")  # a file where the folder should be
+    assert len(chain.forecast(T0, 24 * HOUR).frame) == 48
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2, warned
+    assert "No space left on device" in warned[0] and "File exists" in warned[1]
+
+
+def _garble(path: Path, how: str) -> None:
+    data = json.loads(path.read_text())
+    if how == "nested":
+        path.write_text("[" * 100_000)
+    elif how == "resolution":
+        data["meta"]["resolution_s"] = "x"
+    elif how == "naive time":
+        data["fetched_at"] = "2023-06-02T00:00:00"
+    if how != "nested":
+        path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("how", ["nested", "resolution", "naive time"])
+def test_a_garbled_cache_file_counts_as_not_cached(provider, tmp_path, how):
+    clock = [T0 + 24 * HOUR]
+    chain = CachedChain([_source("uk", provider.url)], SignalCache(tmp_path),
+                        clock=lambda: clock[0])  # fmt: skip
+    chain.history(T0, T0 + 2 * HOUR)
+    (path,) = tmp_path.iterdir()
+    _garble(path, how)
+    asked = len(provider.requests)
+    assert len(chain.history(T0, T0 + 2 * HOUR).frame) == 4, "asked again, not read"
+    assert len(provider.requests) == asked + 1
+    assert json.loads(path.read_text())["meta"]["resolution_s"] == 1800, "written anew"
+    _garble(path, how)
+    provider.status["/"] = 503
+    chain.sources[0].api.retries = 0
+    with pytest.raises(GridDataError, match="nothing cached covers the range"):
+        chain.history(T0, T0 + 2 * HOUR)
+
+
+def test_a_put_writes_only_the_days_asked_for_and_at_most_60(tmp_path):
+    from grid.sources.synthetic import Synthetic
+
+    year = Synthetic("synthetic:days=365", {"days": "365", "start": "2023-01-01"}).load()
+    cache = SignalCache(tmp_path)
+    start = datetime(2023, 3, 1, 12, tzinfo=UTC)
+    cache.put(year, "history", start, start, start + 2 * HOUR)
+    assert [p.name[-15:-5] for p in tmp_path.iterdir()] == ["2023-03-01"]
+    cache.put(year, "history", start, start, start + 100 * 24 * HOUR)
+    days = sorted(p.name[-15:-5] for p in tmp_path.iterdir())
+    assert len(days) == 60 and days[0] == "2023-03-01" and days[-1] == "2023-04-29"
