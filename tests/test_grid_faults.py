@@ -25,6 +25,7 @@ from grid.cache import CachedChain, SignalCache
 from grid.errors import GridDataError, ProviderError, SourceSpecError
 from grid.http import HttpApi
 from grid.registry import ProviderConfig, build_source
+from grid.sources.base import GridSource
 from orchestrator.signals.feed import SignalFeed
 from tests.conftest import E2E
 from tests.grid_fixtures import Router, ok, uk_rows
@@ -654,3 +655,102 @@ def test_a_put_writes_only_the_days_asked_for_and_at_most_60(tmp_path):
     cache.put(year, "history", start, start, start + 100 * 24 * HOUR)
     days = sorted(p.name[-15:-5] for p in tmp_path.iterdir())
     assert len(days) == 60 and days[0] == "2023-03-01" and days[-1] == "2023-04-29"
+
+
+# -- 10: one point far away neither wipes the tape nor fills the cache ------------------------
+
+FAR = T0 + timedelta(days=400)
+
+
+class _FarPoint(GridSource):
+    """Hourly values 100 + hour, and one point at ``FAR`` in each forecast, as the Carbon
+    Aware SDK adapter passed it on before it clipped its forecasts; ``step_s`` finer for
+    a provider of one-second rows."""
+
+    name = "far"
+
+    def __init__(self, step_s: int = 3600, far: bool = True) -> None:
+        super().__init__("far:test", "XX")
+        self.step_s = self.resolution_s = step_s
+        self.far = far
+        self.asked: list[tuple[datetime, datetime]] = []
+
+    def _rows(self, start: datetime, end: datetime, forecast: bool) -> list:
+        n = int((end - start).total_seconds() // self.step_s)
+        times = [start + timedelta(seconds=i * self.step_s) for i in range(n)]
+        return [(t, 100.0 + t.hour, forecast) for t in times]
+
+    def history(self, start: datetime, end: datetime):
+        self.asked.append((start, end))
+        return self.signal(self._rows(start, end, False))
+
+    def forecast(self, issued_at: datetime, horizon: timedelta):
+        rows = self._rows(issued_at, issued_at + horizon, True)
+        rows += [(FAR, 999.0, True)] if self.far else []
+        return self.signal(rows, issued_at=issued_at)
+
+
+def test_a_far_future_point_neither_wipes_the_tape_nor_fills_the_cache(tmp_path):
+    chain = CachedChain([_FarPoint()], SignalCache(tmp_path), clock=lambda: T0)
+    feed = SignalFeed(chain, horizon_s=48 * 3600, lookback_s=3600)
+    assert feed.refresh(T0) and feed.age_s(T0) == 0
+    assert feed.covers(T0.timestamp() - 3600, (T0 + 48 * HOUR).timestamp())
+    assert feed.now_value(T0 + 5 * HOUR) == 105.0
+    assert feed.series().end_s <= (T0 + 73 * HOUR).timestamp(), "nothing from far away"
+    assert len(list(tmp_path.iterdir())) <= 4, "the days asked for only"
+    assert feed.refresh(T0 + HOUR) and feed.now_value(T0 + HOUR) == 101.0
+
+
+def test_a_forecast_with_nothing_from_now_on_is_a_failed_refresh():
+    source = _FarPoint()
+    source.forecast = lambda at, h: source.signal([(FAR, 1.0, True), (FAR + HOUR, 2.0, True)])
+    feed = SignalFeed(CachedChain([source], None), horizon_s=48 * 3600, lookback_s=3600)
+    assert not feed.refresh(T0) and "no known value in the forecast from now on" in feed.last_error
+    assert feed.series().end_s == T0.timestamp(), "the past hour only"
+    assert feed.fresh_at is None
+
+
+def test_the_carbon_aware_forecast_is_clipped_to_the_horizon():
+    points = [{"timestamp": (T0 + i * HOUR).isoformat(), "value": 100 + i, "duration": 60}
+              for i in range(48)]  # fmt: skip
+    points.append({"timestamp": "2060-01-01T00:00:00+00:00", "value": 999, "duration": 60})
+    router = Router().on("/emissions/forecasts/current", ok([{"forecastData": points}]))
+    src = build_source("carbon-aware:westus", {}, router.client(), sleep=lambda s: None)
+    signal = src.forecast(T0, 24 * HOUR)
+    assert signal.start == T0 and signal.end == T0 + 24 * HOUR and 999 not in list(signal.values)
+
+
+def test_a_hole_years_long_asks_only_for_what_the_tape_keeps(provider):
+    feed = SignalFeed(CachedChain([_source("uk", provider.url)], None), horizon_s=86400,
+                      lookback_s=3600)  # fmt: skip
+    assert feed.refresh(T0)
+    asked = len(provider.requests)
+    carbon = feed.integral((T0 - timedelta(days=300)).timestamp(), T0.timestamp())
+    assert len(provider.requests) == asked + 1, "8 days: one request, not 22"
+    assert carbon is not None and math.isfinite(carbon)
+
+
+def test_a_bug_while_fetching_a_hole_is_logged_once_and_the_pass_goes_on(caplog):
+    class Buggy(_FarPoint):
+        def history(self, start, end):
+            if start < T0 - HOUR:  # the hole, not the refresh's lookback
+                raise RuntimeError("a bug in an adapter")
+            return super().history(start, end)
+
+    caplog.set_level(logging.WARNING, logger="orchestrator.signals.feed")
+    feed = SignalFeed(CachedChain([Buggy()], None), horizon_s=86400, lookback_s=3600)
+    assert feed.refresh(T0)
+    for i in range(3):
+        t0 = (T0 - (5 + i) * HOUR).timestamp()
+        assert feed.integral(t0, T0.timestamp()) is not None, "the tape as it is"
+        assert feed.refresh(T0 + i * HOUR)  # a new tape: another try at the hole
+    logged = [r for r in caplog.records if "a bug in an adapter" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None, "once, with its traceback"
+
+
+def test_one_second_rows_are_kept_at_one_minute_steps():
+    feed = SignalFeed(CachedChain([_FarPoint(step_s=1, far=False)], None), horizon_s=6 * 3600,
+                      lookback_s=3600)  # fmt: skip
+    assert feed.refresh(T0)
+    assert feed.step_s == 60 and len(feed.series()) <= (8 * 24 + 6 + 24) * 60
+    assert feed.now_value(T0 + 2 * HOUR) == 102.0
