@@ -754,3 +754,73 @@ def test_one_second_rows_are_kept_at_one_minute_steps():
     assert feed.refresh(T0)
     assert feed.step_s == 60 and len(feed.series()) <= (8 * 24 + 6 + 24) * 60
     assert feed.now_value(T0 + 2 * HOUR) == 102.0
+
+
+# -- 11: an error nobody foresaw is a failed refresh, never the daemon's end -------------------
+
+
+def test_a_refresh_round_that_raises_anything_is_logged_once_and_the_next_one_runs(caplog):
+    from orchestrator.daemon.loop import Every
+
+    caplog.set_level(logging.ERROR, logger="orchestrator.daemon.loop")
+    rounds: list[int] = []
+    faults = [RuntimeError("bug 1"), RuntimeError("bug 2"), SystemExit(3), None,
+              RuntimeError("bug 4"), None]  # fmt: skip
+
+    def round_(first: bool) -> None:
+        rounds.append(first)
+        fault = faults[len(rounds) - 1] if len(rounds) <= len(faults) else None
+        if fault is not None:
+            raise fault
+
+    timer = Every("grid refresh", 0.02, round_, fatal=(SourceSpecError,)).start()
+    assert timer.wait_first(2.0) is None, "only the user's spec is handed to the caller"
+    wait_for(lambda: len(rounds) >= 8, timeout_s=3, what="rounds after the faults")
+    timer.stop()
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["grid refresh failed"] * 3, messages  # bugs 1 and 2 are alike
+    assert [r.exc_info[0] for r in caplog.records] == [RuntimeError, SystemExit, RuntimeError]
+
+
+def test_a_missing_trace_at_start_is_still_handed_to_the_caller():
+    from orchestrator.daemon.loop import Every
+
+    def round_(first: bool) -> None:
+        raise SourceSpecError("csv: no such file 'x.csv'")
+
+    timer = Every("grid refresh", 10, round_, fatal=(SourceSpecError,)).start()
+    assert isinstance(timer.wait_first(2.0), SourceSpecError)
+    timer.stop()
+
+
+@E2E
+@pytest.mark.backends("sqlite")
+def test_a_daemon_whose_refresh_raises_anything_serves_and_tries_again(
+    cli, provider, tmp_path, monkeypatch, caplog
+):
+    from tests.test_crash_recovery import _daemon
+
+    caplog.set_level(logging.INFO)
+    _daemon_env(cli, provider, "0.2s")
+    cli.env.update({"GRIDSHIFT_DAEMON__GRID": '["uk"]', "GRIDSHIFT_DAEMON__POLICY": "fifo"})
+    done = tmp_path / "done"
+    job = cli.submit("--", "sh", "-c", f"sleep 1; touch {done}")
+    daemon = _daemon(cli, monkeypatch)
+    daemon.interval_s = 0.1
+    feed = daemon.planner.feed
+    forecast, calls = feed.chain.forecast, []
+
+    def buggy(*args):
+        calls.append(args)
+        if len(calls) <= 3:  # the first refresh and two more: the same bug
+            raise RecursionError(f"maximum recursion depth exceeded (call {len(calls)})")
+        return forecast(*args)
+
+    monkeypatch.setattr(feed.chain, "forecast", buggy)
+    started = time.monotonic()
+    daemon.run(until_idle=True)
+    assert cli.job_state(job) == "completed" and done.exists()
+    assert time.monotonic() - started < 15
+    assert len(calls) >= 4 and feed.last_error is None, "tried again, and it worked"
+    bugs = [r for r in caplog.records if "RecursionError" in r.getMessage()]
+    assert len(bugs) == 1 and bugs[0].exc_info is not None, "logged once, with its traceback"
