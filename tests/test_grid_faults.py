@@ -824,3 +824,17 @@ def test_a_daemon_whose_refresh_raises_anything_serves_and_tries_again(
     assert len(calls) >= 4 and feed.last_error is None, "tried again, and it worked"
     bugs = [r for r in caplog.records if "RecursionError" in r.getMessage()]
     assert len(bugs) == 1 and bugs[0].exc_info is not None, "logged once, with its traceback"
+
+
+def test_a_bug_fetching_the_past_keeps_the_forecast_in_hand(caplog):
+    class Buggy(_FarPoint):
+        def history(self, start, end):
+            raise RuntimeError("a bug in an adapter")
+
+    caplog.set_level(logging.WARNING, logger="orchestrator.signals.feed")
+    feed = SignalFeed(CachedChain([Buggy(far=False)], None), horizon_s=86400, lookback_s=3600)
+    for i in range(3):
+        assert feed.refresh(T0 + i * HOUR) and feed.last_error is None
+        assert feed.now_value(T0 + i * HOUR) == 100.0 + i
+    logged = [r for r in caplog.records if "a bug in an adapter" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None

@@ -144,6 +144,9 @@ class SignalFeed:
                 past = self.chain.history(now - timedelta(seconds=self.lookback_s), now)
             except GridDataError:
                 past = None  # a forecast alone will do
+            except Exception as exc:  # a bug: not a reason to drop the forecast in hand
+                self._log_bug(exc, f"{self.chain.spec}: {type(exc).__name__}: {exc}")
+                past = None
         low = now - timedelta(seconds=self.lookback_s + DAY_S)  # whatever a source answers
         high = now + timedelta(seconds=self.horizon_s + DAY_S)
         if past is not None:
@@ -171,10 +174,13 @@ class SignalFeed:
         counts as failing until a refresh succeeds, and each kind of error is logged
         once in the daemon's life, with its traceback."""
         self.last_error = f"{self.chain.spec}: {type(exc).__name__}: {exc}"
+        self._log_bug(exc, self.last_error)
+
+    def _log_bug(self, exc: Exception, problem: str) -> None:
         key = f"{type(exc).__name__}: {_DIGITS.sub('0', str(exc))}"
         if key not in self._bugs and len(self._bugs) < MAX_BUGS_LOGGED:
             self._bugs.add(key)
-            log.error("%s source failed: %s", self.what, self.last_error, exc_info=exc)
+            log.error("%s source failed: %s", self.what, problem, exc_info=exc)
 
     def recovered(self, passed_over: list[str], source: str) -> None:
         """A source answered (``source``), after those of ``passed_over`` failed."""
