@@ -41,9 +41,10 @@ log = logging.getLogger(__name__)
 KEEP_S = 14 * 86400.0
 MAX_DAYS_PER_PUT = 60
 OLD_LAYOUT = re.compile(r"^(history|forecast)-[0-9a-f]{24}\.json$")
-#: what a provider's parser may raise on an answer of a shape nobody foresaw: that
-#: source's failure, not the daemon's
-PARSE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError)
+#: what a provider's parser may raise on an answer of a shape nobody foresaw (nested too
+#: deep for a recursive walk, too large to hold): that source's failure, not the daemon's
+PARSE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError,
+                RecursionError, MemoryError)  # fmt: skip
 
 
 class SignalCache:
@@ -238,7 +239,7 @@ def _read(path: Path, with_time: bool = False):
         fetched = datetime.fromisoformat(data["fetched_at"])
         if fetched.tzinfo is None:
             raise ValueError("a naive time")
-    except (OSError, RecursionError, MemoryError, LookupError, *PARSE_ERRORS):
+    except (OSError, LookupError, *PARSE_ERRORS):
         return None
     return (signal, fetched) if with_time else signal
 

@@ -838,3 +838,13 @@ def test_a_bug_fetching_the_past_keeps_the_forecast_in_hand(caplog):
         assert feed.now_value(T0 + i * HOUR) == 100.0 + i
     logged = [r for r in caplog.records if "a bug in an adapter" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None
+
+
+def test_a_source_whose_parsing_recurses_too_deep_hands_over_to_the_next(provider):
+    class Deep(_FarPoint):
+        def forecast(self, issued_at, horizon):
+            raise RecursionError("maximum recursion depth exceeded")
+
+    chain = CachedChain([Deep(), _source("uk", provider.url)], None)
+    signal = chain.forecast(T0, 24 * HOUR)
+    assert signal.meta.source == "uk" and "unusable answer (RecursionError)" in chain.errors[0]
