@@ -14,7 +14,10 @@ password) cut out, should the provider echo them."""
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
+import socket
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -78,12 +81,14 @@ class HttpApi:
         started = self.clock()
         deadline = started + self.max_total_s
         last, tries, out_of_time = "", 0, False
+        headers = {**(headers or {}), "Connection": "close"}  # a new connection a request
         for attempt in range(self.retries + 1):
             tries += 1
+            watchdog = _Watchdog(deadline - self.clock())
             try:
                 with self.client.stream(
                     "GET", url, params=params, headers=headers, auth=auth,
-                    **self._timeout(deadline - self.clock()),
+                    extensions={"trace": watchdog.trace}, **self._timeout(deadline - self.clock()),
                 ) as response:  # fmt: skip
                     if response.status_code < 400:
                         return _whole(response, self._body(response, path, deadline))
@@ -92,16 +97,20 @@ class HttpApi:
             except httpx.ConnectError as exc:  # DNS failure, connection refused: no retry
                 reason = scrub(str(exc) or type(exc).__name__, secrets)
                 raise ProviderError(f"{self.name}: {path} cannot be reached ({reason})") from None
-            except httpx.TimeoutException:
-                last, wait_s = "timed out", self._backoff_s(attempt)
-            except httpx.TransportError as exc:
-                last, wait_s = f"connection failed ({type(exc).__name__})", self._backoff_s(attempt)
+            except httpx.TransportError as exc:  # timeouts included
+                if watchdog.fired:
+                    raise self._too_slow(path) from None
+                timed_out = isinstance(exc, httpx.TimeoutException)
+                last = "timed out" if timed_out else f"connection failed ({type(exc).__name__})"
+                wait_s = self._backoff_s(attempt)
             except httpx.DecodingError:  # a body its Content-Encoding does not describe
                 raise ProviderError(f"{self.name}: {path} answered an undecodable body") from None
             except httpx.InvalidURL:
                 raise SourceSpecError(
                     f"{self.name}: the base URL {self.base_url[:100]!r} is not a URL"
                 ) from None
+            finally:
+                watchdog.cancel()
             if attempt == self.retries:
                 break
             if self.clock() - started + wait_s >= self.max_total_s:
@@ -126,10 +135,13 @@ class HttpApi:
                 raise self._too_big(path)
             chunks.append(chunk)
             if self.clock() > deadline:
-                raise ProviderError(
-                    f"{self.name}: {path} did not finish answering within {self.max_total_s:g} s"
-                )
+                raise self._too_slow(path)
         return b"".join(chunks)
+
+    def _too_slow(self, path: str) -> ProviderError:
+        return ProviderError(
+            f"{self.name}: {path} did not finish answering within {self.max_total_s:g} s"
+        )
 
     def _too_big(self, path: str) -> ProviderError:
         return ProviderError(
@@ -215,6 +227,40 @@ def scrub(text: str, secrets: list[str]) -> str:
         if len(secret) >= 4:
             text = text.replace(secret, "***")
     return text
+
+
+class _Watchdog:
+    """Cuts a request's connection when its time is up (``left_s`` from now): a read
+    timeout only bounds each wait for the next bytes, so headers or a body sent a byte at
+    a time would never end otherwise. Armed when the connection is made (httpcore's trace
+    hands over the socket; each request makes its own: ``Connection: close``); a
+    transport with no socket (a test's mock) is never cut."""
+
+    def __init__(self, left_s: float) -> None:
+        self.left_s = max(0.0, left_s)
+        self.made = time.monotonic()
+        self.fired = False
+        self._timer: threading.Timer | None = None
+
+    def trace(self, event: str, info: dict) -> None:
+        if event != "connection.connect_tcp.complete" or self._timer is not None:
+            return
+        stream = info.get("return_value")
+        sock = stream.get_extra_info("socket") if stream is not None else None
+        if isinstance(sock, socket.socket):
+            wait_s = max(0.0, self.left_s - (time.monotonic() - self.made))
+            self._timer = threading.Timer(wait_s, self._cut, (sock,))
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _cut(self, sock: socket.socket) -> None:
+        self.fired = True
+        with contextlib.suppress(OSError):  # a blocked read returns at once
+            sock.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 def _head(response: httpx.Response, deadline: float, clock: Callable[[], float]) -> bytes:

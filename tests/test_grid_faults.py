@@ -106,7 +106,7 @@ def test_a_slow_answer_is_cut_at_max_total_s(provider):
     provider.delay_s = 3.0
     api = HttpApi(httpx.Client(timeout=20), provider.url, max_total_s=1.0)
     started = time.monotonic()
-    with pytest.raises(ProviderError, match="timed out"):
+    with pytest.raises(ProviderError, match=r"timed out|did not finish answering within 1 s"):
         api.get(NATIONAL)
     assert time.monotonic() - started < 2.0, "the try's timeout is cut to the time left"
 
@@ -848,3 +848,26 @@ def test_a_source_whose_parsing_recurses_too_deep_hands_over_to_the_next(provide
     chain = CachedChain([Deep(), _source("uk", provider.url)], None)
     signal = chain.forecast(T0, 24 * HOUR)
     assert signal.meta.source == "uk" and "unusable answer (RecursionError)" in chain.errors[0]
+
+
+def test_headers_that_drip_are_cut_at_max_total_s(provider):
+    provider.pieces, provider.head_in_pieces = drip(0.2), True  # 5 bytes a second, forever
+    provider.content_length = False
+    api = HttpApi(httpx.Client(timeout=2), provider.url, max_total_s=1.5)
+    _, error, took_s = _within(4.0, lambda: api.get_json(NATIONAL))
+    assert isinstance(error, ProviderError), error
+    assert "did not finish answering within 1.5 s" in str(error)
+    assert took_s < 2.5
+
+
+def test_a_body_that_drips_then_stalls_is_cut_at_max_total_s(provider):
+    def drip_then_stall(body: bytes):
+        yield from drip(0.2)(body[:6])  # 1.2 s of bytes, then nothing for 10 s
+        time.sleep(10)
+        yield body[6:]
+
+    provider.pieces = drip_then_stall
+    api = HttpApi(httpx.Client(timeout=5), provider.url, max_total_s=1.5)
+    _, error, took_s = _within(4.0, lambda: api.get_json(NATIONAL))
+    assert isinstance(error, ProviderError) and "did not finish answering" in str(error), error
+    assert took_s < 2.5

@@ -2,8 +2,9 @@
 the UK Carbon Intensity API's shape (national ``/intensity/...`` and regional
 ``/regional/intensity/...``, ranges and ``fw24h``/``fw48h`` forecasts), which a test
 makes fail: an HTTP status for some paths (with a body of its own), garbage values, a
-malformed body, a delay before each answer, a body sent in pieces (one byte at a time,
-slowly: ``drip``) or without a Content-Length, and rows added to each answer (a point far
+malformed body, a delay before each answer, a body (or the whole answer, headers
+included) sent in pieces (one byte at a time, slowly: ``drip``) or without a
+Content-Length, and rows added to each answer (a point far
 in the future). It records the paths it was asked for."""
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class ProviderServer:
         self.error_body = b""  # answered with a status other than 200
         self.pieces: Callable[[bytes], Iterable[bytes]] | None = None  # the body, sent so
         self.content_length = True  # False: none sent, the body ends when the connection does
+        self.head_in_pieces = False  # True: the status line and headers are sent so, too
         self.extra_rows: list[dict] = []  # added to the rows of each answer
         self.value: Callable[[datetime], object] = lambda t: 200 + t.hour  # each row's
         self._server: ThreadingHTTPServer | None = None
@@ -49,13 +51,17 @@ class ProviderServer:
                      if self.path.startswith(prefix)), 200,
                 )  # fmt: skip
                 body = provider.error_body if status != 200 else provider.answer(self.path)
+                reason = self.responses.get(status, ("",))[0]
+                head = f"HTTP/1.0 {status} {reason}\r\nContent-Type: application/json\r\n"
+                if provider.content_length:
+                    head += f"Content-Length: {len(body)}\r\n"
+                answer = body
                 try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    if provider.content_length:
-                        self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    for piece in provider.pieces(body) if provider.pieces else [body]:
+                    if provider.head_in_pieces:  # the whole answer, head and body, in pieces
+                        answer = head.encode() + b"\r\n" + body
+                    else:  # the head at once, the body as asked
+                        self.wfile.write(head.encode() + b"\r\n")
+                    for piece in provider.pieces(answer) if provider.pieces else [answer]:
                         self.wfile.write(piece)
                 except OSError:
                     pass  # the client gave up waiting
