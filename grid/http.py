@@ -2,12 +2,13 @@
 on 429, 5xx, timeouts and broken connections (honouring ``Retry-After``), and httpx errors
 translated into ``ProviderError``. A host that cannot be reached at all (a DNS failure, a
 refused connection: ``httpx.ConnectError``) fails at once, and the tries of one request
-never take longer than ``max_total_s`` together: bodies are streamed, and one still
-coming when that time is up is cut (a read timeout only bounds each wait for the next
-bytes: a body sent one byte at a time never trips it), as is one over
-``MAX_BODY_BYTES``, even when it has no Content-Length. HTTP 401/403 is
-``CredentialsRefused``. A body that is not JSON, or nested too deep to parse, is a
-malformed answer.
+never take longer than ``max_total_s`` together: a read timeout only bounds each wait
+for the next bytes (headers or a body sent a byte at a time never trip it), so a
+watchdog cuts the connection when that time is up, and the body, streamed, is also
+checked against it as it comes; one over ``MAX_BODY_BYTES`` is refused, even with no
+Content-Length. HTTP 401/403 is ``CredentialsRefused``. A body that is not JSON, or
+nested too deep to parse, is a malformed answer.
+
 Messages name the path, never the query: it may hold a token; and a provider's answer
 quoted in one has the request's secrets (token and key parameters, auth headers, the Basic
 password) cut out, should the provider echo them."""
