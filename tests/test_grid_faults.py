@@ -664,12 +664,11 @@ FAR = T0 + timedelta(days=400)
 
 class _FarPoint(GridSource):
     """Hourly values 100 + hour, and one point at ``FAR`` in each forecast, as the Carbon
-    Aware SDK adapter passed it on before it clipped its forecasts; ``step_s`` finer for
-    a provider of one-second rows."""
+    Aware SDK adapter passed it on before it clipped its forecasts."""
 
     name = "far"
 
-    def __init__(self, step_s: int = 3600, far: bool = True) -> None:
+    def __init__(self, far: bool = True, step_s: int = 3600) -> None:
         super().__init__("far:test", "XX")
         self.step_s = self.resolution_s = step_s
         self.far = far
@@ -746,14 +745,6 @@ def test_a_bug_while_fetching_a_hole_is_logged_once_and_the_pass_goes_on(caplog)
         assert feed.refresh(T0 + i * HOUR)  # a new tape: another try at the hole
     logged = [r for r in caplog.records if "a bug in an adapter" in r.getMessage()]
     assert len(logged) == 1 and logged[0].exc_info is not None, "once, with its traceback"
-
-
-def test_one_second_rows_are_kept_at_one_minute_steps():
-    feed = SignalFeed(CachedChain([_FarPoint(step_s=1, far=False)], None), horizon_s=6 * 3600,
-                      lookback_s=3600)  # fmt: skip
-    assert feed.refresh(T0)
-    assert feed.step_s == 60 and len(feed.series()) <= (8 * 24 + 6 + 24) * 60
-    assert feed.now_value(T0 + 2 * HOUR) == 102.0
 
 
 # -- 11: an error nobody foresaw is a failed refresh, never the daemon's end -------------------

@@ -40,7 +40,6 @@ from grid.steps import StepSeries
 log = logging.getLogger(__name__)
 KEEP_S = 8 * 86400.0  # the tape keeps this much past
 DAY_S = 86400.0
-MIN_STEP_S = 60.0  # the tape's finest step: finer data is sampled at it
 MAX_BUGS_LOGGED = 50
 _DIGITS = re.compile(r"\d+")
 
@@ -76,14 +75,14 @@ class Tape:
         step = self.step_s
         slots = dict(self.slots)
         if step is None or series.step_s < step:
-            finer = max(series.step_s, MIN_STEP_S)
-            if step is not None and finer < step:  # finer data: re-cut the tape
+            finer = series.step_s
+            if step is not None:  # finer data: re-cut the tape
                 old, slots = self.series(), {}
                 if old is not None:
                     t = old.start_s + np.arange(len(old) * round(old.step_s / finer)) * finer
                     for ti, v in zip(t, old.value_at(t), strict=True):
                         slots[round(ti / finer)] = float(v)
-            step = min(finer, step or finer)
+            step = finer
         low, high = now_s - KEEP_S, now_s + horizon_s + DAY_S
         begin = max(0, math.ceil((low - series.start_s) / step))  # on the series' grid
         stop = math.ceil((min(series.end_s, high) - series.start_s) / step)
