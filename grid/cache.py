@@ -1,23 +1,29 @@
 """A file cache of fetched signals, and the fallback that uses it.
 
 One JSON file per source spec, kind (history or forecast) and UTC day: a fetch writes
-each day it brought, its values replacing the file's at the times they cover (so the day
-keeps the rest), and the file's mtime is set to that fetch's time. Each write prunes the
-files fetched more than ``KEEP_S`` (14 days) ago, and the files of the older layout (one
-per fetched range), so the folder stays bounded: sources × kinds × the days fetched in
-the last two weeks.
+each day of the range it asked for (at most ``MAX_DAYS_PER_PUT``, from the range's
+start: a provider's point far outside the range makes no file), its values replacing the
+file's at the times they cover (so the day keeps the rest), and the file's mtime is set
+to that fetch's time. Each write prunes the files fetched more than ``KEEP_S`` (14 days)
+ago, and the files of the older layout (one per fetched range), so the folder stays
+bounded: sources × kinds × the days fetched in the last two weeks.
 
 A chain answers history from the cache without a request when the cached days cover the
 range, were fetched after it ended and hold no forecast value (history that is final).
 When every source of a chain fails, the newest cached data from the range's start on
 is served (as far as the cached days reach), marked with its age (``meta.stale_s``);
-only the files of that source and those days are read."""
+only the files of that source and those days are read.
+
+The cache only helps: a write that fails (a full disk, a read-only folder) is logged once
+per reason and the fetched signal used all the same, and a file that cannot be read back
+(cut short, garbled, nested too deep) counts as not cached."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import re
 import threading
@@ -31,11 +37,14 @@ from grid.errors import GridDataError, SourceSpecError
 from grid.signal import ResampleReport, Signal, SignalMeta
 from grid.sources.base import GridSource
 
+log = logging.getLogger(__name__)
 KEEP_S = 14 * 86400.0
+MAX_DAYS_PER_PUT = 60
 OLD_LAYOUT = re.compile(r"^(history|forecast)-[0-9a-f]{24}\.json$")
-#: what a provider's parser may raise on an answer of a shape nobody foresaw: that
-#: source's failure, not the daemon's
-PARSE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError)
+#: what a provider's parser may raise on an answer of a shape nobody foresaw (nested too
+#: deep for a recursive walk, too large to hold): that source's failure, not the daemon's
+PARSE_ERRORS = (TypeError, ValueError, KeyError, AttributeError, IndexError, ArithmeticError,
+                RecursionError, MemoryError)  # fmt: skip
 
 
 class SignalCache:
@@ -47,11 +56,22 @@ class SignalCache:
         digest = hashlib.sha256(spec.encode()).hexdigest()[:16]
         return self.folder / f"{what}-{digest}-{day.isoformat()}.json"
 
-    def put(self, signal: Signal, what: str, fetched_at: datetime) -> None:
-        """Store ``signal`` by UTC day, then prune what is too old."""
-        frame = signal.frame
+    def put(
+        self,
+        signal: Signal,
+        what: str,
+        fetched_at: datetime,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> None:
+        """Store ``signal`` (its part in ``[start, end)``) by UTC day, at most
+        ``MAX_DAYS_PER_PUT`` days from its start, then prune what is too old. Raises
+        ``OSError`` when the folder cannot be written."""
+        frame = signal.between(start, end).frame
         if not len(frame):
             return
+        first_day = frame.index[0].normalize()
+        frame = frame[frame.index < first_day + pd.Timedelta(days=MAX_DAYS_PER_PUT)]
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         stamp = fetched_at.timestamp()
         for day, part in frame.groupby(frame.index.normalize()):
@@ -148,6 +168,7 @@ class CachedChain:
         self.cache = cache
         self.clock = clock
         self.errors: list[str] = []  # why each source failed, in the last request
+        self._unwritable: str | None = None  # why the cache could not be written, if logged
 
     @property
     def spec(self) -> str:
@@ -182,7 +203,7 @@ class CachedChain:
                 errors.append(f"{source.spec}: unusable answer ({type(exc).__name__})")
                 continue
             if self.cache is not None and source in cacheable:
-                self.cache.put(signal, what, self.clock())
+                self._store(signal, what, start, end)
             self.errors = errors
             return signal
         self.errors = errors
@@ -194,6 +215,20 @@ class CachedChain:
                     return hit[0].with_meta(stale_s=age)
         raise GridDataError("; ".join(errors) + " (and nothing cached covers the range)")
 
+    def _store(self, signal: Signal, what: str, start: datetime, end: datetime) -> None:
+        """Cache a fetched signal; a write that fails is logged (once per reason), and
+        the signal is used all the same."""
+        try:
+            self.cache.put(signal, what, self.clock(), start, end)
+        except OSError as exc:
+            reason = exc.strerror or type(exc).__name__
+            if reason != self._unwritable:
+                log.warning("grid cache %s cannot be written (%s); going on without it",
+                            self.cache.folder, reason)  # fmt: skip
+                self._unwritable = reason
+        else:
+            self._unwritable = None
+
 
 def _read(path: Path, with_time: bool = False):
     """The signal stored at ``path`` (and when it was fetched), or None when there is
@@ -202,7 +237,9 @@ def _read(path: Path, with_time: bool = False):
         data = json.loads(path.read_text())
         signal = _decode(data)
         fetched = datetime.fromisoformat(data["fetched_at"])
-    except (OSError, ValueError, KeyError, TypeError):
+        if fetched.tzinfo is None:
+            raise ValueError("a naive time")
+    except (OSError, LookupError, *PARSE_ERRORS):
         return None
     return (signal, fetched) if with_time else signal
 
@@ -227,6 +264,8 @@ def _decode(data: dict) -> Signal:
     meta["report"] = ResampleReport(**meta["report"])
     meta["issued_at"] = datetime.fromisoformat(meta["issued_at"]) if meta["issued_at"] else None
     meta = SignalMeta(**meta)
+    if type(meta.resolution_s) is not int or meta.resolution_s <= 0:
+        raise ValueError(f"resolution {meta.resolution_s!r}")
     index = pd.DatetimeIndex(pd.to_datetime(data["index"], unit="s", utc=True), name="start")
     frame = pd.DataFrame(
         {

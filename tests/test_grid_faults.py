@@ -5,13 +5,16 @@ lines a person can read later. Real HTTP: a local provider (``tests.helpers.prov
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import math
 import random
 import re
 import signal
+import threading
 import time
+import tracemalloc
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,13 +22,14 @@ import httpx
 import pytest
 
 from grid.cache import CachedChain, SignalCache
-from grid.errors import ProviderError
+from grid.errors import GridDataError, ProviderError, SourceSpecError
 from grid.http import HttpApi
 from grid.registry import ProviderConfig, build_source
+from grid.sources.base import GridSource
 from orchestrator.signals.feed import SignalFeed
 from tests.conftest import E2E
 from tests.grid_fixtures import Router, ok, uk_rows
-from tests.helpers.provider import ProviderServer
+from tests.helpers.provider import ProviderServer, drip
 from tests.helpers.waiting import free_port, wait_for
 
 T0 = datetime(2023, 6, 1, tzinfo=UTC)
@@ -56,7 +60,8 @@ def test_a_closed_port_fails_in_one_try_at_once():
     started = time.monotonic()
     with pytest.raises(ProviderError, match="cannot be reached"):
         src.history(T0, T0 + 2 * HOUR)
-    assert time.monotonic() - started < 1.0 and sleeps == [], "no retry, no backoff"
+    # (the bound is loose for a loaded CI machine: a retry would also have slept)
+    assert time.monotonic() - started < 5.0 and sleeps == [], "no retry, no backoff"
 
 
 def test_a_dns_failure_fails_in_one_try():
@@ -99,12 +104,12 @@ def test_retries_never_take_longer_than_max_total_s():
 
 
 def test_a_slow_answer_is_cut_at_max_total_s(provider):
-    provider.delay_s = 3.0
+    provider.delay_s = 10.0
     api = HttpApi(httpx.Client(timeout=20), provider.url, max_total_s=1.0)
     started = time.monotonic()
-    with pytest.raises(ProviderError, match="timed out"):
+    with pytest.raises(ProviderError, match=r"timed out|did not finish answering within 1 s"):
         api.get(NATIONAL)
-    assert time.monotonic() - started < 2.0, "the try's timeout is cut to the time left"
+    assert time.monotonic() - started < 6.0, "the try's timeout is cut to the time left"
 
 
 # -- 3: a refused key is that source's failure ------------------------------------------------
@@ -346,7 +351,7 @@ def _daemon_env(cli, provider, refresh: str) -> None:
 @E2E
 @pytest.mark.backends("sqlite")
 def test_a_hanging_provider_delays_no_pass_nor_the_exit(cli, provider, tmp_path):
-    provider.delay_s = 4.0  # every request hangs 4 s; a refresh asks two
+    provider.delay_s = 10.0  # every request hangs 10 s; a refresh asks two
     _daemon_env(cli, provider, "1s")
     done = tmp_path / "done"
     job = cli.submit("--", "sh", "-c", f"sleep 1; touch {done}")
@@ -356,12 +361,12 @@ def test_a_hanging_provider_delays_no_pass_nor_the_exit(cli, provider, tmp_path)
     wait_for(lambda: cli.job_state(job) == "completed", timeout_s=40, what="its end recorded",
              every_s=0.02)  # fmt: skip
     late_s = time.monotonic() - ended
-    assert late_s < 2.0, f"the job's end was recorded {late_s:.1f} s late"
-    assert len(provider.requests) >= 2, "the refresh was asking meanwhile"
+    assert late_s < 5.0, f"the job's end was recorded {late_s:.1f} s late"
+    assert provider.requests, "the refresh was asking (and hanging) meanwhile"
     daemon.send_signal(signal.SIGTERM)
     started = time.monotonic()
     assert daemon.wait(timeout=30) == 0
-    assert time.monotonic() - started < 3.0, "a refresh stuck on the network held the exit up"
+    assert time.monotonic() - started < 8.0, "a refresh stuck on the network held the exit up"
     _plain_log(daemon.stderr.read())
 
 
@@ -434,3 +439,427 @@ def test_a_bug_in_a_pass_still_stops_the_daemon_and_is_raised(cli, provider, mon
     health = json.loads(cli.db_rows("SELECT data FROM health")[0][0])
     assert health["stopped"] is True, "stopped as a daemon stops: caps restored, health said"
     assert not [r for r in caplog.records if r.name.startswith("apscheduler")]
+
+
+# -- 8: an answer that drips, is huge or nests too deep is that provider's failure ------------
+
+
+def _within(seconds: float, fn) -> tuple[object, BaseException | None, float]:
+    """``fn()``'s result, exception and time taken, which must come within ``seconds``
+    (``fn`` runs on a daemon thread: the test of a hang fails then, not when it ends)."""
+    out: list = []
+
+    def run() -> None:
+        try:
+            out.append((fn(), None))
+        except BaseException as exc:  # handed to the test
+            out.append((None, exc))
+
+    worker = threading.Thread(target=run, daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(seconds)
+    assert out, f"still running after {seconds:g} s"
+    return *out[0], time.monotonic() - started
+
+
+def test_a_body_that_drips_is_cut_at_max_total_s(provider):
+    provider.body = b'{"data": []}' + b" " * 100  # 22 s at a byte every 0.2 s
+    provider.pieces = drip(0.2)  # each byte well within the read timeout
+    api = HttpApi(httpx.Client(timeout=2), provider.url, max_total_s=1.5)
+    _, error, took_s = _within(8.0, lambda: api.get_json(NATIONAL))
+    assert isinstance(error, ProviderError), error
+    assert "did not finish answering within 1.5 s" in str(error)
+    assert took_s < 5.0  # 1.5 s, and room for a loaded machine
+
+
+def test_a_refresh_from_a_provider_that_drips_fails_and_the_next_one_runs(provider):
+    provider.pieces = drip(0.2)
+    feed = SignalFeed(CachedChain([_source("uk", provider.url, max_total_s=1.0)], None),
+                      horizon_s=86400, lookback_s=3600)  # fmt: skip
+    assert _within(6.0, lambda: feed.refresh(T0))[0] is False
+    assert "did not finish answering within 1 s" in feed.last_error
+    provider.pieces = None  # the provider recovers: the lock was let go, a refresh works
+    assert _within(10.0, lambda: feed.refresh(T0 + HOUR))[0] is True
+    assert feed.now_value(T0 + HOUR) == 201.0
+
+
+@pytest.mark.parametrize("length", [True, False], ids=["content-length", "until-closed"])
+def test_an_answer_over_16_mib_is_refused(provider, length):
+    provider.body = b'{"data": []}' + b" " * (40 * 2**20)
+    provider.content_length = length
+    api = HttpApi(httpx.Client(timeout=5), provider.url)
+    tracemalloc.start()
+    try:
+        _, error, _ = _within(15.0, lambda: api.get_json(NATIONAL))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert isinstance(error, ProviderError) and "answered more than 16 MiB" in str(error), error
+    assert peak < 40 * 2**20, f"{peak / 2**20:.0f} MiB held"
+
+
+def test_a_huge_error_answer_is_quoted_from_its_start(provider):
+    provider.status["/intensity/"] = 400
+    provider.error_body = b"bad request " + b"x " * (5 * 2**20)  # 10 MiB
+    api = HttpApi(httpx.Client(timeout=5), provider.url)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProviderError, match=r"answered HTTP 400: bad request x x") as info:
+            api.get(NATIONAL)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(str(info.value)) < 250
+    assert peak < 2 * 2**20, f"{peak / 2**20:.1f} MiB held to quote 160 characters"
+
+
+def test_json_nested_too_deep_is_malformed_json(provider):
+    provider.body = b"[" * 100_000
+    feed = SignalFeed(CachedChain([_source("uk", provider.url)], None), horizon_s=86400,
+                      lookback_s=3600)  # fmt: skip
+    assert feed.refresh(T0) is False
+    assert "answered malformed JSON" in feed.last_error
+
+
+def test_a_body_its_content_encoding_does_not_describe_is_that_providers_failure():
+    garbled = httpx.Response(200, stream=httpx.ByteStream(b"not gzip at all"),
+                             headers={"Content-Encoding": "gzip"})  # fmt: skip
+    api = HttpApi(Router().on("/x", garbled).client(), "https://grid.test")
+    with pytest.raises(ProviderError, match="undecodable body"):
+        api.get_json("/x")
+
+
+def test_a_base_url_that_is_no_url_is_the_users_to_mend():
+    api = HttpApi(httpx.Client(timeout=1), "http://grid\x00.test")
+    with pytest.raises(SourceSpecError, match="is not a URL"):
+        api.get_json("/x")
+
+
+def _a44(periods: str) -> httpx.Response:
+    document = '<Publication_MarketDocument xmlns="urn:x"><TimeSeries>{}</TimeSeries>'
+    return httpx.Response(200, text=document.format(periods) + "</Publication_MarketDocument>")
+
+
+def _period(start: str, end: str, res: str = "PT60M", inner: str = "") -> str:
+    return (f"<Period><timeInterval><start>{start}</start><end>{end}</end></timeInterval>"
+            f"<resolution>{res}</resolution><Point><position>1</position>"
+            f"<price.amount>42</price.amount></Point>{inner}</Period>")  # fmt: skip
+
+
+def _entsoe(answer: httpx.Response):
+    router = Router().on("/api", answer)
+    config = {"entsoe": ProviderConfig(api_key="t", base_url="https://e.test/api")}
+    return build_source("entsoe:DE-LU", config, router.client(), sleep=lambda s: None)
+
+
+ENTITIES = (
+    '<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">'
+    + "".join(f'<!ENTITY {chr(98 + i)} "{("&" + chr(97 + i) + ";") * 10}">' for i in range(6))
+    + "]><l>&g;</l>"
+)
+XML_ANSWERS = {
+    "entities": (ENTITIES, "DOCTYPE or entities refused"),
+    "external entity": (
+        '<!DOCTYPE x [<!ENTITY e SYSTEM "file:///etc/passwd">]><x>&e;</x>', "DOCTYPE"
+    ),
+    "nested 100,000 deep": ("<a>" * 100_000 + "</a>" * 100_000, "nested more than 32 deep"),
+    "periods nested 5,000 deep": (  # each Period's timeInterval found at the bottom
+        '<Publication_MarketDocument xmlns="urn:x">' + "<Period>" * 5_000
+        + _period("2023-06-01T00:00Z", "2023-06-01T02:00Z") + "</Period>" * 5_000
+        + "</Publication_MarketDocument>", "nested more than 32 deep",
+    ),
+    "70 overlapping periods": (  # 70 × 32 days (the range and a day each side) of 15 min
+        _a44(_period("2023-05-25T00:00Z", "2023-07-04T00:00Z", "PT15M") * 70).text,
+        "more than 200,000 points",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", XML_ANSWERS)
+def test_entsoe_xml_that_expands_nests_or_multiplies_is_refused_at_once(case):
+    text, message = XML_ANSWERS[case]
+    src = _entsoe(httpx.Response(200, text=text))
+    _, error, _ = _within(8.0, lambda: src.history(T0, T0 + 30 * 24 * HOUR))
+    assert isinstance(error, ProviderError) and message in str(error), error
+
+
+def test_entsoe_makes_rows_only_for_the_range_asked_for():
+    src = _entsoe(_a44(_period("2023-01-01T00:00Z", "2122-01-01T00:00Z")))  # a century
+    signal, error, _ = _within(10.0, lambda: src.history(T0, T0 + 2 * HOUR))
+    assert error is None and list(signal.values) == [42.0, 42.0]
+    assert signal.meta.report.raw_rows <= 2 * 24 + 2 + 24
+
+
+# -- 9: the cache only helps: it never throws a fetched signal away nor fails a read ----------
+
+
+def test_a_cache_that_cannot_be_written_is_logged_once_and_the_signal_used(
+    provider, tmp_path, monkeypatch, caplog
+):
+    caplog.set_level(logging.WARNING, logger="grid.cache")
+    full = OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(Path, "write_text", lambda *a, **k: (_ for _ in ()).throw(full))
+    chain = CachedChain([_source("uk", provider.url)], SignalCache(tmp_path / "cache"))
+    feed = SignalFeed(chain, horizon_s=86400, lookback_s=3600)
+    for i in range(3):
+        assert feed.refresh(T0 + i * HOUR), feed.last_error
+        assert feed.now_value(T0 + i * HOUR) == 200.0 + i
+    monkeypatch.undo()
+    (tmp_path / "file").write_text("")
+    chain.cache = SignalCache(tmp_path / "file")  # a file where the folder should be
+    assert len(chain.forecast(T0, 24 * HOUR).frame) == 48
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2, warned
+    assert "No space left on device" in warned[0] and "File exists" in warned[1]
+
+
+def _garble(path: Path, how: str) -> None:
+    data = json.loads(path.read_text())
+    if how == "nested":
+        path.write_text("[" * 100_000)
+    elif how == "resolution":
+        data["meta"]["resolution_s"] = "x"
+    elif how == "naive time":
+        data["fetched_at"] = "2023-06-02T00:00:00"
+    if how != "nested":
+        path.write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("how", ["nested", "resolution", "naive time"])
+def test_a_garbled_cache_file_counts_as_not_cached(provider, tmp_path, how):
+    clock = [T0 + 24 * HOUR]
+    chain = CachedChain([_source("uk", provider.url)], SignalCache(tmp_path),
+                        clock=lambda: clock[0])  # fmt: skip
+    chain.history(T0, T0 + 2 * HOUR)
+    (path,) = tmp_path.iterdir()
+    _garble(path, how)
+    asked = len(provider.requests)
+    assert len(chain.history(T0, T0 + 2 * HOUR).frame) == 4, "asked again, not read"
+    assert len(provider.requests) == asked + 1
+    assert json.loads(path.read_text())["meta"]["resolution_s"] == 1800, "written anew"
+    _garble(path, how)
+    provider.status["/"] = 503
+    chain.sources[0].api.retries = 0
+    with pytest.raises(GridDataError, match="nothing cached covers the range"):
+        chain.history(T0, T0 + 2 * HOUR)
+
+
+def test_a_put_writes_only_the_days_asked_for_and_at_most_60(tmp_path):
+    from grid.sources.synthetic import Synthetic
+
+    year = Synthetic("synthetic:days=365", {"days": "365", "start": "2023-01-01"}).load()
+    cache = SignalCache(tmp_path)
+    start = datetime(2023, 3, 1, 12, tzinfo=UTC)
+    cache.put(year, "history", start, start, start + 2 * HOUR)
+    assert [p.name[-15:-5] for p in tmp_path.iterdir()] == ["2023-03-01"]
+    cache.put(year, "history", start, start, start + 100 * 24 * HOUR)
+    days = sorted(p.name[-15:-5] for p in tmp_path.iterdir())
+    assert len(days) == 60 and days[0] == "2023-03-01" and days[-1] == "2023-04-29"
+
+
+# -- 10: one point far away neither wipes the tape nor fills the cache ------------------------
+
+FAR = T0 + timedelta(days=400)
+
+
+class _FarPoint(GridSource):
+    """Hourly values 100 + hour, and one point at ``FAR`` in each forecast, as the Carbon
+    Aware SDK adapter passed it on before it clipped its forecasts."""
+
+    name = "far"
+
+    def __init__(self, far: bool = True, step_s: int = 3600) -> None:
+        super().__init__("far:test", "XX")
+        self.step_s = self.resolution_s = step_s
+        self.far = far
+        self.asked: list[tuple[datetime, datetime]] = []
+
+    def _rows(self, start: datetime, end: datetime, forecast: bool) -> list:
+        n = int((end - start).total_seconds() // self.step_s)
+        times = [start + timedelta(seconds=i * self.step_s) for i in range(n)]
+        return [(t, 100.0 + t.hour, forecast) for t in times]
+
+    def history(self, start: datetime, end: datetime):
+        self.asked.append((start, end))
+        return self.signal(self._rows(start, end, False))
+
+    def forecast(self, issued_at: datetime, horizon: timedelta):
+        rows = self._rows(issued_at, issued_at + horizon, True)
+        rows += [(FAR, 999.0, True)] if self.far else []
+        return self.signal(rows, issued_at=issued_at)
+
+
+def test_a_far_future_point_neither_wipes_the_tape_nor_fills_the_cache(tmp_path):
+    chain = CachedChain([_FarPoint()], SignalCache(tmp_path), clock=lambda: T0)
+    feed = SignalFeed(chain, horizon_s=48 * 3600, lookback_s=3600)
+    assert feed.refresh(T0) and feed.age_s(T0) == 0
+    assert feed.covers(T0.timestamp() - 3600, (T0 + 48 * HOUR).timestamp())
+    assert feed.now_value(T0 + 5 * HOUR) == 105.0
+    assert feed.series().end_s <= (T0 + 73 * HOUR).timestamp(), "nothing from far away"
+    assert len(list(tmp_path.iterdir())) <= 4, "the days asked for only"
+    assert feed.refresh(T0 + HOUR) and feed.now_value(T0 + HOUR) == 101.0
+
+
+def test_a_forecast_with_nothing_from_now_on_is_a_failed_refresh():
+    source = _FarPoint()
+    source.forecast = lambda at, h: source.signal([(FAR, 1.0, True), (FAR + HOUR, 2.0, True)])
+    feed = SignalFeed(CachedChain([source], None), horizon_s=48 * 3600, lookback_s=3600)
+    assert not feed.refresh(T0) and "no known value in the forecast from now on" in feed.last_error
+    assert feed.series().end_s == T0.timestamp(), "the past hour only"
+    assert feed.fresh_at is None
+
+
+def test_the_carbon_aware_forecast_is_clipped_to_the_horizon():
+    points = [{"timestamp": (T0 + i * HOUR).isoformat(), "value": 100 + i, "duration": 60}
+              for i in range(48)]  # fmt: skip
+    points.append({"timestamp": "2060-01-01T00:00:00+00:00", "value": 999, "duration": 60})
+    router = Router().on("/emissions/forecasts/current", ok([{"forecastData": points}]))
+    src = build_source("carbon-aware:westus", {}, router.client(), sleep=lambda s: None)
+    signal = src.forecast(T0, 24 * HOUR)
+    assert signal.start == T0 and signal.end == T0 + 24 * HOUR and 999 not in list(signal.values)
+
+
+def test_a_hole_years_long_asks_only_for_what_the_tape_keeps(provider):
+    feed = SignalFeed(CachedChain([_source("uk", provider.url)], None), horizon_s=86400,
+                      lookback_s=3600)  # fmt: skip
+    assert feed.refresh(T0)
+    asked = len(provider.requests)
+    carbon = feed.integral((T0 - timedelta(days=300)).timestamp(), T0.timestamp())
+    assert len(provider.requests) == asked + 1, "8 days: one request, not 22"
+    assert carbon is not None and math.isfinite(carbon)
+
+
+def test_a_bug_while_fetching_a_hole_is_logged_once_and_the_pass_goes_on(caplog):
+    class Buggy(_FarPoint):
+        def history(self, start, end):
+            if start < T0 - HOUR:  # the hole, not the refresh's lookback
+                raise RuntimeError("a bug in an adapter")
+            return super().history(start, end)
+
+    caplog.set_level(logging.WARNING, logger="orchestrator.signals.feed")
+    feed = SignalFeed(CachedChain([Buggy()], None), horizon_s=86400, lookback_s=3600)
+    assert feed.refresh(T0)
+    for i in range(3):
+        t0 = (T0 - (5 + i) * HOUR).timestamp()
+        assert feed.integral(t0, T0.timestamp()) is not None, "the tape as it is"
+        assert feed.refresh(T0 + i * HOUR)  # a new tape: another try at the hole
+    logged = [r for r in caplog.records if "a bug in an adapter" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None, "once, with its traceback"
+
+
+# -- 11: an error nobody foresaw is a failed refresh, never the daemon's end -------------------
+
+
+def test_a_refresh_round_that_raises_anything_is_logged_once_and_the_next_one_runs(caplog):
+    from orchestrator.daemon.loop import Every
+
+    caplog.set_level(logging.ERROR, logger="orchestrator.daemon.loop")
+    rounds: list[int] = []
+    faults = [RuntimeError("bug 1"), RuntimeError("bug 2"), SystemExit(3), None,
+              RuntimeError("bug 4"), None]  # fmt: skip
+
+    def round_(first: bool) -> None:
+        rounds.append(first)
+        fault = faults[len(rounds) - 1] if len(rounds) <= len(faults) else None
+        if fault is not None:
+            raise fault
+
+    timer = Every("grid refresh", 0.02, round_, fatal=(SourceSpecError,)).start()
+    assert timer.wait_first(2.0) is None, "only the user's spec is handed to the caller"
+    wait_for(lambda: len(rounds) >= 8, timeout_s=3, what="rounds after the faults")
+    timer.stop()
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["grid refresh failed"] * 3, messages  # bugs 1 and 2 are alike
+    assert [r.exc_info[0] for r in caplog.records] == [RuntimeError, SystemExit, RuntimeError]
+
+
+def test_a_missing_trace_at_start_is_still_handed_to_the_caller():
+    from orchestrator.daemon.loop import Every
+
+    def round_(first: bool) -> None:
+        raise SourceSpecError("csv: no such file 'x.csv'")
+
+    timer = Every("grid refresh", 10, round_, fatal=(SourceSpecError,)).start()
+    assert isinstance(timer.wait_first(2.0), SourceSpecError)
+    timer.stop()
+
+
+@E2E
+@pytest.mark.backends("sqlite")
+def test_a_daemon_whose_refresh_raises_anything_serves_and_tries_again(
+    cli, provider, tmp_path, monkeypatch, caplog
+):
+    from tests.test_crash_recovery import _daemon
+
+    caplog.set_level(logging.INFO)
+    _daemon_env(cli, provider, "0.2s")
+    cli.env.update({"GRIDSHIFT_DAEMON__GRID": '["uk"]', "GRIDSHIFT_DAEMON__POLICY": "fifo"})
+    done = tmp_path / "done"
+    job = cli.submit("--", "sh", "-c", f"sleep 1; touch {done}")
+    daemon = _daemon(cli, monkeypatch)
+    daemon.interval_s = 0.1
+    feed = daemon.planner.feed
+    forecast, calls = feed.chain.forecast, []
+
+    def buggy(*args):
+        calls.append(args)
+        if len(calls) <= 3:  # the first refresh and two more: the same bug
+            raise RecursionError(f"maximum recursion depth exceeded (call {len(calls)})")
+        return forecast(*args)
+
+    monkeypatch.setattr(feed.chain, "forecast", buggy)
+    started = time.monotonic()
+    daemon.run(until_idle=True)
+    assert cli.job_state(job) == "completed" and done.exists()
+    assert time.monotonic() - started < 15
+    assert len(calls) >= 4 and feed.last_error is None, "tried again, and it worked"
+    bugs = [r for r in caplog.records if "RecursionError" in r.getMessage()]
+    assert len(bugs) == 1 and bugs[0].exc_info is not None, "logged once, with its traceback"
+
+
+def test_a_bug_fetching_the_past_keeps_the_forecast_in_hand(caplog):
+    class Buggy(_FarPoint):
+        def history(self, start, end):
+            raise RuntimeError("a bug in an adapter")
+
+    caplog.set_level(logging.WARNING, logger="orchestrator.signals.feed")
+    feed = SignalFeed(CachedChain([Buggy(far=False)], None), horizon_s=86400, lookback_s=3600)
+    for i in range(3):
+        assert feed.refresh(T0 + i * HOUR) and feed.last_error is None
+        assert feed.now_value(T0 + i * HOUR) == 100.0 + i
+    logged = [r for r in caplog.records if "a bug in an adapter" in r.getMessage()]
+    assert len(logged) == 1 and logged[0].exc_info is not None
+
+
+def test_a_source_whose_parsing_recurses_too_deep_hands_over_to_the_next(provider):
+    class Deep(_FarPoint):
+        def forecast(self, issued_at, horizon):
+            raise RecursionError("maximum recursion depth exceeded")
+
+    chain = CachedChain([Deep(), _source("uk", provider.url)], None)
+    signal = chain.forecast(T0, 24 * HOUR)
+    assert signal.meta.source == "uk" and "unusable answer (RecursionError)" in chain.errors[0]
+
+
+def test_headers_that_drip_are_cut_at_max_total_s(provider):
+    provider.pieces, provider.head_in_pieces = drip(0.2), True  # 5 bytes a second, forever
+    provider.content_length = False
+    api = HttpApi(httpx.Client(timeout=2), provider.url, max_total_s=1.5)
+    _, error, took_s = _within(8.0, lambda: api.get_json(NATIONAL))
+    assert isinstance(error, ProviderError), error
+    assert "did not finish answering within 1.5 s" in str(error)
+    assert took_s < 5.0  # 1.5 s, and room for a loaded machine
+
+
+def test_a_body_that_drips_then_stalls_is_cut_at_max_total_s(provider):
+    def drip_then_stall(body: bytes):
+        yield from drip(0.2)(body[:6])  # 1.2 s of bytes, then nothing for 10 s
+        time.sleep(10)
+        yield body[6:]
+
+    provider.pieces = drip_then_stall
+    api = HttpApi(httpx.Client(timeout=5), provider.url, max_total_s=1.5)
+    _, error, took_s = _within(8.0, lambda: api.get_json(NATIONAL))
+    assert isinstance(error, ProviderError) and "did not finish answering" in str(error), error
+    assert took_s < 5.0  # 1.5 s, and room for a loaded machine

@@ -214,3 +214,28 @@ def test_stopping_while_a_pass_books_its_early_successor_does_not_deadlock(monke
     runner.join(10)
     assert booking.is_set(), "the pass booked its successor"
     assert not runner.is_alive(), "stopping hung"
+
+
+def test_the_plan_note_compares_the_planned_run_with_one_started_now():
+    """The note read "waiting for lower carbon ... at 400 g/kWh (now 400)": one value at
+    the start against one now, although the run's whole window is what was chosen."""
+    from grid.steps import StepSeries
+    from orchestrator.daemon.guard import _why, window_means
+    from orchestrator.planning.policies.base import Decision
+
+    # hourly: 400 now and for two hours, then 100 for three hours, then 400 again
+    series = StepSeries(0.0, 3600.0, [400, 400, 100, 100, 100, 400, 400, 400])
+    planner = SimpleNamespace(mode="plan", policy=SimpleNamespace(name="budget"))
+    feed = SimpleNamespace(series=lambda: series)
+    now = datetime.fromtimestamp(0, UTC)
+    later = Decision(start_s=3600.0, end_s=3600.0 * 5)  # 400, 100, 100, 100
+    assert window_means(series, later, 0.0) == (175.0, 250.0)
+    note = _why(planner, feed, SimpleNamespace(id=1), later, now, None)
+    assert note == (
+        "waiting for lower carbon: starts 01:00:00 UTC; 175 g/kWh over its run (now: 250)"
+    )
+    flat = Decision(start_s=3600.0 * 5, end_s=3600.0 * 6)  # 400 later as now: not lower carbon
+    note = _why(planner, feed, SimpleNamespace(id=1), flat, now, None)
+    assert note == "planned for 05:00:00 UTC by budget (400 g/kWh over its run)"
+    pieces = Decision(start_s=7200.0, intervals=((7200.0, 10800.0), (14400.0, 18000.0)))
+    assert window_means(series, pieces, 0.0) == (100.0, 400.0)

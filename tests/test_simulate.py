@@ -85,9 +85,8 @@ def test_runs_are_reproducible_and_seeds_matter():
     a = simulate(_scenario(count=100, forecast="noise:0.2"), ROOT).results
     b = simulate(_scenario(count=100, forecast="noise:0.2"), ROOT).results
     c = simulate(_scenario(count=100, forecast="noise:0.2", seed=3), ROOT).results
-    strip = lambda r: {p: {k: v for k, v in m.items() if k != "wall_s"} for p, m in r.items()}  # noqa: E731
-    assert strip(a) == strip(b)
-    assert strip(a) != strip(c)
+    assert a == b  # every key, timings none: a what-if's output holds no wall-clock figure
+    assert a != c
 
 
 # -- the command ------------------------------------------------------------------------------

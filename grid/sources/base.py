@@ -3,7 +3,9 @@
 What a provider answers is untrusted: a value that is not a finite number in range (a
 string, NaN, infinity, a negative carbon intensity) is unknown (NaN), handled as a gap;
 a row whose time cannot be read, or times no signal can hold, are a ``ProviderError``
-(that provider failed), never a crash."""
+(that provider failed), never a crash. Rows more than a day outside the range asked for
+are dropped before the rows are made regular: one point years away would otherwise make
+a series of every interval in between."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ Row = tuple[datetime, float | None, bool]  # interval start, value, is forecast
 #: The largest value a trace or a provider may give in either sign (g/kWh, or a currency
 #: per MWh): far above any grid's, and small enough that sums over years stay finite.
 MAX_VALUE = 1e6
+MARGIN = timedelta(days=1)  # rows kept outside the range asked for (to tell gaps and steps)
 
 
 class GridSource(ABC):
@@ -52,7 +55,13 @@ class GridSource(ABC):
         start: datetime | None = None,
         end: datetime | None = None,
     ) -> Signal:
-        """Rows in the normal form (see ``grid.resample`` for the rule)."""
+        """Rows in the normal form (see ``grid.resample`` for the rule), cut to
+        ``[start, end)`` (each bound when given)."""
+        low = None if start is None else start - MARGIN  # the margin: the same result inside
+        high = None if end is None else end + MARGIN
+        if low is not None or high is not None:
+            rows = [r for r in rows if (low is None or r[0] >= low)
+                    and (high is None or r[0] < high)]  # fmt: skip
         if not rows:
             raise ProviderError(f"{self.spec}: no data in the requested range")
         times, values, forecast = zip(*rows, strict=True)

@@ -79,4 +79,4 @@ class CarbonAwareSdk(GridSource):
             self.resolution_s = duration_s(field(points[0], "duration"))
         generated = field(first, "generatedAt")
         issued = row_time(generated, self.spec) if generated else issued_at
-        return self.signal(rows, issued_at=issued)
+        return self.signal(rows, issued_at=issued, end=issued_at + horizon)

@@ -164,7 +164,24 @@ def _why(planner, feed, view, decision, now: datetime, blocked) -> str:
     if feed is None or feed.series() is None:
         return f"planned for {at} by {planner.policy.name}"
     series = feed.series()
-    later = float(series.value_at(decision.start_s))
-    current = float(series.value_at(now.timestamp()))
     cap = f" at a {100 * decision.cap:.0f}% power cap" if decision.cap < 1 - 1e-9 else ""
-    return f"waiting for lower carbon: starts {at}{cap} at {later:.0f} g/kWh (now {current:.0f})"
+    later, current = window_means(series, decision, now.timestamp())
+    if later < current - 0.5:
+        return (
+            f"waiting for lower carbon: starts {at}{cap}; {later:.0f} g/kWh over its run "
+            f"(now: {current:.0f})"
+        )
+    return f"planned for {at}{cap} by {planner.policy.name} ({later:.0f} g/kWh over its run)"
+
+
+def window_means(series, decision, now_s: float) -> tuple[float, float]:
+    """Mean intensity over the planned run (its pieces, or start to its expected end)
+    and over a run of the same length starting now. A job with no expected end is
+    judged by the hour after its start."""
+    pieces = decision.intervals or ((decision.start_s, decision.end_s or decision.start_s),)
+    if all(b <= a for a, b in pieces):
+        pieces = ((decision.start_s, decision.start_s + 3600.0),)
+    length_s = sum(max(0.0, b - a) for a, b in pieces)
+    later = sum(float(series.integral(a, b)) for a, b in pieces if b > a) / length_s
+    current = float(series.integral(now_s, now_s + length_s)) / length_s
+    return later, current

@@ -16,6 +16,7 @@ daemon's business, not its users': its logger is set to ERROR.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -42,21 +43,33 @@ class Served(Protocol):
 
 log = logging.getLogger(__name__)
 STOP_WAIT_S = 0.5  # how long stopping waits for a refresh or discovery round under way
+_DIGITS = re.compile(r"\d+")  # an error that differs only in its numbers is the same
 
 
 class Every:
     """``fn(first)`` every ``interval_s`` seconds on a daemon thread of its own, until
     stopped (``first``: whether this is the first round). A round that raises is logged
-    and the next one goes on; the first round's error goes to whoever waits for it
-    (``wait_first``) instead, if they still wait."""
+    and the next one goes on, whatever it raised: the thread never ends before it is
+    stopped. An error is logged once (with its traceback when it is no gridshift or grid
+    error), again only after a round has gone well. The first round's error of a
+    ``fatal`` type goes to whoever waits for it (``wait_first``) instead, if they still
+    wait."""
 
     def __init__(
-        self, name: str, interval_s: float, fn: Callable[[bool], None], *, delay_first=False
+        self,
+        name: str,
+        interval_s: float,
+        fn: Callable[[bool], None],
+        *,
+        delay_first=False,
+        fatal: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.name = name
         self.interval_s = interval_s
         self.fn = fn
         self.delay_first = delay_first
+        self.fatal = fatal
+        self._logged: str | None = None  # the error last logged, until a round goes well
         self._stop = threading.Event()
         self._first_done = threading.Event()
         self._lock = threading.Lock()
@@ -75,13 +88,16 @@ class Every:
         while not self._stop.is_set():
             try:
                 self.fn(first)
-            except Exception as exc:
+                self._logged = None
+            except BaseException as exc:  # a round never ends the thread
                 with self._lock:
-                    claimed = first and self._awaited
+                    claimed = first and self._awaited and isinstance(exc, self.fatal)
                     if claimed:
                         self.first_error = exc
-                if not claimed:
+                key = f"{type(exc).__name__}: {_DIGITS.sub('0', str(exc))}"
+                if not claimed and key != self._logged:
                     _log_failure(self.name, exc)
+                    self._logged = key
             finally:
                 if first:
                     self._first_done.set()

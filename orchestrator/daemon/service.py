@@ -215,7 +215,9 @@ class Daemon:
         """The grid timer: fetch the signal (cache first) for the next plans. At start a
         source that cannot be used as given (a missing trace file) stops the daemon with
         one line; later, it is logged (once) and planning goes on with what the tape
-        holds. A failing source is logged by its feed, once per reason."""
+        holds. A failing source is logged by its feed, once per reason; an error nobody
+        foresaw is a failed refresh too (logged once, with its traceback), at start or
+        later, and the next round tries again."""
         from grid.errors import SourceSpecError
 
         now = self.clock.now()
@@ -228,6 +230,8 @@ class Daemon:
                 if at_start:
                     raise
                 feed.failed(str(exc))
+            except Exception as exc:  # not the daemon's end: plan on what the tape holds
+                feed.unexpected(exc)
 
     def refresh_nodes(self) -> None:
         """The discovery timer: the servers' GPUs, use and power limits, for ``nodes``."""
@@ -300,6 +304,7 @@ class Daemon:
         return False
 
     def _serve(self, until_idle: bool) -> None:
+        from grid.errors import SourceSpecError
         from orchestrator.daemon.loop import Every, run_passes
 
         now = self.clock.now()
@@ -317,11 +322,12 @@ class Daemon:
                     self.planner.slot_s, 900.0
                 )
                 grid = Every("grid refresh", refresh_s,
-                             lambda first: self.refresh_signal(at_start=first))  # fmt: skip
+                             lambda first: self.refresh_signal(at_start=first),
+                             fatal=(SourceSpecError,))  # fmt: skip
                 timers.append(grid.start())
                 error = grid.wait_first(START_WAIT_S, abort=self._wake)  # a signal, if in time
-                if error is not None:
-                    raise error
+                if isinstance(error, SourceSpecError):  # the user's spec: a missing trace
+                    raise error  # anything else was logged as a failed refresh
             if self.links:
                 every_s = self.settings.daemon.seconds("discovery")
                 nodes = Every("node discovery", every_s, lambda _: self.refresh_nodes(),

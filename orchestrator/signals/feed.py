@@ -4,7 +4,11 @@ Each refresh asks the source chain (``grid.cache.CachedChain``: the sources in o
 file cache when they all fail) for the recent past and a forecast, and writes them onto a
 tape of values by time (newer values replace older ones from their time on). Planning
 reads the forecast from the tape; accounting integrates the tape over what ran, asking the
-source for history where the tape has a hole (the daemon was down).
+source for history where the tape has a hole (the daemon was down). What a source answers
+is clipped to the window around now (the lookback and the horizon, and a day either side)
+before it is written, and the tape keeps ``KEEP_S`` of past before now and the horizon
+after: a point far in the past or future neither wipes the tape nor makes it huge, and a
+forecast with nothing from now on is a failed refresh.
 
 Refreshes run on a thread of their own while passes read the tape: a ``Tape`` is never
 changed once made, a refresh builds the next one and swaps it in (under a lock held only
@@ -35,6 +39,8 @@ from grid.steps import StepSeries
 
 log = logging.getLogger(__name__)
 KEEP_S = 8 * 86400.0  # the tape keeps this much past
+DAY_S = 86400.0
+MAX_BUGS_LOGGED = 50
 _DIGITS = re.compile(r"\d+")
 
 
@@ -58,9 +64,11 @@ class Tape:
             self._series = StepSeries(keys[0] * self.step_s, self.step_s, values)
         return self._series
 
-    def merged(self, signal, horizon_s: float) -> Tape:
-        """A new tape: this one with ``signal`` written over it from its start on.
-        Raises ``GridDataError`` when the signal has no known value."""
+    def merged(self, signal, now_s: float, horizon_s: float) -> Tape:
+        """A new tape: this one with ``signal`` written over it from its start on, keeping
+        only ``[now_s - KEEP_S, now_s + horizon_s + DAY_S]`` (by the time the daemon is
+        at, never by the signal's own times: one point far in the future cannot push now
+        off the tape). Raises ``GridDataError`` when the signal has no known value."""
         if not len(signal.frame):
             return self
         series, _ = StepSeries.from_signal(signal)
@@ -75,11 +83,14 @@ class Tape:
                     for ti, v in zip(t, old.value_at(t), strict=True):
                         slots[round(ti / finer)] = float(v)
             step = finer
-        t = series.start_s + np.arange(math.ceil(len(series) * series.step_s / step)) * step
+        low, high = now_s - KEEP_S, now_s + horizon_s + DAY_S
+        begin = max(0, math.ceil((low - series.start_s) / step))  # on the series' grid
+        stop = math.ceil((min(series.end_s, high) - series.start_s) / step)
+        t = series.start_s + np.arange(begin, max(begin, stop)) * step
         for ti, v in zip(t, series.value_at(t), strict=True):
             slots[round(ti / step)] = float(v)
-        floor = round((t[-1] - KEEP_S - horizon_s) / step)
-        slots = {k: v for k, v in slots.items() if k >= floor}
+        first, last = math.floor(low / step), math.ceil(high / step)
+        slots = {k: v for k, v in slots.items() if first <= k <= last}
         return Tape(step, slots, self.version + 1)
 
     def covers(self, t0: float, t1: float) -> bool:
@@ -102,6 +113,8 @@ class SignalFeed:
         self.last_error: str | None = None
         self._logged: str | None = None  # the failure last logged
         self._history_tried: int | None = None  # the version a hole was last fetched at
+        self._now_s: float | None = None  # the time of the latest refresh
+        self._bugs: set[str] = set()  # the unexpected errors logged
 
     @property
     def version(self) -> int:
@@ -116,6 +129,7 @@ class SignalFeed:
         """True when a source answered (not only the cache). A source that cannot be used
         as given (``SourceSpecError``: a missing file, a bad option) raises: that is the
         user's to mend, not a failure to plan around."""
+        now_s = self._now_s = now.timestamp()
         with self._fetching:
             try:
                 signal = self.chain.forecast(now, timedelta(seconds=self.horizon_s))
@@ -129,10 +143,16 @@ class SignalFeed:
                 past = self.chain.history(now - timedelta(seconds=self.lookback_s), now)
             except GridDataError:
                 past = None  # a forecast alone will do
+            except Exception as exc:  # a bug: not a reason to drop the forecast in hand
+                self._log_bug(exc, f"{self.chain.spec}: {type(exc).__name__}: {exc}")
+                past = None
+        low = now - timedelta(seconds=self.lookback_s + DAY_S)  # whatever a source answers
+        high = now + timedelta(seconds=self.horizon_s + DAY_S)
         if past is not None:
-            self._merge(past)
-        if not self._merge(signal):
-            self.failed(f"{self.chain.spec}: no known value in the forecast")
+            self._merge(past.between(low, high), now_s)
+        signal = signal.between(low, high)
+        if signal.end is None or signal.end <= now or not self._merge(signal, now_s):
+            self.failed(f"{self.chain.spec}: no known value in the forecast from now on")
             return False
         fetched = now - timedelta(seconds=signal.meta.stale_s or 0.0)
         if self.fresh_at is None or fetched > self.fresh_at:
@@ -147,6 +167,19 @@ class SignalFeed:
         """Note why the source failed (logged when the reason is new)."""
         self.last_error = error
         self._log(error)
+
+    def unexpected(self, exc: Exception) -> None:
+        """A fetch raised what nobody foresaw (a bug, here or in an adapter): the source
+        counts as failing until a refresh succeeds, and each kind of error is logged
+        once in the daemon's life, with its traceback."""
+        self.last_error = f"{self.chain.spec}: {type(exc).__name__}: {exc}"
+        self._log_bug(exc, self.last_error)
+
+    def _log_bug(self, exc: Exception, problem: str) -> None:
+        key = f"{type(exc).__name__}: {_DIGITS.sub('0', str(exc))}"
+        if key not in self._bugs and len(self._bugs) < MAX_BUGS_LOGGED:
+            self._bugs.add(key)
+            log.error("%s source failed: %s", self.what, problem, exc_info=exc)
 
     def recovered(self, passed_over: list[str], source: str) -> None:
         """A source answered (``source``), after those of ``passed_over`` failed."""
@@ -165,11 +198,11 @@ class SignalFeed:
             log.warning("%s source failed: %s", self.what, problem)
         self._logged = key
 
-    def _merge(self, signal) -> bool:
+    def _merge(self, signal, now_s: float) -> bool:
         """Write ``signal`` onto the tape; False when it holds no known value."""
         with self._swap:
             try:
-                self._tape = self._tape.merged(signal, self.horizon_s)
+                self._tape = self._tape.merged(signal, now_s, self.horizon_s)
             except GridDataError:
                 return False
         return True
@@ -186,8 +219,10 @@ class SignalFeed:
         return self._tape.covers(t0, t1)
 
     def integral(self, t0: float, t1: float) -> float | None:
-        """∫ signal dt over ``[t0, t1]`` (value × seconds); fetches history for a hole,
-        unless a refresh is under way or the source is failing (then the tape as is)."""
+        """∫ signal dt over ``[t0, t1]`` (value × seconds); fetches history for a hole
+        (as far back as the tape keeps), unless a refresh is under way or the source is
+        failing (then the tape as is). Runs on the passes' thread: whatever the fetch
+        raises, the pass goes on (a bug is logged, once, with its traceback)."""
         tape = self._tape
         if (
             not tape.covers(t0, t1)
@@ -195,17 +230,22 @@ class SignalFeed:
             and self.last_error is None
             and self._fetching.acquire(blocking=False)
         ):
+            now_s = max(t1, self._now_s or t1)
+            start_s = max(t0, now_s - KEEP_S)  # the tape keeps no more
+            past = None
             try:
                 self._history_tried = tape.version  # one request per hole, not per stretch
-                start = datetime.fromtimestamp(t0, UTC)
-                end = datetime.fromtimestamp(t1, UTC)
-                past = self.chain.history(start, end)
+                if start_s < t1:
+                    start = datetime.fromtimestamp(start_s, UTC)
+                    past = self.chain.history(start, datetime.fromtimestamp(t1, UTC))
             except GridDataError:
-                past = None
+                pass
+            except Exception as exc:  # a bug on the way: the accounting does without
+                self.unexpected(exc)
             finally:
                 self._fetching.release()
             if past is not None:
-                self._merge(past)
+                self._merge(past, now_s)
         s = self._tape.series()
         return None if s is None else float(s.integral(t0, t1))
 

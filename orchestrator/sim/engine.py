@@ -25,7 +25,6 @@ clairvoyant policy (``oracle``) plans the whole trace once, before the first arr
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -366,7 +365,6 @@ class SimDaemon:
 
     # -- run ----------------------------------------------------------------------------
     def run(self) -> RunResult:
-        started = time.perf_counter()
         solver = None
         if self.clairvoyant:
             solver = self._plan_whole_run()
@@ -387,7 +385,6 @@ class SimDaemon:
             seg_gpus=np.asarray(ex.seg_gpus, dtype=float),
             suspensions=self.suspensions,
             fragmentation=float(np.mean(self._frag)) if self._frag else 0.0,
-            wall_s=time.perf_counter() - started,
             ticks=self.ticks,
             forced=self.forced,
             guard_suspensions=self.onepass.guard_suspensions,

@@ -42,7 +42,7 @@ class SimInputs:
     objective: str = "carbon"
     power_limit_w: float | None = None
     slot_s: float = 900.0
-    time_limit_s: float = 30.0
+    time_limit_s: float | None = None  # None: optimal stops on a node limit (deterministic)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -143,7 +143,9 @@ def _planning(scenario: Scenario, has_price: bool) -> dict:
         "objective": objective,
         "power_limit_w": scenario.power_limit_w,
         "slot_s": parse_duration_s(scenario.slot),
-        "time_limit_s": parse_duration_s(scenario.time_limit),
+        "time_limit_s": (
+            parse_duration_s(scenario.time_limit) if scenario.time_limit is not None else None
+        ),
     }
 
 

@@ -48,9 +48,10 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
         "job_hours_beyond_signal": round(float(np.sum(beyond)) / 3600, 1),
         "forecast": run.forecast,
         "forced_starts": run.forced,
-        "wall_s": round(run.wall_s, 2),
         "budget": None,  # with a budget: how each period fared
-        "solver": run.solver or None,  # oracle: what its one solve reported
+        # oracle: what its one solve reported (not its seconds: the output is the same
+        # on every run and machine)
+        "solver": {k: v for k, v in (run.solver or {}).items() if k != "solve_s"} or None,
     }
     if run.ledger is not None:
         out["budget"] = budget_block(run.ledger)

@@ -22,7 +22,6 @@ class RunResult:
     seg_gpus: np.ndarray
     suspensions: int
     fragmentation: float  # mean share of the cluster free but unusable by a waiting job
-    wall_s: float
     ticks: int
     forced: int = 0  # starts a deadline forced against the budget or the objective
     guard_suspensions: int = 0  # jobs the deadline guard suspended to make room

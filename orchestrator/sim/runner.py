@@ -15,6 +15,12 @@ from orchestrator.sim.metrics import metrics
 from orchestrator.sim.result import RunResult
 from orchestrator.sim.scenario import Scenario
 
+# ``optimal``/``oracle`` in a what-if run without ``time_limit``: HiGHS stops after this
+# many branch-and-bound nodes (the same answer on every machine), with the wall clock only
+# as a safety net (a solve it cuts short gives way to ``budget``'s plan).
+NODE_LIMIT = 500
+SAFETY_LIMIT_S = 600.0
+
 Progress = Callable[[str, float], None]  # (policy, share of simulated time done)
 
 
@@ -72,7 +78,11 @@ def simulate(
     for policy in policies:
         if hasattr(policy, "time_limit_s"):  # optimal, oracle
             clairvoyant = getattr(policy, "clairvoyant", False)
-            policy.time_limit_s = inputs.time_limit_s * (10 if clairvoyant else 1)
+            if inputs.time_limit_s is None:
+                policy.node_limit = NODE_LIMIT * (10 if clairvoyant else 1)
+                policy.time_limit_s = SAFETY_LIMIT_S * (10 if clairvoyant else 1)
+            else:  # as asked: the answer may depend on the machine's speed
+                policy.time_limit_s = inputs.time_limit_s * (10 if clairvoyant else 1)
         report = None
         if progress is not None:
             name = policy.name

@@ -129,7 +129,9 @@ class Scenario(BaseModel):
     budget: str | None = None  # e.g. 20kg/day, 150kg/week, 500kg (the whole run)
     power_limit_w: float | None = Field(default=None, gt=0)  # the site's limit on jobs' draw
     slot: str = "15m"  # the planners' slot
-    time_limit: str = "30s"  # optimal's solver limit per replan (oracle: 10× this)
+    # optimal's wall-clock limit per replan (oracle: 10× this). None: a node limit instead,
+    # so the answer does not depend on the machine's speed (runner.NODE_LIMIT)
+    time_limit: str | None = None
     jobs: JobsConfig = Field(default_factory=JobsConfig)
     grid: GridConfig = Field(default_factory=GridConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)

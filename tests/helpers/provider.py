@@ -1,15 +1,18 @@
 """A grid provider on 127.0.0.1 for the tests: a real threaded HTTP server answering in
 the UK Carbon Intensity API's shape (national ``/intensity/...`` and regional
 ``/regional/intensity/...``, ranges and ``fw24h``/``fw48h`` forecasts), which a test
-makes fail: an HTTP status for some paths, garbage values, a malformed body, a delay
-before each answer. It records the paths it was asked for."""
+makes fail: an HTTP status for some paths (with a body of its own), garbage values, a
+malformed body, a delay before each answer, a body (or the whole answer, headers
+included) sent in pieces (one byte at a time, slowly: ``drip``) or without a
+Content-Length, and rows added to each answer (a point far
+in the future). It records the paths it was asked for."""
 
 from __future__ import annotations
 
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -22,6 +25,11 @@ class ProviderServer:
         self.status: dict[str, int] = {}  # path prefix -> HTTP status to answer
         self.delay_s = 0.0  # before each answer
         self.body: bytes | None = None  # answered instead of the data, when set
+        self.error_body = b""  # answered with a status other than 200
+        self.pieces: Callable[[bytes], Iterable[bytes]] | None = None  # the body, sent so
+        self.content_length = True  # False: none sent, the body ends when the connection does
+        self.head_in_pieces = False  # True: the status line and headers are sent so, too
+        self.extra_rows: list[dict] = []  # added to the rows of each answer
         self.value: Callable[[datetime], object] = lambda t: 200 + t.hour  # each row's
         self._server: ThreadingHTTPServer | None = None
 
@@ -42,13 +50,19 @@ class ProviderServer:
                     (code for prefix, code in provider.status.items()
                      if self.path.startswith(prefix)), 200,
                 )  # fmt: skip
-                body = b"" if status != 200 else provider.answer(self.path)
+                body = provider.error_body if status != 200 else provider.answer(self.path)
+                reason = self.responses.get(status, ("",))[0]
+                head = f"HTTP/1.0 {status} {reason}\r\nContent-Type: application/json\r\n"
+                if provider.content_length:
+                    head += f"Content-Length: {len(body)}\r\n"
+                answer = body
                 try:
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(body)))
-                    self.end_headers()
-                    self.wfile.write(body)
+                    if provider.head_in_pieces:  # the whole answer, head and body, in pieces
+                        answer = head.encode() + b"\r\n" + body
+                    else:  # the head at once, the body as asked
+                        self.wfile.write(head.encode() + b"\r\n")
+                    for piece in provider.pieces(answer) if provider.pieces else [answer]:
+                        self.wfile.write(piece)
                 except OSError:
                     pass  # the client gave up waiting
 
@@ -86,8 +100,20 @@ class ProviderServer:
                 "intensity": {"forecast": self.value(t), "actual": None, "index": "moderate"},
             })  # fmt: skip
             t += SLOT
+        rows += self.extra_rows
         data = {"regionid": 13, "shortname": "London", "data": rows} if regional else rows
         return json.dumps({"data": data}).encode()
+
+
+def drip(every_s: float) -> Callable[[bytes], Iterable[bytes]]:
+    """``ProviderServer.pieces`` that sends a body one byte every ``every_s`` seconds."""
+
+    def pieces(body: bytes) -> Iterable[bytes]:
+        for i in range(len(body)):
+            time.sleep(every_s)
+            yield body[i : i + 1]
+
+    return pieces
 
 
 def _floor(t: datetime) -> datetime:

@@ -19,8 +19,16 @@ one, the sum of completion times (jobs run in one piece then).
 started from ``budget``'s plan, stopping at ``time_limit_s`` with the best plan found. It
 returns ``budget``'s plan where that scores better (the solver stopped early, or its grid
 is coarser than the heuristic's start at "now"), so it is never worse on the objective.
+
 ``oracle`` is ``optimal`` with perfect foresight over the whole run: the simulator hands
 it every job of the trace, with its arrival, and the actual signal, once.
+
+A plan cut off by the wall clock depends on how fast the machine is. With ``node_limit``
+set (the simulator's default) the solve is deterministic: HiGHS (one thread) stops after
+that many branch-and-bound nodes, the same on every machine; ``time_limit_s`` is then only
+a safety net, and a solve it cuts short is thrown away for ``budget``'s plan, so what a
+what-if prints never depends on the machine's speed, only (in that rare case) whether the
+net was reached.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import numpy as np
 
 from orchestrator.planning.policies.base import Decision, Plan, Policy, Snapshot
 from orchestrator.planning.policies.budget import Result, heuristic
+from orchestrator.planning.policies.highs import quiet_highs
 from orchestrator.planning.policies.problem import MAX_CONFIGS, Problem
 
 PENALTY_PER_G = 1e7  # completion seconds per gram over a budget: only when forced
@@ -45,15 +54,19 @@ class Optimal(Policy):
     replan_every_s = 3600.0
     clairvoyant = False
     time_limit_s = 30.0
+    # Branch-and-bound nodes per solve; None: stop on ``time_limit_s`` alone (the daemon's).
+    node_limit: int | None = None
     max_configs = MAX_CONFIGS
     # Hourly slots (grid signals are hourly): on 15-minute slots, 1,000 jobs over 48 h are
     # 500,000 columns whose root LP HiGHS does not finish in 30 s; hourly, it proves the
     # optimum in under 10 s. budget's plan on the finer grid is kept where it is better.
     min_slot_s = 3600.0
 
-    def __init__(self, time_limit_s: float | None = None) -> None:
+    def __init__(self, time_limit_s: float | None = None, node_limit: int | None = None) -> None:
         if time_limit_s is not None:
             self.time_limit_s = time_limit_s
+        if node_limit is not None:
+            self.node_limit = node_limit
         self.last: dict = {}  # what the last solve reported (status, gap, seconds)
 
     def horizon_s(self, snapshot: Snapshot) -> float | None:
@@ -70,10 +83,16 @@ class Optimal(Policy):
         problem = Problem(snapshot, self.max_configs, self.horizon_s(snapshot))
         warm = heuristic(problem)
         model = Model(problem, warm)
-        # The limit is for the whole replan: what building the programme took is spent,
-        # and HiGHS overruns its limit by up to a few seconds on big programmes.
-        left = 0.85 * self.time_limit_s - (time.perf_counter() - began)
-        solved = model.solve(max(left, 0.5))
+        if self.node_limit is None:
+            # The limit is for the whole replan: what building the programme took is spent,
+            # and HiGHS overruns its limit by up to a few seconds on big programmes.
+            left = 0.85 * self.time_limit_s - (time.perf_counter() - began)
+            solved = model.solve(max(left, 0.5))
+        else:  # deterministic: a node limit; the wall clock only as a safety net
+            solved = model.solve(self.time_limit_s, self.node_limit)
+            if model.report.get("status") == "Time limit reached":
+                solved = None  # speed-dependent: budget's plan instead, on every machine
+                model.report = {"status": "Time limit reached", "fallback": "budget"}
         self.last = model.report
         if solved is None:
             solved = warm.plan
@@ -268,7 +287,7 @@ class Model:
         self.blocks.append(("slots", j, per_config, slots, lengths))
 
     # -- solve ----------------------------------------------------------------------------
-    def solve(self, time_limit_s: float) -> Plan | None:
+    def solve(self, time_limit_s: float, node_limit: int | None = None) -> Plan | None:
         import highspy
 
         b = self.b
@@ -306,12 +325,13 @@ class Model:
             highspy.HighsVarType.kInteger if i else highspy.HighsVarType.kContinuous
             for i in integer
         ]
-        h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
+        h = quiet_highs()
         spent = time.perf_counter() - assembling
         h.setOptionValue("time_limit", max(0.5, float(time_limit_s) - spent))
         h.setOptionValue("mip_rel_gap", 1e-4)
         h.setOptionValue("threads", 1)
+        if node_limit is not None:
+            h.setOptionValue("mip_max_nodes", int(node_limit))
         h.passModel(lp)
         start = self._warm_start()
         if start is not None:
@@ -324,6 +344,7 @@ class Model:
         self.report = {
             "status": h.modelStatusToString(h.getModelStatus()),
             "gap": float(info.mip_gap),
+            "nodes": int(info.mip_node_count),
             "solve_s": round(time.perf_counter() - began, 3),
             "columns": b.n_cols,
             "rows": b.n_rows,
