@@ -186,3 +186,17 @@ def test_the_live_daemon_defers_a_job_with_no_duration_by_its_earlier_runs(cli, 
     (run,) = done["runs"]
     started = _ts(run["started_at"])
     assert started >= t0 + 3.5 and at(started + 0.5) == LOW, "deferred into the low window"
+
+
+def test_the_daemon_keeps_earlier_runs_between_passes_until_a_job_completes(session):
+    from orchestrator.accounting.estimates import History, estimates
+
+    _ran(session, _job(session, name="bert", state="completed", finished_at=T0), 100.0)
+    waiting, kept = _job(session, name="bert"), History()
+    now = T0 + timedelta(hours=1)
+    assert estimates(session, [waiting], DEFAULT_S, now, kept)[waiting.id].run_s == 100.0
+    kept.runs[("name", "bert")] = [(2, 55.0)]  # what it kept is what it answers from
+    assert estimates(session, [waiting], DEFAULT_S, now, kept)[waiting.id].run_s == 55.0
+    later = _job(session, name="bert", state="completed", finished_at=T0 + timedelta(1))
+    _ran(session, later, 300.0)
+    assert estimates(session, [waiting], DEFAULT_S, now, kept)[waiting.id].run_s == 200.0

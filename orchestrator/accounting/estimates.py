@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from orchestrator.planning.snapshot import RunEstimate
 from orchestrator.queue.models import Attempt, Calibration, Job
@@ -19,13 +20,40 @@ from orchestrator.timeparse import format_duration
 
 HISTORY_RUNS = 5  # the latest completed runs an estimate is the median of
 MIN_SHARE = 0.01  # a progress report under 1 % done says too little to extrapolate
+NAMED_LOOKBACK = 50  # the latest completed runs of a name searched for its width
 UNNAMED_LOOKBACK = 500  # completed unnamed jobs searched for the same labels and command
 
 
+@dataclass
+class History:
+    """Earlier runs, looked up once per job key and kept until a job completes (or a
+    completed one is cleaned): the daemon asks at every pass."""
+
+    stamp: tuple | None = None
+    runs: dict[tuple, list[tuple[int, float]]] = field(default_factory=dict)
+
+    def lookup(self, session: Session, jobs: list[Job]) -> dict[tuple, list[tuple[int, float]]]:
+        done = Job.state == "completed"
+        stamp = tuple(
+            session.exec(select(func.count(), func.max(Job.finished_at)).where(done)).one()
+        )
+        if stamp != self.stamp:
+            self.stamp, self.runs = stamp, {}
+        missing = [j for j in jobs if _key(j) not in self.runs]
+        if missing:
+            found = _history(session, missing)
+            self.runs |= {_key(j): found.get(_key(j), []) for j in missing}
+        return self.runs
+
+
 def estimates(
-    session: Session, jobs: list[Job], default_s: float, now: datetime
+    session: Session,
+    jobs: list[Job],
+    default_s: float,
+    now: datetime,
+    history: History | None = None,
 ) -> dict[int, RunEstimate]:
-    """Each job's estimate (a few queries for all of them)."""
+    """Each job's estimate (a few queries for all of them; fewer with a kept ``history``)."""
     out: dict[int, RunEstimate] = {}
     unknown = []
     for job in jobs:
@@ -36,7 +64,7 @@ def estimates(
     if not unknown:
         return out
     ran = _attempts(session, [j.id for j in unknown if j.attempts])
-    history = _history(session, unknown)
+    history = (history or History()).lookup(session, unknown)
     powers = _powers(session, unknown)
     for job in unknown:
         est = _from_progress(ran.get(job.id, []), now) or _from_history(job, history)
@@ -94,8 +122,8 @@ def _history(session: Session, jobs: list[Job]) -> dict[tuple, list[tuple[int, f
     names = sorted({j.name for j in jobs if j.name})
     done = select(Job).where(Job.state == "completed").order_by(col(Job.id).desc())
     rows: list[Job] = []
-    if names:
-        rows += session.exec(done.where(col(Job.name).in_(names))).all()
+    for name in names:  # one query a name: a queue holds few names, a history many runs
+        rows += session.exec(done.where(Job.name == name).limit(NAMED_LOOKBACK)).all()
     if any(not j.name for j in jobs):
         rows += session.exec(done.where(col(Job.name).is_(None)).limit(UNNAMED_LOOKBACK)).all()
     ran = _attempts(session, [r.id for r in rows])

@@ -54,6 +54,7 @@ class SqlQueue:
     stopped: dict[int, Attempt] = field(default_factory=dict)
     alloc: ClusterAllocator | None = None
     faults: Faults = field(default_factory=Faults)
+    history: object = None  # accounting.estimates.History: earlier runs, kept between passes
 
     @property
     def slot_s(self) -> float:
@@ -238,9 +239,11 @@ class SqlQueue:
         """Each job's run-time estimate (``accounting.estimates``): planned jobs only."""
         if self.planner is None:
             return {}
-        from orchestrator.accounting.estimates import estimates
+        from orchestrator.accounting.estimates import History, estimates
 
-        return estimates(session, jobs, self.planner.default_run_s, now)
+        if self.history is None:
+            self.history = History()
+        return estimates(session, jobs, self.planner.default_run_s, now, self.history)
 
     def _spent_g(self, session: Session, now: datetime) -> float:
         window = self.planner.budget_window(now) if self.planner is not None else None
