@@ -15,12 +15,14 @@ HELP = """Queue a training job (or a sweep with --file).
 Everything after -- is the command, run as an argument list, never through a shell
 unless you write sh -c.
 
-With a grid signal the daemon plans each job in time: one without --within or
---deadline may wait up to 24 h for low carbon (--within 12h: up to 12 h, less its run
-time); --now (or --within 0) starts it as soon as GPUs are free. Its run time is
---duration, else measured from its progress reports (GRIDSHIFT_PROGRESS_FILE), else
-that of earlier runs of its --name, else the lab's default_duration (4h unless
-configured). The job id is printed on stdout; what the daemon will do, on stderr.
+With a grid signal the daemon plans each job in time. Without
+--within or --deadline a job may wait up to 24 h for low carbon
+(--within 12h: up to 12 h less its run time); --now (or --within 0)
+starts it as soon as GPUs are free. Its run time is --duration, else
+measured from its progress reports (GRIDSHIFT_PROGRESS_FILE), else
+that of earlier runs of its --name, else the lab's default_duration
+(4h unless configured). The id goes to stdout; what the daemon will
+do with the job, to stderr.
 
 Example: gridshift submit --gpus 2 --within 12h -- python train.py --lr 3e-4"""
 
