@@ -200,6 +200,11 @@ class DaemonSettings(BaseModel):
     )
     slot: str = Field(default="15m", description="planning slot, 1s to 1h")
     budget: str | None = Field(default=None, description="carbon budget, e.g. 20kg/day")
+    default_duration: str = Field(
+        default="4h",
+        description="the run time planned for a job with no --duration, no progress report "
+        "and no earlier run of its name; 1m to 7d",
+    )
     objective: str = "carbon"
     suspend: Literal["signal", "stop"] = "signal"
     refresh: str | None = Field(
@@ -226,7 +231,14 @@ class DaemonSettings(BaseModel):
     )
 
     @field_validator(
-        "slot", "refresh", "signal_max_age", "power_sample", "discovery", "lease", mode="after"
+        "slot",
+        "refresh",
+        "signal_max_age",
+        "power_sample",
+        "discovery",
+        "lease",
+        "default_duration",
+        mode="after",
     )
     @classmethod
     def _durations(cls, value: str | None) -> str | None:
@@ -239,6 +251,15 @@ class DaemonSettings(BaseModel):
 
         if not 1.0 <= parse_duration_s(value) <= 3600.0:
             raise ValueError(f"{value!r}: a planning slot is 1s to 1h")
+        return value
+
+    @field_validator("default_duration", mode="after")
+    @classmethod
+    def _default_duration(cls, value: str) -> str:
+        from orchestrator.timeparse import parse_duration_s
+
+        if not 60.0 <= parse_duration_s(value) <= 7 * 86400.0:
+            raise ValueError(f"{value!r}: a default run time is 1m to 7d")
         return value
 
     @field_validator("metrics_addr", mode="after")

@@ -22,7 +22,8 @@ def test_done_when_scenario(cli):
         "-c",
         "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])",
     )
-    assert first == {"id": 1, "state": "queued"}
+    assert {k: first[k] for k in ("id", "state")} == {"id": 1, "state": "queued"}
+    assert first["estimate_source"] == "default" and "run time 4h" in first["outlook"]
     assert cli.submit("--gpus", "4", "--", PY, "-c", "print('wide')") == 2
     cli.run_until_idle()
     job = cli.json("show", "1")
@@ -57,7 +58,8 @@ def test_json_keys_are_stable(cli):
     listed = cli.json("ls")
     assert [tuple(j) for j in listed] == [JOB_KEYS]
     shown = cli.json("show", "1")
-    assert tuple(shown)[:-2] == JOB_KEYS and list(shown)[-2:] == ["runs", "events"]
+    assert tuple(shown)[:-5] == JOB_KEYS
+    assert list(shown)[-5:] == ["estimate_s", "estimate_source", "estimate", "runs", "events"]
     assert "env" not in shown, "the environment may hold secrets"
     nodes = cli.json("nodes")
     assert nodes[0]["gpus"] == 4 and nodes[0]["gpu_source"] == "fake"
@@ -202,7 +204,7 @@ def test_sweep_file_all_or_nothing(cli, tmp_path):
         '"env": {"LR": "0.2"}}\n'
     )
     out = cli.json("submit", "--file", str(good))
-    assert out == [{"id": 1, "state": "queued"}, {"id": 2, "state": "queued"}]
+    assert [(j["id"], j["state"]) for j in out] == [(1, "queued"), (2, "queued")]
     assert cli.json("show", "2")["command"] == ["echo", "hi", "there"]
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"name": "ok", "command": ["true"]}\n{"name": "broken", "gpus": "x"}\n')

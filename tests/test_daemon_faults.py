@@ -169,7 +169,7 @@ def test_rows_no_cli_accepts_fail_with_why_and_the_pass_goes_on(cli, tmp_path):
         "command = 'not json'": "JSONDecodeError",
     })  # fmt: skip
     cli.run("cancel", str(template))
-    ordinary = cli.submit("--", "sh", "-c", "echo fine")
+    ordinary = cli.submit("--now", "--", "sh", "-c", "echo fine")  # no waiting
     now = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
     trace = tmp_path / "trace.csv"
     rows = [f"{(now + timedelta(hours=h)).isoformat()},{200 + h % 3}" for h in range(-4, 60)]

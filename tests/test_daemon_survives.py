@@ -107,7 +107,7 @@ def test_one_daemon_run_outlives_every_fault_and_an_ordinary_job_completes(
     trace = _trace(tmp_path / "trace.csv")
 
     # the faults a user can submit through the CLI
-    hostile = cli.submit("--gpus", "2", "--", "sh", "-c", HOSTILE)
+    hostile = cli.submit("--now", "--gpus", "2", "--", "sh", "-c", HOSTILE)
     gone = tmp_path / "gone"
     gone.mkdir()
     cli.run("submit", "--cron", "* * * * * *", "--window", "1h", "--", "true", cwd=gone)
@@ -117,7 +117,7 @@ def test_one_daemon_run_outlives_every_fault_and_an_ordinary_job_completes(
     forged = hand_written_rows(cli, template)
     _sql(cli, "UPDATE crontemplate SET window_s = 1e12 WHERE id = 2")
     cli.run("cancel", str(template))
-    ordinary = cli.submit("--gpus", "1", "--", "sh", "-c", "sleep 1; echo fine")
+    ordinary = cli.submit("--now", "--gpus", "1", "--", "sh", "-c", "sleep 1; echo fine")
 
     daemon = cli.daemon(
         "--grid", "electricitymaps:DE", "--grid", "uk", "--grid", f"csv:{trace}",

@@ -219,7 +219,7 @@ def test_no_provider_token_in_the_daemons_log_or_any_output(cli, entsoe, tmp_pat
     config.write_text(f'[grid.entsoe]\napi_key = "{TOKEN}"\nbase_url = "{base_url}"\n')
     trace = str(_trace(tmp_path / "trace.csv"))
     outputs = []
-    job = cli.submit("--name", NAME, "--label", LABEL, "--", "sh", "-c", "exit 3")
+    job = cli.submit("--now", "--name", NAME, "--label", LABEL, "--", "sh", "-c", "exit 3")
     proc = cli.run(
         "daemon", "--grid", f"csv:{trace}", "--price", "entsoe:DE-LU", "--objective",
         "mix:0.5", "--until-idle", "--interval", "0.1", timeout=120,
@@ -243,7 +243,7 @@ def test_no_provider_token_in_the_daemons_log_or_any_output(cli, entsoe, tmp_pat
     proc = cli.run("grid", "show", "--source", "entsoe:NL", check=False, timeout=120)
     assert proc.returncode != 0 and "HTTP 400" in proc.stderr, proc.stderr
     outputs += [proc.stdout, proc.stderr]
-    cli.submit("--", "true")
+    cli.submit("--now", "--", "true")
     proc = cli.run(
         "daemon", "--grid", f"csv:{trace}", "--price", "entsoe:BE", "--until-idle",
         "--interval", "0.1", timeout=120,

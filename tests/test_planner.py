@@ -402,17 +402,21 @@ def test_gridshift_plan_shows_each_job_against_running_now(cli):
     for i in range(3):
         cli.submit("--gpus", "1-2", "--duration", "2h", "--within", "20h", "--name", f"t{i}",
                    "--", "true")  # fmt: skip
-    cli.submit("--", "true")  # no estimate
+    cli.submit("--", "true")  # no --duration: planned with the lab default
+    cli.submit("--gpus", "0", "--", "true")  # no GPU: no model
     grid = f"synthetic:start={day}&days=3"
     data = cli.json("plan", "--grid", grid)
     assert set(data) == {"policy", "now", "objective", "budget", "gpus", "running", "jobs"}
     rows = {r["id"]: r for r in data["jobs"]}
-    assert len(rows) == 4 and not rows[4]["estimated"] and rows[4]["wait_h"] == 0
+    assert len(rows) == 5 and rows[4]["estimated"] and rows[4]["estimate_source"] == "default"
+    assert rows[4]["estimate_s"] == 4 * 3600 and rows[1]["estimate_source"] == "duration"
+    assert not rows[5]["estimated"] and rows[5]["wait_h"] == 0
     for r in (rows[1], rows[2], rows[3]):
         assert r["carbon_kg"] <= r["now_full_power"]["carbon_kg"] + 1e-9
         assert r["carbon_saving_pct"] >= 0 and 0 < r["cap"] <= 1 and r["gpus"] in (1, 2)
     table = cli.run("plan", "--grid", grid, "--budget", "1kg/day").stdout
     assert "t0" in table and "SAVING" in table
+    assert "job 4: run time 4h by the lab default (default_duration)" in table
     for args, message in (
         (["--policy", "oracle"], "only in simulate"),
         (["--budget", "x"], "invalid budget"),

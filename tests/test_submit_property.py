@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -228,7 +229,10 @@ def _check(
         assert outcome.one_line_error(), outcome.stderr
         assert after == before, "a refused submission stored something"
         return
-    assert outcome.stderr.strip() == "", outcome.stderr
+    said = outcome.stderr.splitlines()  # what the daemon will do, one line per job
+    assert all(re.match(r"job \d+: (starts|may wait) .*; run time ", line) for line in said), (
+        outcome.stderr
+    )
     assert after["job"] == before["job"] + added, (before, after)
     _plan(home, before["job"], given)
 

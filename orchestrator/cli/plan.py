@@ -69,6 +69,7 @@ def _table(data: dict) -> None:
     from rich.table import Table
 
     from orchestrator.cli.render import console, safe
+    from orchestrator.timeparse import format_duration
 
     out = console()
     head = f"[bold]{safe(data['policy'])}[/] plan at {data['now'][:16]} for {data['gpus']} GPUs"
@@ -112,8 +113,12 @@ def _table(data: dict) -> None:
         "[dim]CAP: power cap, share of the GPU's maximum limit; NOW: the job started now at"
         " full power; * started by its deadline; ⋯ runs in pieces (--json lists them)[/]"
     )
+    for r in data["jobs"]:
+        if r.get("estimate_source") not in (None, "duration"):
+            run = format_duration(r["estimate_s"])
+            out.print(f"[dim]job {r['id']}: run time {run} {safe(r['estimate_note'])}[/]")
     if any(not r["estimated"] for r in data["jobs"]):
-        out.print("[dim]jobs without --duration have no estimate: they start now[/]")
+        out.print("[dim]jobs that use no GPU have no model: they start now[/]")
     for s in data.get("submitted", []):
         slurm = f" (Slurm job {s['slurm_job_id']})" if s.get("slurm_job_id") else ""
         out.print(f"job {s['id']}: {safe(s['action'])}{slurm}, start {s['start'][:19]}")

@@ -15,6 +15,15 @@ HELP = """Queue a training job (or a sweep with --file).
 Everything after -- is the command, run as an argument list, never through a shell
 unless you write sh -c.
 
+With a grid signal the daemon plans each job in time. Without
+--within or --deadline a job may wait up to 24 h for low carbon
+(--within 12h: up to 12 h less its run time); --now (or --within 0)
+starts it as soon as GPUs are free. Its run time is --duration, else
+measured from its progress reports (GRIDSHIFT_PROGRESS_FILE), else
+that of earlier runs of its --name, else the lab's default_duration
+(4h unless configured). The id goes to stdout; what the daemon will
+do with the job, to stderr.
+
 Example: gridshift submit --gpus 2 --within 12h -- python train.py --lr 3e-4"""
 
 
@@ -38,7 +47,13 @@ def submit(
         str | None,
         typer.Option(help="Finish by this time (ISO 8601; local time without an offset)."),
     ] = None,
-    within: Annotated[str | None, typer.Option(help="Finish within this long, e.g. 12h.")] = None,
+    within: Annotated[
+        str | None,
+        typer.Option(help="Finish within this long, e.g. 12h (default 24h; 0: no waiting)."),
+    ] = None,
+    now: Annotated[
+        bool, typer.Option("--now", help="Start as soon as GPUs are free (as --within 0).")
+    ] = False,
     interruptible: Annotated[
         bool,
         typer.Option(
@@ -83,10 +98,14 @@ def submit(
         raise SpecError("give --cron and --window together")
     if cron is not None and file is not None:
         raise SpecError("--cron repeats one job; it does not take --file")
+    if now:
+        if within is not None or deadline is not None:
+            raise SpecError("--now is --within 0: give it without --within or --deadline")
+        within = "0"
     request: dict = {"cwd": cwd, "env": dict(os.environ)}
     if file is not None:
         given = [command, name, duration, deadline, within, after, label, workdir, env]
-        if any(given) or gpus != "1" or priority or interruptible:
+        if any(given) or gpus != "1" or priority or interruptible or now:
             raise SpecError(
                 "with --file, give the job options inside the file, one JSON object per line"
             )
@@ -118,6 +137,19 @@ def submit(
     else:
         for job in made["jobs"]:
             typer.echo(job["id"])
+        _say_outlook(made["jobs"])
+
+
+def _say_outlook(jobs: list[dict]) -> None:
+    """What the daemon will do with each job, on stderr (stdout holds the ids alone, for
+    scripts: ``id=$(gridshift submit ...)``); ten jobs at most."""
+    from orchestrator.cli.render import printable
+
+    for job in jobs[:10]:
+        if job.get("outlook"):
+            typer.echo(f"job {job['id']}: {printable(job['outlook'])}", err=True)
+    if len(jobs) > 10:
+        typer.echo(f"(and {len(jobs) - 10} more jobs; gridshift plan shows them all)", err=True)
 
 
 def _workdir(given, cwd: str) -> str:

@@ -65,6 +65,7 @@ class LivePlanner:
     objective: str = "carbon"
     max_age_s: float = 6 * 3600.0
     fallback: str = "deadline-only"
+    default_run_s: float = 4 * 3600.0  # a job with no duration, report or history
     mode: str = "plan"  # plan | run-now | deadline-only (the fallback in force)
     mode_reason: str | None = None
     last_plan_s: float | None = None
@@ -107,12 +108,17 @@ class LivePlanner:
         total_gpus: int,
         largest_node: int,
         spent_g: float,
+        estimates: dict | None = None,  # job id -> RunEstimate
     ) -> Scheduler:
         policy = self._choose(now)
         now_s = now.timestamp()
         slot = math.floor(now_s / self.slot_s)
+        known = estimates or {}
         key = (
-            tuple((j.id, round(remaining_s.get(j.id, j.duration_s or 0.0))) for j in queued),
+            tuple(
+                (j.id, round(remaining_s.get(j.id, known[j.id].run_s if j.id in known else 0.0)))
+                for j in queued
+            ),
             tuple(j.id for j, _, _ in running),
             self.feed.version if self.feed is not None else 0,
             slot,
@@ -124,6 +130,7 @@ class LivePlanner:
             start, end = self.budget.period_of(now_s)
             state = BudgetState(self.budget, start, end, spent_g)
         inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
+        inputs.estimates = known
         snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
         if key != self._key:
             self._plan = self._make_plan(policy, snap)
@@ -216,5 +223,6 @@ def build_live(settings, nodes) -> tuple[LivePlanner | None, str | None]:
         objective=objective,
         max_age_s=cfg.seconds("signal_max_age"),
         fallback=cfg.fallback,
+        default_run_s=cfg.seconds("default_duration"),
     )
     return planner, name

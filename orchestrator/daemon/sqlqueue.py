@@ -54,6 +54,7 @@ class SqlQueue:
     stopped: dict[int, Attempt] = field(default_factory=dict)
     alloc: ClusterAllocator | None = None
     faults: Faults = field(default_factory=Faults)
+    history: object = None  # accounting.estimates.History: earlier runs, kept between passes
 
     @property
     def slot_s(self) -> float:
@@ -105,10 +106,17 @@ class SqlQueue:
                 session.exec(select(Job.id, Job.state).where(col(Job.id).in_(dep_ids))).all()
             )
             alloc = d.allocator(session)
+            everyone = [*queued, *stopped_jobs, *(j for j, _, _ in running)]
+            known = self._estimates(session, everyone, now)
             remaining = {
-                j.id: remaining_run_s(session, j)
+                j.id: remaining_run_s(session, j, now, known[j.id].run_s)
                 for j in [*queued, *stopped_jobs]
-                if j.attempts and j.duration_s
+                if j.attempts and j.id in known
+            }
+            remaining |= {  # a running job's own reports tell what is left of it
+                j.id: remaining_run_s(session, j, now, known[j.id].run_s)
+                for j, _, _ in running
+                if j.id in known and known[j.id].source == "progress"
             }
             spent = self._spent_g(session, now)
         for job_id, why in bad.items():
@@ -134,7 +142,7 @@ class SqlQueue:
         if self.planner is not None:
             return self.planner.schedule(
                 now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
-                spent,
+                spent, known,
             )  # fmt: skip
         scheduler = Scheduler(Fifo())  # the decision core the simulator drives too
         scheduler.add(_queued_view(job, largest) for job in eligible.values())
@@ -226,6 +234,16 @@ class SqlQueue:
                 f"the daemon runs as {user.name} and cannot run jobs as {job.user}; run it as root"
             )
         return None
+
+    def _estimates(self, session: Session, jobs: list[Job], now: datetime) -> dict:
+        """Each job's run-time estimate (``accounting.estimates``): planned jobs only."""
+        if self.planner is None:
+            return {}
+        from orchestrator.accounting.estimates import History, estimates
+
+        if self.history is None:
+            self.history = History()
+        return estimates(session, jobs, self.planner.default_run_s, now, self.history)
 
     def _spent_g(self, session: Session, now: datetime) -> float:
         window = self.planner.budget_window(now) if self.planner is not None else None

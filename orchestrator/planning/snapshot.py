@@ -20,6 +20,19 @@ from orchestrator.planning.policies.base import Commitment, Decision, Policy, Qu
 DEFAULT_RUNNING_S = 3600.0  # a running job without an estimate holds its GPUs this long
 
 
+@dataclass(frozen=True)
+class RunEstimate:
+    """A job's expected run time at full width and power, and where it came from: its
+    ``--duration`` ("duration"), its own progress reports ("progress"), earlier runs of
+    its name ("history") or the lab's ``default_duration`` ("default"). The caller looks
+    it up (``orchestrator.accounting.estimates``); planning only reads it."""
+
+    run_s: float
+    source: str
+    note: str  # in words, e.g. "from 3 earlier runs"
+    power_w_per_gpu: float | None = None  # measured by earlier runs (calibration)
+
+
 @dataclass
 class PlanInputs:
     now_s: float
@@ -33,15 +46,32 @@ class PlanInputs:
     objective: str = "carbon"
     slot_s: float = 900.0
     remaining_s: dict | None = None  # job id -> run time left (after a suspension)
+    estimates: dict | None = None  # job id -> RunEstimate (jobs without one: --duration)
 
 
-def model_for(job, curve, duration_s: float | None = None):
+def model_for(job, curve, duration_s: float | None = None, estimate: RunEstimate | None = None):
+    """The job's performance model at ``duration_s`` (default: its estimate, else its
+    ``--duration``), drawing the power earlier runs measured where the estimate has it."""
     from orchestrator.planning.perfmodel import JobModel
 
-    duration_s = duration_s or job.duration_s
+    duration_s = duration_s or (estimate.run_s if estimate else None) or job.duration_s
     if not duration_s or job.gpus_max < 1:  # no duration, or no GPU: nothing to model
         return None
-    return JobModel(duration_s, job.gpus_max, curve)
+    model = JobModel(duration_s, job.gpus_max, curve)
+    measured_w = estimate.power_w_per_gpu if estimate else None
+    if measured_w and curve.power_w(1.0) > 0:
+        model = model.with_power_scale(measured_w / curve.power_w(1.0))
+    return model
+
+
+def estimate_of(inp: PlanInputs, job) -> RunEstimate | None:
+    """The job's run-time estimate: the caller's, else its ``--duration``, else none."""
+    found = (inp.estimates or {}).get(job.id)
+    if found is not None:
+        return found
+    if job.duration_s:
+        return RunEstimate(job.duration_s, "duration", "from --duration")
+    return None
 
 
 def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
@@ -49,7 +79,8 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
     left = inp.remaining_s or {}
     for job in inp.queued:
         width = min(job.gpus_max, largest_node)
-        duration = left.get(job.id, job.duration_s)
+        est = estimate_of(inp, job)
+        duration = left.get(job.id, est.run_s if est else None)
         jobs.append(
             QueuedJob(
                 id=job.id,
@@ -61,16 +92,21 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
                 interruptible=job.interruptible,
                 min_gpus=min(job.gpus_min, width),
                 max_gpus=width,
-                model=model_for(job, inp.curve, duration),
+                model=model_for(job, inp.curve, duration, est),
             )
         )
     committed = []
     for job, gpus, started in inp.running:
-        model = model_for(job, inp.curve)
+        est = estimate_of(inp, job)
+        model = model_for(job, inp.curve, None, est)
         power = model.power_w(gpus) if model else gpus * 350.0
         elapsed = inp.now_s - started.timestamp()
-        total = left.get(job.id, job.duration_s)
-        left_s = (total - elapsed) if total else DEFAULT_RUNNING_S
+        if job.id in left:
+            left_s = left[job.id]
+        elif est is not None:
+            left_s = est.run_s - elapsed
+        else:
+            left_s = DEFAULT_RUNNING_S
         end = inp.now_s + max(left_s, inp.slot_s)
         committed.append(Commitment(job.id, gpus, power, inp.now_s, end))
     snap = Snapshot(inp.now_s, jobs, inp.carbon)
@@ -85,11 +121,16 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
 
 def plan_rows(policy: Policy, snap: Snapshot, inp: PlanInputs) -> list[dict]:
     plan = policy.plan(snap) if snap.jobs else {}
-    names = {j.id: j.name for j in inp.queued}
+    by_id = {j.id: j for j in inp.queued}
     rows = []
     for job in snap.jobs:
         d = plan.get(job.id) or Decision(snap.now_s)
-        rows.append(_row(job, d, names.get(job.id), snap, inp))
+        row = _row(job, d, by_id[job.id].name, snap, inp)
+        est = estimate_of(inp, by_id[job.id])
+        row["estimate_s"] = est.run_s if est else None
+        row["estimate_source"] = est.source if est else None
+        row["estimate_note"] = est.note if est else None
+        rows.append(row)
     return rows
 
 

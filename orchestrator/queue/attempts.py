@@ -99,21 +99,24 @@ def move(
     return event
 
 
-def remaining_run_s(session: Session, job: Job, now: datetime | None = None) -> float:
+def remaining_run_s(
+    session: Session, job: Job, now: datetime | None = None, total_s: float | None = None
+) -> float:
     """A job's run time left at full speed: from its last progress report with a total,
-    else its duration less the time its attempts ran (an attempt still running counts to
-    ``now``; a stopped one to when it was stopped)."""
+    else its duration (or ``total_s``, its estimate) less the time its attempts ran (an
+    attempt still running counts to ``now``; a stopped one to when it was stopped)."""
+    total_s = total_s or job.duration_s
     atts = session.exec(
         select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
     ).all()
     last = atts[-1] if atts else None
     if last is not None and last.progress_total and last.progress_done is not None:
         share = min(1.0, last.progress_done / last.progress_total)
-        return max(1.0, job.duration_s * (1.0 - share))
+        return max(1.0, total_s * (1.0 - share))
     ran = 0.0
     for a in atts:
         running = a.state == _S.RUNNING.value
         end = a.finished_at or a.stopped_at or (now if running else None)
         if a.started_at and end:
             ran += (end - a.started_at).total_seconds()
-    return max(1.0, job.duration_s - ran)
+    return max(1.0, total_s - ran)

@@ -7,8 +7,8 @@ integer), ``after`` (an id or a list), ``label``/``labels``, ``workdir``, ``env`
 object of strings, or a list of ``"K=V"``) and ``command`` (a list of arguments; a string
 is split like a shell would split words, never run by a shell). Types are JSON's, kept
 strictly (``orchestrator.queue.checks``); durations and ``within`` are at most one year, a
-deadline at most ten years away, and one the duration cannot meet is refused; null means
-"not given".
+deadline at most ten years away, and one the duration cannot meet is refused; ``within``
+0 (``--now``) sets the deadline to the submission: no waiting. null means "not given".
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def build_spec(
     duration_s = _duration(raw.get("duration"))
     deadline = _deadline(raw, now)
     left_s = None if deadline is None else (deadline - now).total_seconds()
-    if left_s is not None and duration_s is not None and duration_s > left_s:
+    if left_s and duration_s is not None and duration_s > left_s:  # (0: --now)
         raise SpecError(
             f"the job runs {format_duration(duration_s)} but its deadline is "
             f"{format_duration(left_s)} away: it could never meet it"
@@ -234,7 +234,9 @@ def _deadline(raw: dict[str, Any], now: datetime) -> datetime | None:
         raise SpecError("give either a deadline or --within, not both")
     if deadline is not None:
         return parse_deadline(checks.text(deadline, "deadline", limit=100), now)
-    if within is not None:
+    if within is not None:  # 0 (--now): no waiting; its deadline is its submission
+        if within in (0, "0") or (isinstance(within, str) and within.strip() in ("0", "0s")):
+            return now
         return now + timedelta(seconds=_duration(within))
     return None
 

@@ -42,7 +42,11 @@ def submit(ctx: OpContext, caller: Caller, args: Args) -> dict:
         raise SpecError(f"{source or 'the request'} holds no job specs")
     largest = largest_node_gpus(ctx.settings, ctx.db)
     made = store.submit(ctx.db, specs, user=caller.user, now=now, largest_node_gpus=largest)
-    return {"jobs": [{"id": j.id, "state": j.state} for j in made]}
+    from orchestrator.daemon.ops.outlook import outlooks
+
+    with ctx.db.read() as session:
+        said = outlooks(session, ctx.settings, made, now)
+    return {"jobs": [{"id": j.id, "state": j.state} | said[j.id] for j in made]}
 
 
 def _add_cron(ctx, caller, raw: dict, cron: str, window: str, now, env) -> dict:
@@ -116,6 +120,9 @@ def show(ctx: OpContext, caller: Caller, args: Args) -> dict:
         )
         events = store.events(session, job_id)
         runs = store.attempts(session, job_id)
+        from orchestrator.daemon.ops.outlook import estimate_keys
+
+        data |= estimate_keys(session, ctx.settings, job)
     data["runs"] = [_run(a) for a in runs]
     data["events"] = [
         {"at": iso(e.at), "from": e.from_state, "to": e.to_state, "reason": e.reason,

@@ -40,8 +40,12 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
         slurm_nodes(resolve_nodes(settings))
         slurm_executors(settings, ctx.db.safe_url)
+    from orchestrator.accounting.estimates import estimates
+
     with ctx.db.read() as session:
         jobs = store.list_jobs(session, include_finished=False)
+        default_s = settings.daemon.seconds("default_duration")
+        known = estimates(session, jobs, default_s, now)
     queued = [j for j in jobs if j.state == "queued"]
     if submit:  # handed over before, not started: planned again, and moved if need be
         from orchestrator.daemon.handover import handed_over
@@ -66,7 +70,7 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
         state = BudgetState(parsed_budget, start, end, 0.0)
     inputs = PlanInputs(
         now.timestamp(), queued, running, total, curve, carbon, price_fc, state,
-        objective, slot_s,
+        objective, slot_s, estimates=known,
     )  # fmt: skip
     rows = plan_rows(chosen, build_snapshot(inputs, largest), inputs)
     data = {

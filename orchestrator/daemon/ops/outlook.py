@@ -1,0 +1,73 @@
+"""What the daemon will do with a job, said at submit time and in ``show``: how long it
+is expected to run and where that came from (``accounting.estimates``), and until when
+it may wait for low carbon."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S
+from orchestrator.queue.states import JobState
+
+UNFINISHED = (JobState.QUEUED, JobState.PLANNED, JobState.RUNNING, JobState.SUSPENDED)
+
+
+def defers(settings) -> bool:
+    """Whether the daemon these settings describe plans jobs in time (a grid signal and
+    a policy other than ``fifo``), as ``daemon.planner.build_live`` decides."""
+    cfg = settings.daemon
+    grid = cfg.grid or settings.grid.source
+    return bool(grid) and (cfg.policy or "budget") != "fifo"
+
+
+def outlooks(session, settings, jobs: list, now: datetime) -> dict[int, dict[str, Any]]:
+    """For each new job: its estimate, and the latest time it may start
+    (``may_wait_until``; None: it starts as soon as GPUs are free), and the one line."""
+    from orchestrator.accounting.estimates import describe, estimates
+
+    known = estimates(session, jobs, settings.daemon.seconds("default_duration"), now)
+    plans = defers(settings)
+    out = {}
+    for job in jobs:
+        est = known[job.id]
+        until = _latest_start(job, est.run_s, now) if plans else None
+        if not plans:
+            when = "starts when GPUs are free (the daemon plans with no grid signal)"
+        elif until is None:
+            asked = job.deadline == job.submitted_at
+            when = "starts now" + (" (--now)" if asked else ": its deadline leaves no time to wait")
+        else:
+            when = f"may wait until {until.astimezone():%Y-%m-%d %H:%M} for low carbon"
+        out[job.id] = {
+            "estimate_s": round(est.run_s, 1),
+            "estimate_source": est.source,
+            "may_wait_until": until.isoformat() if until else None,
+            "outlook": f"{when}; {describe(est)}",
+        }
+    return out
+
+
+def estimate_keys(session, settings, job) -> dict[str, Any]:
+    """``show``'s keys: the estimate planned with, for a job that has not finished."""
+    from orchestrator.accounting.estimates import describe, estimates
+    from orchestrator.timeparse import utc_now
+
+    if job.state not in UNFINISHED:
+        return {"estimate_s": None, "estimate_source": None, "estimate": None}
+    default_s = settings.daemon.seconds("default_duration")
+    est = estimates(session, [job], default_s, utc_now())[job.id]
+    return {
+        "estimate_s": round(est.run_s, 1),
+        "estimate_source": est.source,
+        "estimate": describe(est),
+    }
+
+
+def _latest_start(job, run_s: float, now: datetime) -> datetime | None:
+    """Its latest start at full power (the planner's bound); None: now."""
+    if job.deadline is not None:
+        latest = job.deadline - timedelta(seconds=run_s)
+    else:
+        latest = job.submitted_at + timedelta(seconds=DEFAULT_MAX_DEFER_S)
+    return latest if latest > now else None
