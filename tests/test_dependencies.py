@@ -1,0 +1,85 @@
+"""Dependencies (``submit --after``) in every plan: a dependant starts no earlier than its
+dependency's expected end, in ``plan`` and in ``simulate``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pytest
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+POLICIES = ["fifo", "lowest-window", "lowest-slots", "budget", "budget-fifo"]
+
+
+def _job(i: int, hours: float, interruptible: bool = False):
+    from orchestrator.queue.models import Job
+
+    return Job(id=i, state="queued", user="u", uid=1, command=["x"], workdir="/", gpus_min=1,
+               gpus_max=1, submitted_at=T0, duration_s=hours * 3600.0,
+               interruptible=interruptible)  # fmt: skip
+
+
+def _rows(policy: str, queued, running, after) -> dict:
+    from grid.forecasters import StepForecaster
+    from grid.steps import StepSeries
+    from orchestrator.planning.budgets import Budget, BudgetState
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.planning.snapshot import PlanInputs, build_snapshot, plan_rows
+
+    now_s = T0.timestamp() + 3600.0
+    values = np.array([300.0] * 4 + [100.0] * 8 + [300.0] * 60)  # low from 3 h to 11 h
+    carbon = StepForecaster(StepSeries(now_s, 3600.0, values))
+    budget = Budget.parse("100kg/day")
+    state = BudgetState(budget, *budget.period_of(now_s), 0.0)
+    inputs = PlanInputs(now_s, queued, running, 8, curve_for(None), carbon, budget=state,
+                        slot_s=900.0, after=after)  # fmt: skip
+    rows = plan_rows(resolve_policy(policy), build_snapshot(inputs, 8), inputs)
+    return {r["id"]: r for r in rows}
+
+
+def _t(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_plan_starts_the_dependant_of_a_running_job_after_its_expected_end(policy):
+    running = _job(1, 6.0)
+    running.state = "running"
+    dependant = _job(2, 1.0)
+    # started at T0, 6 h long: expected to end at T0 + 6 h; the plan is made at T0 + 1 h
+    rows = _rows(policy, [dependant], [(running, 1, T0)], {2: [1]})
+    end_s = (T0 + timedelta(hours=6)).timestamp()
+    assert _t(rows[2]["start"]) >= end_s - 1, rows[2]
+    assert rows[2]["after"] == [1]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+def test_a_chain_of_queued_jobs_is_planned_in_dependency_order(policy):
+    a, b, c = _job(1, 2.0), _job(2, 3.0, interruptible=True), _job(3, 1.0)
+    rows = _rows(policy, [c, b, a], [], {2: [1], 3: [2]})
+
+    def end(r):
+        return _t(r["intervals"][-1][1]) if r["intervals"] else _t(r["start"]) + r["estimate_s"]
+
+    assert _t(rows[2]["start"]) >= end(rows[1]) - 1, (rows[1], rows[2])
+    assert _t(rows[3]["start"]) >= end(rows[2]) - 1, (rows[2], rows[3])
+    assert rows[1]["after"] is None and rows[3]["after"] == [2]
+
+
+def test_a_dependency_that_has_ended_holds_nothing_back():
+    rows = _rows("fifo", [_job(2, 1.0)], [], {2: [1]})  # job 1 is neither queued nor running
+    assert rows[2]["wait_h"] == 0 and rows[2]["after"] is None
+
+
+@pytest.mark.backends("sqlite")  # plan reads the queue's dependencies
+def test_gridshift_plan_reads_after_from_the_queue(cli):
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    cli.submit("--duration", "3h", "--now", "--", "true")
+    cli.submit("--duration", "1h", "--now", "--after", "1", "--", "true")
+    grid = f"synthetic:start={day}&days=3"
+    rows = {r["id"]: r for r in cli.json("plan", "--grid", grid, "--policy", "fifo")["jobs"]}
+    assert rows[2]["after"] == [1]
+    assert _t(rows[2]["start"]) >= _t(rows[1]["start"]) + 3 * 3600 - 1
+    assert "job 2: after job 1" in cli.run("plan", "--grid", grid).stdout
