@@ -83,3 +83,90 @@ def test_gridshift_plan_reads_after_from_the_queue(cli):
     assert rows[2]["after"] == [1]
     assert _t(rows[2]["start"]) >= _t(rows[1]["start"]) + 3 * 3600 - 1
     assert "job 2: after job 1" in cli.run("plan", "--grid", grid).stdout
+
+
+def _trace(path, rows) -> str:
+    import json
+
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_simulate_starts_a_dependant_only_after_its_dependencies_ended(tmp_path):
+    from orchestrator.sim.runner import simulate
+    from orchestrator.sim.scenario import Scenario
+    from tests.conftest import ROOT
+
+    rows = [
+        {"submit": 0, "duration": "6h", "gpus": 2, "within": "30h"},
+        {"submit": 0, "duration": "1h", "after": 1},
+        {"submit": 600, "duration": "2h", "after": [2], "interruptible": True},
+        {"submit": 600, "duration": "1h", "after": [1, 3]},
+        {"submit": 600, "duration": "1h"},
+    ]
+    policies = ["fifo", "lowest-window", "lowest-slots", "budget", "optimal"]
+    scenario = Scenario.model_validate(
+        {
+            "policies": policies,
+            "jobs": {"source": _trace(tmp_path / "jobs.jsonl", rows)},
+            "grid": {"source": "synthetic:days=4"},
+            "cluster": {"gpus": 8},
+        }
+    )
+    outcome = simulate(scenario, ROOT)
+    waits = outcome.inputs.jobs.after
+    assert waits[1] == (0,) and waits[3] == (0, 2)
+    for name in policies:
+        run = outcome.runs[name]
+        assert not np.isnan(run.finish_s).any()
+        for i, deps in enumerate(waits):
+            for d in deps:
+                assert run.first_start_s[i] >= run.finish_s[d] - 1e-6, (name, i, d)
+    fifo = outcome.runs["fifo"]
+    assert fifo.first_start_s[4] == fifo.first_start_s[0] + 600, "a job without after: not held"
+    assert fifo.first_start_s[1] == pytest.approx(fifo.finish_s[0])
+
+
+@pytest.mark.backends("sqlite")  # simulate touches no queue
+@pytest.mark.parametrize(
+    ("after", "message"),
+    [
+        ({1: 9}, "after 9: no job 9 in the trace"),
+        ({1: 2}, "a job cannot wait for itself"),
+        ({0: 2, 1: 1}, "a job waits only for earlier rows"),  # a cycle: 1 -> 2 -> 1
+        ({0: 3}, "a job waits only for earlier rows"),
+        ({1: "one"}, "is no row number"),
+    ],
+)
+def test_simulate_rejects_a_bad_after_in_one_line(cli, tmp_path, after, message):
+    rows = [{"submit": 60 * i, "duration": "1h"} for i in range(3)]
+    for i, value in after.items():
+        rows[i]["after"] = value
+    trace = _trace(tmp_path / "jobs.jsonl", rows)
+    proc = cli.run("simulate", "--jobs", trace, "--grid", "synthetic:days=2", check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_simulate_leaves_out_the_dependants_of_a_job_it_leaves_out(tmp_path):
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.scenario import Scenario
+    from tests.conftest import ROOT
+
+    rows = [
+        {"submit": 0, "duration": "1h", "gpus": 16},  # wider than the cluster
+        {"submit": 0, "duration": "1h", "after": 1},
+        {"submit": 0, "duration": "1h", "after": "2"},
+        {"submit": 0, "duration": "1h"},
+    ]
+    scenario = Scenario.model_validate(
+        {
+            "policies": ["fifo"],
+            "jobs": {"source": _trace(tmp_path / "jobs.jsonl", rows)},
+            "grid": {"source": "synthetic:days=2"},
+            "cluster": {"gpus": 8},
+        }
+    )
+    inputs = prepare(scenario, ROOT)
+    assert len(inputs.jobs) == 1 and inputs.jobs.after is None
+    assert "2 jobs waiting for those too" in inputs.notes
