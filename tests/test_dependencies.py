@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
+from tests.conftest import E2E
+
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 POLICIES = ["fifo", "lowest-window", "lowest-slots", "budget", "budget-fifo"]
 
@@ -170,3 +172,62 @@ def test_simulate_leaves_out_the_dependants_of_a_job_it_leaves_out(tmp_path):
     inputs = prepare(scenario, ROOT)
     assert len(inputs.jobs) == 1 and inputs.jobs.after is None
     assert "2 jobs waiting for those too" in inputs.notes
+
+
+@pytest.mark.parametrize("policy", ["budget", "lowest-window", "fifo"])
+def test_the_daemon_plans_a_waiting_dependant_ahead_but_never_schedules_it(policy):
+    """A job waiting for a running 6-hour job is planned for after that job's expected
+    end (for ``show``), and stays out of the scheduler: it starts once its dependency has
+    completed, as before."""
+    from orchestrator.daemon.planner import LivePlanner
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.signals.feed import SignalFeed
+    from tests.test_live_parts import _Chain
+
+    now = T0 + timedelta(hours=1)
+    feed = SignalFeed(_Chain(), horizon_s=2 * 86400, lookback_s=3600)
+    assert feed.refresh(now)
+    planner = LivePlanner(resolve_policy(policy), 900.0, curve_for(None), feed=feed)
+    running, free, waiting, chained = _job(1, 6.0), _job(2, 1.0), _job(3, 1.0), _job(4, 1.0)
+    running.state = "running"
+    scheduler = planner.schedule(
+        now, [free], {}, [(running, 1, T0)], 8, 8, 0.0, None, [waiting, chained],
+        {3: [1], 4: [3]},
+    )  # fmt: skip
+    assert [view.id for view, _ in scheduler.planned()] == [2]
+    ahead = {view.id: d for view, d in planner.ahead}
+    assert set(ahead) == {3, 4} and planner.after == {3: [1], 4: [3]}
+    assert ahead[3].start_s >= (T0 + timedelta(hours=6)).timestamp() - 1
+    assert ahead[4].start_s >= ahead[3].start_s + 3600 - 1
+
+
+@E2E
+@pytest.mark.backends("sqlite")  # the daemon's plan, not the store
+def test_the_live_daemon_shows_a_dependant_planned_after_its_running_dependency(cli, tmp_path):
+    import signal as signals
+    import time
+
+    from tests.helpers.waiting import wait_for
+
+    t0 = int(time.time()) // 60 * 60
+    rows = [f"{datetime.fromtimestamp(t0 + 60 * i, UTC).isoformat()},300" for i in range(-5, 300)]
+    trace = tmp_path / "flat.csv"
+    trace.write_text("time,carbon_g_per_kwh\n" + "\n".join(rows) + "\n")
+    a = cli.submit("--now", "--duration", "1h", "--", "sleep", "60")
+    b = cli.submit("--now", "--duration", "10m", "--after", str(a), "--", "true")
+    daemon = cli.daemon("--grid", f"csv:{trace}", "--slot", "1m", "--interval", "0.2")
+    started = cli.wait_state(a, {"running"})
+
+    def planned():
+        shown = cli.json("show", str(b))
+        return shown if (shown["plan_note"] or "").startswith("after job") else None
+
+    shown = wait_for(planned, 30, "the dependant's plan")
+    assert shown["state"] == "queued"
+    assert shown["plan_note"].startswith(f"after job {a}: planned for ")
+    assert _t(shown["planned_start"]) >= _t(started["started_at"]) + 3600 - 2
+    cli.run("cancel", str(a))
+    cli.wait_state(b, {"failed"})  # its dependency was cancelled: as before
+    daemon.send_signal(signals.SIGTERM)
+    assert daemon.wait(timeout=20) == 0
