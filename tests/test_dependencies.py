@@ -70,6 +70,20 @@ def test_a_chain_of_queued_jobs_is_planned_in_dependency_order(policy):
     assert rows[1]["after"] is None and rows[3]["after"] == [2]
 
 
+@pytest.mark.parametrize("policy", ["lowest-window", "budget"])
+def test_a_chain_deeper_than_the_replanning_rounds_still_keeps_its_order(policy):
+    jobs = [_job(i, 1.0 + 0.5 * (i % 2), interruptible=i % 3 == 0) for i in range(1, 8)]
+    rows = _rows(policy, jobs[::-1], [], {i: [i - 1] for i in range(2, 8)})
+    for i in range(2, 8):
+        prev = rows[i - 1]
+        end = (
+            _t(prev["intervals"][-1][1])
+            if prev["intervals"]
+            else _t(prev["start"]) + (prev["estimate_s"])
+        )
+        assert _t(rows[i]["start"]) >= end - 1, (i, prev, rows[i])
+
+
 def test_a_dependency_that_has_ended_holds_nothing_back():
     rows = _rows("fifo", [_job(2, 1.0)], [], {2: [1]})  # job 1 is neither queued nor running
     assert rows[2]["wait_h"] == 0 and rows[2]["after"] is None

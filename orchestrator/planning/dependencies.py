@@ -4,7 +4,8 @@ earlier than each of its dependencies is expected to end.
 A running dependency's end is its start plus its estimated run time (the caller's); a
 queued one's is its planned end, so a chain is planned in rounds: plan, give each
 dependant the planned ends of its dependencies as its earliest start, plan again, until
-nothing moves (at most one round per link of the longest chain, and ``MAX_ROUNDS``).
+nothing moves (at most one round per dependant, and ``MAX_ROUNDS``); a start still early
+after that is moved later, whole.
 A dependency that is neither running nor queued has ended: it holds nothing back. Pure.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import replace
 
 from orchestrator.planning.policies.base import Decision, Plan, Policy, Snapshot, not_before
 
-MAX_ROUNDS = 16  # a longer chain's tail is planned with the bound of its 16th link
+MAX_ROUNDS = 4  # replans at most; a deeper chain's later links are shifted, not replanned
 
 
 def planned_end_s(decision: Decision, duration_s: float | None) -> float:
@@ -63,6 +64,14 @@ def plan_with_dependencies(
         plan = policy.plan(snap)
     by_id = {j.id: j for j in snap.jobs}
     plan = {k: not_before(d, by_id[k].earliest_s if k in by_id else None) for k, d in plan.items()}
+    for _ in range(len(waits)):  # rounds ran out or a joint plan moved: shift what is early
+        moved = False
+        for k in waits:
+            at = bound(k, plan, durations) if k in plan else None
+            if at is not None and plan[k].start_s < at - 1e-6:
+                plan[k], moved = not_before(plan[k], at), True
+        if not moved:
+            break
     return snap, plan
 
 
