@@ -185,6 +185,7 @@ def test_lowest_window_is_the_brute_force_optimum(values, run_slots, slack_slots
     st.integers(1, 20),
     st.floats(0, 1800),
 )
+@example([0, 1, 0, 0, 0, 0, 0, 0], 1.0, 2, 1799.9999999999998)  # a 2e-13 s sliver of slot 0
 def test_lowest_slots_take_the_cheapest_time_inside_the_window(values, run_h, slack, offset):
     fc = _forecast(values)
     now, run = offset, run_h * 3600

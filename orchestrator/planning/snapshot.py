@@ -170,8 +170,14 @@ def _row(job: QueuedJob, d: Decision, name, snap: Snapshot, inp: PlanInputs) -> 
     }
     if not known:
         return out
-    pieces = d.intervals or ((d.start_s, d.end_s),)
-    watts = [d.piece_config(i)[2] or 0.0 for i in range(len(pieces))]
+    # a policy that plans starts only (fifo, lowest-window) leaves the end to the run:
+    # its duration at the width and power it asked for, full by default
+    end_s = d.end_s if d.end_s is not None else d.start_s + job.duration_s
+    pieces = d.intervals or ((d.start_s, end_s),)
+    watts = []
+    for i in range(len(pieces)):  # a policy that gave no draw: the model's at its config
+        gpus, cap, power_w = d.piece_config(i)
+        watts.append(power_w or job.model.power_w(gpus or job.gpus, cap))
     planned = _account(pieces, watts, inp)
     full_w = job.model.power_w(job.gpus, 1.0)
     now_run = _account(((now, now + job.duration_s),), [full_w], inp)
