@@ -100,6 +100,7 @@ def test_nul_in_the_command_is_one_line(gs):
         (["cron", "rm", str(2**63)], "out of range"),
         (["report", "--since", "99999999w"], "invalid --since"),
         (["budget", "--budget", NINES + "kg/day"], "at most 1000000t"),
+        (["budget", "--budget", "99999999999MWh/day"], "at most 1000000MWh"),
         (["grid", "show", "-s", "csv:x.csv", "--window", NINES + "s"], "at most one year"),
         (["submit", "--cron", "0 2 * * *", "--window", "1000000w", "--", "true"], "one year"),
     ],

@@ -53,9 +53,10 @@ class Budget:
         grams = float(match.group(1)) * _UNITS[unit]
         if grams <= 0:
             raise SpecError(f"invalid budget {text!r}: it must be more than zero")
-        if not grams < MAX_GRAMS:  # also NaN and infinity
-            raise SpecError(f"invalid budget {text[:40]!r}: at most 1000000t")
         kind = "energy" if unit.endswith("wh") else "carbon"
+        if not grams < MAX_GRAMS:  # also NaN and infinity
+            most = "1000000MWh" if kind == "energy" else "1000000t"
+            raise SpecError(f"invalid budget {text[:40]!r}: at most {most}")
         return cls(grams, (match.group(3) or "run").lower(), kind)
 
     @property
