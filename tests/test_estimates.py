@@ -200,3 +200,15 @@ def test_the_daemon_keeps_earlier_runs_between_passes_until_a_job_completes(sess
     later = _job(session, name="bert", state="completed", finished_at=T0 + timedelta(1))
     _ran(session, later, 300.0)
     assert estimates(session, [waiting], DEFAULT_S, now, kept)[waiting.id].run_s == 200.0
+
+
+def test_an_estimate_from_what_a_job_reports_is_at_most_a_year(session):
+    """The progress file is the job's to write: 1 % done after 30 days would plan a
+    3,000-day run, and the planner's horizon follows the jobs' ends."""
+    from orchestrator.timeparse import MAX_DURATION_S
+
+    slow = _job(session, name="slow", state="running")
+    _ran(session, slow, 30 * 86400.0, progress_done=1.0, progress_total=100.0,
+         progress_at=T0 + timedelta(days=30))  # fmt: skip
+    est = _estimate(session, slow)
+    assert est.source == "progress" and est.run_s == MAX_DURATION_S

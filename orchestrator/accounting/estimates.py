@@ -16,7 +16,7 @@ from sqlmodel import Session, col, func, select
 
 from orchestrator.planning.snapshot import RunEstimate
 from orchestrator.queue.models import Attempt, Calibration, Job
-from orchestrator.timeparse import format_duration
+from orchestrator.timeparse import MAX_DURATION_S, format_duration
 
 HISTORY_RUNS = 5  # the latest completed runs an estimate is the median of
 MIN_SHARE = 0.01  # a progress report under 1 % done says too little to extrapolate
@@ -71,8 +71,10 @@ def estimates(
         if est is None:
             est = RunEstimate(default_s, "default", "by the lab default (default_duration)")
         power = powers.get((job.name, job.gpus_max))
-        if power is not None:
-            est = RunEstimate(est.run_s, est.source, est.note, power)
+        # what a job reports is untrusted: 1 % done after a month must not make a
+        # 100-month plan (the planner's horizon follows the jobs' ends)
+        power_w = power if power is not None else est.power_w_per_gpu
+        est = RunEstimate(min(est.run_s, MAX_DURATION_S), est.source, est.note, power_w)
         out[job.id] = est
     return out
 
