@@ -340,9 +340,14 @@ class SshLink:
             answer = sshanswers.check(verb, json.loads(out))
         except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
             raise self.bad_answer(verb, f"{exc}; got {out[:120]!r}") from None
-        self._strikes.pop(verb, None)
-        self._mark_up()  # up again only once a verb answered well
+        self.answered_well(verb)
         return answer
+
+    def answered_well(self, verb: str) -> None:
+        """``verb`` answered as it should: that verb's malformed answers are forgiven
+        (not another's), and the server is up again."""
+        self._strikes.pop(verb, None)
+        self._mark_up()
 
     def read(self, path: str, offset: int) -> bytes | None:
         """A file on the server (a job's log) from byte ``offset`` on, at most 1 MiB;

@@ -239,3 +239,16 @@ def test_the_plan_note_compares_the_planned_run_with_one_started_now():
     assert note == "planned for 05:00:00 UTC by budget (400 g/kWh over its run)"
     pieces = Decision(start_s=7200.0, intervals=((7200.0, 10800.0), (14400.0, 18000.0)))
     assert window_means(series, pieces, 0.0) == (100.0, 400.0)
+
+
+def test_a_fault_found_not_raised_is_logged_once_until_the_entity_is_well(caplog):
+    from orchestrator.daemon.contain import Faults
+
+    faults = Faults()
+    for _ in range(3):
+        faults.report("job 7", "job 7: plan: the stored job cannot be believed")
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    with faults.contained("job 7", "job 7: plan"):
+        pass  # well again: said once, and a later fault is logged anew
+    faults.report("job 7", "job 7: plan: again")
+    assert len([r for r in caplog.records if r.levelname == "ERROR"]) == 2

@@ -212,9 +212,10 @@ def test_malformed_answers_to_verbs_by_turns_still_make_the_wait_grow(tmp_path):
         link.bad_answer(verb, "nonsense")
         waits.append(link._retry_at - now[0])
         now[0] = link._retry_at
-        link._strikes.pop("claim", None)  # a good claim in between forgives nothing else
+        link.answered_well("claim")  # a good claim in between forgives nothing else
+        assert link.up
     assert waits == [8.0, 8.0, 32.0, 32.0], waits
-    link._strikes.pop("launch")  # launch answered well again
+    link.answered_well("launch")  # launch answered well again
     link.bad_answer("status", "nonsense")
     assert link._retry_at - now[0] == 128.0, "status is still on its third strike"
 

@@ -38,6 +38,13 @@ class Faults:
     def __init__(self) -> None:
         self.failing: dict[Hashable, str] = {}
 
+    def report(self, entity: Hashable, why: str) -> None:
+        """A fault found, not raised (a row that cannot be believed): logged once,
+        until the entity is well again (``contained`` succeeding for it)."""
+        if entity not in self.failing:
+            log.error("%s (skipped; the pass goes on)", why)
+            self.failing[entity] = why
+
     @contextmanager
     def contained(
         self, entity: Hashable, what: str, on_fault: Callable[[str], None] | None = None

@@ -98,7 +98,10 @@ class SqlQueue:
             for job in stopped_jobs:  # a stopped job resumes on its plan: checked too
                 if (why := stored_job_problem(job)) is not None:
                     stopped.pop(job.id)  # left out of the plan (it stays stopped), said once
-                    self._unplannable(job.id, why)
+                    self.faults.report(
+                        f"job {job.id}",
+                        f"job {job.id}: plan: the stored job cannot be believed: {why}; cancel it",
+                    )
             stopped_jobs = [j for j in stopped_jobs if j.id in stopped]
             running = _running_rows(session)
             deps = dependencies(session, [j.id for j in queued])
@@ -223,13 +226,6 @@ class SqlQueue:
         return min(times, default=None)
 
     # -- parts --------------------------------------------------------------------------
-    def _unplannable(self, job_id: int, why: str) -> None:
-        def refuse() -> None:
-            raise ValueError(f"the stored job cannot be believed: {why}; cancel it")
-
-        with self.faults.contained(f"job {job_id}", f"job {job_id}: plan"):
-            refuse()
-
     def _cannot_run(self, job: Job, largest: int) -> str | None:
         if job.gpus_min > largest:
             return f"needs {job.gpus_min} GPUs; the largest node has {largest}"
@@ -266,9 +262,8 @@ def _queued_rows(session: Session) -> tuple[list[Job], dict[int, str]]:
     query = select(Job).where(Job.state == JobState.QUEUED.value)
     try:
         return list(session.exec(query.order_by(*order)).all()), {}
-    except (ValueError, TypeError, OverflowError) as exc:  # JSONDecodeError is a ValueError
-        session.rollback()
-        first = exc
+    except (ValueError, TypeError, OverflowError):  # JSONDecodeError is a ValueError
+        session.rollback()  # one row does not read: each on its own, to name it
     ids = session.exec(select(Job.id).where(Job.state == JobState.QUEUED.value)).all()
     rows, bad = [], {}
     for job_id in ids:
@@ -277,7 +272,6 @@ def _queued_rows(session: Session) -> tuple[list[Job], dict[int, str]]:
         except (ValueError, TypeError, OverflowError) as exc:
             session.rollback()
             bad[job_id] = f"a column cannot be read ({type(exc).__name__}: {exc})"[:300]
-    del first  # (the rows that failed are named one by one above)
     rows.sort(key=lambda j: (-j.priority, j.id))
     return rows, bad
 

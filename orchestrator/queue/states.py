@@ -109,7 +109,13 @@ def fail_unreadable(session: Session, job_id: int, at: datetime, reason: str) ->
         .values(state=JobState.FAILED.value, reason=reason, finished_at=at)
     )
     if done.rowcount:
-        queued, failed = JobState.QUEUED.value, JobState.FAILED.value
-        event = Event(job_id=job_id, at=at, from_state=queued, to_state=failed, reason=reason)
-        event.actor = "daemon"
-        session.add(event)
+        session.add(
+            Event(
+                job_id=job_id,
+                at=at,
+                from_state=JobState.QUEUED.value,
+                to_state=JobState.FAILED.value,
+                reason=reason,
+                actor="daemon",
+            )
+        )
