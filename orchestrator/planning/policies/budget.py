@@ -268,7 +268,7 @@ def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas):
     """For a job that may be suspended: the cheapest set of whole slots before its latest
     finish, over its configurations. Returns (config, intervals, cost) or None."""
     job = p.jobs[j]
-    last = int(np.floor((p.latest[j] - p.now) / p.slot + 1e-9))
+    last = int(p.slot_of(p.latest[j]))
     first, last = int(p.rk[j]), min(last, p.K)
     if last - first < 2:
         return None

@@ -230,7 +230,7 @@ class Model:
         if forced:  # its forced start, at a price that any deadline-keeping plan beats
             self._late_column(j, one, p.configs[j][c_w], intervals)
         k0 = p.k[j, cs, ss]
-        m = np.ceil((p.end[j, cs, ss] - (p.now + k0 * p.slot)) / p.slot - 1e-9)
+        m = np.ceil((p.end[j, cs, ss] - (p.origin + k0 * p.slot)) / p.slot - 1e-9)
         m = np.clip(np.maximum(m, 1).astype(np.int64), 0, np.maximum(p.K - k0, 0))
         col_rep = np.repeat(cols, m)
         slot_rows = np.repeat(k0, m) + np.arange(m.sum()) - np.repeat(np.cumsum(m) - m, m)
@@ -268,7 +268,7 @@ class Model:
         and a slot holds at most its length of the job's time."""
         p, b = self.p, self.b
         first = int(p.rk[j])
-        last = min(int(np.floor((p.latest[j] - p.now) / p.slot + 1e-9)), p.K)
+        last = min(int(p.slot_of(p.latest[j])), p.K)
         slots = np.arange(first, max(last, first))
         if not len(slots):
             return

@@ -61,7 +61,7 @@ class Periods:
         # the period each slot falls in, for the slot costs of jobs that may be suspended
         mids = (p.t[:-1] + p.t[1:]) / 2
         self.slot_period = np.searchsorted(cuts[1:-1], mids, side="right")
-        self.slot_units = signal.integral(p.t[:-1], p.t[1:]) / J_PER_KWH  # per watt
+        self.slot_units = p.per_slot(signal) / J_PER_KWH  # per watt, per slot
         self.base, self.arrivals = self._expected()
         self.target = self._pace()
 

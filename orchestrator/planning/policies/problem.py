@@ -1,6 +1,8 @@
 """The planning problem on a grid of slots, shared by ``budget``, ``optimal`` and ``oracle``.
 
-Time from ``now`` is cut into slots of ``slot_s``. Each job has a few configurations (GPU
+Time is cut into slots of ``slot_s`` on UTC boundaries (the grid's ``origin`` is the
+boundary at or before ``now``, so slots fall on the signal's own intervals; the first slot
+is partly past). Each job has a few configurations (GPU
 count × power cap, from its performance model, kept only where no other one is at once
 faster, more frugal and narrower) and may start at its release (now, or its arrival for a
 clairvoyant planner) or at any later slot boundary from which its fastest configuration
@@ -171,6 +173,10 @@ class Problem:
         self.snapshot = snap = snapshot
         self.now = now = snap.now_s
         self.slot = slot = snap.slot_s
+        # the grid's origin: the UTC slot boundary at or before now, so that slots fall on
+        # the signal's own intervals (an hourly or half-hourly signal's for slots dividing
+        # them); the first slot is then partly past and nothing is planned before now
+        self.origin = origin = math.floor(now / slot + 1e-9) * slot
         self.jobs = jobs = snap.jobs
         self.configs = [job_configs(j, max_configs) for j in jobs]
         n_jobs = len(jobs)
@@ -178,12 +184,12 @@ class Problem:
         self.latest = np.array([j.latest_finish_s(snap.max_defer_s) for j in jobs], dtype=float)
         horizon = MAX_HORIZON_S if horizon_s is None else horizon_s
         last = float(self.latest.max()) if n_jobs else now + slot
-        self.K = max(1, math.ceil((min(last, now + horizon) - now) / slot))
-        self.t = now + np.arange(self.K + 1) * slot  # slot edges
+        self.K = max(1, math.ceil((min(last, now + horizon) - origin) / slot))
+        self.t = origin + np.arange(self.K + 1) * slot  # slot edges
         C = self.C = max((len(c) for c in self.configs), default=1)
         fastest = np.array([min(c.run_s for c in cs) for cs in self.configs])
-        self.rk = np.floor((self.release - now) / slot + 1e-9).astype(np.int64)
-        lk = np.floor((self.latest - fastest - now) / slot + 1e-9).astype(np.int64)
+        self.rk = np.floor((self.release - origin) / slot + 1e-9).astype(np.int64)
+        lk = np.floor((self.latest - fastest - origin) / slot + 1e-9).astype(np.int64)
         self.lk = np.minimum(np.maximum(lk, self.rk), self.K - 1)
         S = self.S = int(max(1, (self.lk - self.rk).max() + 1)) if n_jobs else 1
         shape = (n_jobs, C, S)
@@ -197,7 +203,7 @@ class Problem:
                 self.run_s[j, c], self.has[j, c] = cfg.run_s, True
         k = self.rk[:, None, None] + np.arange(S)[None, None, :]  # (J, 1, S)
         self.k = np.broadcast_to(k, shape)
-        grid_start = now + k * slot
+        grid_start = origin + k * slot
         self.start = np.broadcast_to(np.maximum(grid_start, self.release[:, None, None]), shape)
         run = np.where(self.has, self.run_s, 0.0)[:, :, None]
         self.end = self.start + run
@@ -212,14 +218,25 @@ class Problem:
         self.obj_cost = np.where(self.exists, p * self.obj.integral(self.start, self.end), np.inf)
         carbon_g = p * self.carbon.integral(self.start, self.end) / J_PER_KWH
         self.carbon_g = np.where(self.exists, carbon_g, np.inf)
-        self.slot_obj = self.obj.integral(self.t[:-1], self.t[1:])  # per watt, per slot
-        self.slot_carbon = self.carbon.integral(self.t[:-1], self.t[1:]) / J_PER_KWH
+        self.slot_obj = self.per_slot(self.obj)  # per watt, per slot
+        self.slot_carbon = self.per_slot(self.carbon) / J_PER_KWH
         self.free_gpus, self.free_w = self._capacity()
+
+    def per_slot(self, series) -> np.ndarray:
+        """``series`` integrated over each slot at its mean from now on (the first slot,
+        partly past, at the rate of its part still to come): a slot's price per watt."""
+        a = np.maximum(self.t[:-1], self.now)
+        b = self.t[1:]
+        return series.integral(a, b) * self.slot / np.maximum(b - a, 1e-9)
+
+    def slot_of(self, t_s) -> np.ndarray:
+        """The index of the slot holding time ``t_s``."""
+        return np.floor((np.asarray(t_s) - self.origin) / self.slot + 1e-9).astype(np.int64)
 
     # -- capacity -----------------------------------------------------------------------
     def slot_range(self, start_s: float, end_s: float) -> tuple[int, int]:
-        a = int(np.floor((start_s - self.now) / self.slot + 1e-9))
-        b = int(np.ceil((end_s - self.now) / self.slot - 1e-9))
+        a = int(np.floor((start_s - self.origin) / self.slot + 1e-9))
+        b = int(np.ceil((end_s - self.origin) / self.slot - 1e-9))
         return max(a, 0), min(max(b, a + 1), self.K)
 
     def _capacity(self) -> tuple[np.ndarray, np.ndarray]:
@@ -248,7 +265,7 @@ class Problem:
         bad = (free_gpus[None, :] < gpus - 1e-9) | (free_w[None, :] < watts - 1e-6)
         cs = np.concatenate((np.zeros((self.C, 1)), np.cumsum(bad, axis=1)), axis=1)
         k = self.k[j]  # (C, S)
-        m = np.ceil((self.end[j] - (self.now + k * self.slot)) / self.slot - 1e-9)
+        m = np.ceil((self.end[j] - (self.origin + k * self.slot)) / self.slot - 1e-9)
         a = np.clip(k, 0, self.K)
         b = np.clip(k + np.maximum(m, 1).astype(np.int64), 0, self.K)
         rows = np.arange(self.C)[:, None]
