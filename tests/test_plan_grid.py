@@ -1,0 +1,71 @@
+"""Plans on the signal's own grid: slots start on UTC boundaries of the slot (so on a
+signal's intervals), not at the moment the planner runs; pieces of a job that may be
+suspended are each worth the checkpoint and restart they cost."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+
+from grid.forecasters import StepForecaster
+from grid.steps import StepSeries
+from orchestrator.planning.perfmodel import JobModel, curve_for
+from orchestrator.planning.policies import resolve_policy
+from orchestrator.planning.policies.base import QueuedJob, Snapshot
+
+Q = 900.0  # a 15-minute signal and slot
+A40 = curve_for("a40")
+DAY0 = datetime(2023, 3, 6, tzinfo=UTC).timestamp()
+T1015 = DAY0 + 10 * 3600 + 15 * 60
+
+
+def forecast(values) -> StepForecaster:
+    return StepForecaster(StepSeries(DAY0, Q, np.asarray(values, dtype=float)))
+
+
+def job(run_s: float, interruptible: bool = False, **kw) -> QueuedJob:
+    return QueuedJob(
+        1, 1, DAY0, duration_s=run_s, deadline_s=DAY0 + 20 * 3600, interruptible=interruptible,
+        model=JobModel(run_s, 1, A40), **kw,
+    )  # fmt: skip
+
+
+def plan(j: QueuedJob, values, now_s: float):
+    snap = Snapshot(now_s, [j], forecast(values), total_gpus=8, slot_s=Q)
+    d = resolve_policy("budget").plan(snap)[1]
+    return d.intervals or ((d.start_s, d.end_s),)
+
+
+def test_a_start_never_lands_in_the_high_slot_just_before_a_low_one():
+    # high until 10:15, low to 11:00, high after; the planner runs at 10:14:46
+    values = np.full(96, 500.0)
+    values[41:44] = 100.0
+    now = T1015 - 14
+    for interruptible in (False, True):
+        pieces = plan(job(45 * 60, interruptible), values, now)
+        assert pieces[0][0] == T1015, (interruptible, pieces[0][0] - T1015)
+        assert all(a >= T1015 for a, _ in pieces)
+
+
+def test_no_piece_is_shorter_than_its_checkpoint():
+    # the three 100s take 45 of the 50 minutes (more at a lower cap); the rest in the lone
+    # 101 slot would be a piece shorter than the checkpoint (15 min): it goes to the low
+    # run's edge instead
+    values = np.full(96, 900.0)
+    values[1], values[4:7] = 101.0, 100.0
+    pieces = plan(job(50 * 60, True, checkpoint_s=900.0), values, DAY0)
+    assert all(b - a >= 900.0 - 1e-6 for a, b in pieces), pieces
+    assert all(a >= DAY0 + 3 * Q for a, _ in pieces), pieces  # the lone slot is not used
+
+
+def test_a_split_that_saves_less_than_a_restart_is_not_made():
+    # two low half hours with a slightly higher quarter between: suspending for it saves
+    # 15 min × 5 g/kWh, a restart costs 10 min at 100 g/kWh
+    values = np.full(96, 900.0)
+    values[0:2], values[2], values[3:5] = 100.0, 105.0, 100.0
+    pieces = plan(job(3600.0, True, checkpoint_s=600.0), values, DAY0)
+    assert len(pieces) == 1, pieces
+    # where the saving is worth it (the gap is high), it still splits
+    values[2] = 900.0
+    assert len(plan(job(3600.0, True, checkpoint_s=600.0), values, DAY0)) == 2
