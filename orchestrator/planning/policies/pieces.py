@@ -67,7 +67,7 @@ def settle(
     return mask, best
 
 
-def intervals(
+def piece_intervals(
     price: np.ndarray,
     lengths: np.ndarray,
     starts: np.ndarray,
