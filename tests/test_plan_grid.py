@@ -69,3 +69,46 @@ def test_a_split_that_saves_less_than_a_restart_is_not_made():
     # where the saving is worth it (the gap is high), it still splits
     values[2] = 900.0
     assert len(plan(job(3600.0, True, checkpoint_s=600.0), values, DAY0)) == 2
+
+
+class _Chain:
+    """A 15-minute signal: high until 10:15, low to 11:00, high after."""
+
+    spec = "test"
+    errors: tuple[str, ...] = ()
+
+    def forecast(self, issued_at, horizon):
+        import pandas as pd
+
+        from grid.signal import CARBON, Signal, SignalMeta
+
+        index = pd.date_range(datetime.fromtimestamp(DAY0, UTC), periods=192, freq="15min")
+        values = np.full(192, 500.0)
+        values[41:44] = 100.0
+        frame = pd.DataFrame({CARBON: values}, index=index)
+        return Signal(frame, SignalMeta("test", "x", CARBON, "g/kWh", int(Q)))
+
+    def history(self, start, end):
+        return self.forecast(start, end - start)
+
+
+def test_the_daemons_planner_starts_on_the_signals_interval_and_carries_the_setting():
+    from orchestrator.daemon.planner import LivePlanner
+    from orchestrator.queue.models import Job
+    from orchestrator.settings import DaemonSettings
+    from orchestrator.signals.feed import SignalFeed
+
+    now = datetime.fromtimestamp(T1015 - 14, UTC)  # the daemon passes 14 s before 10:15
+    feed = SignalFeed(_Chain(), horizon_s=86400, lookback_s=3600)
+    assert feed.refresh(now)
+    planner = LivePlanner(resolve_policy("budget"), Q, A40, feed=feed)
+    job = Job(id=1, state="queued", user="a", uid=1000, command=["x"], workdir="/",
+              gpus_min=1, gpus_max=1, submitted_at=now, duration_s=2700.0,
+              deadline=datetime.fromtimestamp(DAY0 + 86400, UTC))  # fmt: skip
+    scheduler = planner.schedule(now, [job], {}, [], 8, 8, 0.0)
+    assert scheduler.decision_of(1).start_s == T1015
+    # the lab's checkpoint cost reaches the jobs the policy plans
+    assert DaemonSettings().seconds("checkpoint_cost") == 300.0
+    planner.checkpoint_s = DaemonSettings(checkpoint_cost="10m").seconds("checkpoint_cost")
+    planned = planner.schedule(now, [job], {}, [], 8, 8, 0.0).planned()
+    assert planned[0][0].checkpoint_s == 600.0

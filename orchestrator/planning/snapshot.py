@@ -15,7 +15,14 @@ from datetime import UTC, datetime
 import numpy as np
 
 from orchestrator.planning.budgets import J_PER_KWH
-from orchestrator.planning.policies.base import Commitment, Decision, Policy, QueuedJob, Snapshot
+from orchestrator.planning.policies.base import (
+    DEFAULT_CHECKPOINT_S,
+    Commitment,
+    Decision,
+    Policy,
+    QueuedJob,
+    Snapshot,
+)
 
 DEFAULT_RUNNING_S = 3600.0  # a running job without an estimate holds its GPUs this long
 
@@ -47,6 +54,7 @@ class PlanInputs:
     slot_s: float = 900.0
     remaining_s: dict | None = None  # job id -> run time left (after a suspension)
     estimates: dict | None = None  # job id -> RunEstimate (jobs without one: --duration)
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs (daemon setting)
 
 
 def model_for(job, curve, duration_s: float | None = None, estimate: RunEstimate | None = None):
@@ -93,6 +101,7 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
                 min_gpus=min(job.gpus_min, width),
                 max_gpus=width,
                 model=model_for(job, inp.curve, duration, est),
+                checkpoint_s=inp.checkpoint_s,
             )
         )
     committed = []
