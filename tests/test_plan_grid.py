@@ -7,12 +7,16 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from grid.forecasters import StepForecaster
 from grid.steps import StepSeries
 from orchestrator.planning.perfmodel import JobModel, curve_for
 from orchestrator.planning.policies import resolve_policy
 from orchestrator.planning.policies.base import QueuedJob, Snapshot
+from orchestrator.planning.policies.pieces import MIN_PIECE_S, piece_intervals, settle
 
 Q = 900.0  # a 15-minute signal and slot
 A40 = curve_for("a40")
@@ -112,3 +116,33 @@ def test_the_daemons_planner_starts_on_the_signals_interval_and_carries_the_sett
     planner.checkpoint_s = DaemonSettings(checkpoint_cost="10m").seconds("checkpoint_cost")
     planned = planner.schedule(now, [job], {}, [], 8, 8, 0.0).planned()
     assert planned[0][0].checkpoint_s == 600.0
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.one_of(st.floats(50, 500), st.just(np.inf)), min_size=3, max_size=40),
+    st.floats(1, 900),
+    st.floats(0.01, 1),
+    st.sampled_from([0.0, 300.0, 600.0, 1800.0]),
+)
+def test_settled_pieces_cover_the_run_and_none_is_short(prices, first_s, share, checkpoint_s):
+    price = np.asarray(prices)
+    lengths = np.full(len(price), Q)
+    lengths[0] = first_s  # the first slot, partly past
+    starts = np.concatenate(([0.0], first_s + Q * np.arange(len(price) - 1)))
+    room = float(lengths[np.isfinite(price)].sum())
+    assume(room > 60)
+    run_s = max(60.0, share * room)
+    order = np.argsort(price, kind="stable")
+    mask = np.zeros(len(price), dtype=bool)
+    mask[order[: int(np.searchsorted(np.cumsum(lengths[order]), run_s - 1e-6)) + 1]] = True
+    min_piece_s = max(checkpoint_s, MIN_PIECE_S)
+    settled = settle(price, lengths, mask, run_s, min_piece_s, checkpoint_s)
+    if settled is None:
+        return  # the planner keeps the job in one piece
+    mask, cost = settled
+    assert np.isfinite(cost) and np.isfinite(price[mask]).all()
+    pieces = piece_intervals(price, lengths, starts, mask, run_s, min_piece_s)
+    assert sum(b - a for a, b in pieces) == pytest.approx(run_s)
+    if len(pieces) > 1:
+        assert min(b - a for a, b in pieces) >= min(min_piece_s, run_s) - 1e-6

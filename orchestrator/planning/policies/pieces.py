@@ -59,7 +59,8 @@ def settle(
         if not trials:
             break
         cost, trial = min(trials, key=lambda x: x[0])
-        if not cost < best - 1e-9 * max(1.0, abs(best)):
+        tol = 1e-9 * max(1.0, abs(best)) if np.isfinite(best) else 0.0
+        if not cost < best - tol:
             break
         best, mask = cost, trial
     if not np.isfinite(best):
@@ -145,10 +146,16 @@ def _trim(price, lengths, mask, surplus, min_len) -> tuple[int, bool]:
 
 
 def _cost(price, lengths, mask, run_s, min_len, checkpoint_s) -> float:
+    """The price of ``mask``'s time, its surplus trimmed, and of its restarts; inf when
+    the trim leaves a piece (of more than one) shorter than ``min_len``."""
     used = float(np.dot(price[mask], lengths[mask]))
     surplus = float(lengths[mask].sum()) - run_s
+    pieces = runs(mask)
     if surplus > 1e-6:
         i, _ = _trim(price, lengths, mask, surplus, min_len)
         used -= float(price[i]) * surplus
-    restarts = [a for a, _ in runs(mask)[1:]]
+        a, b = next(r for r in pieces if r[0] <= i <= r[1])
+        if len(pieces) > 1 and float(lengths[a : b + 1].sum()) - surplus < min_len - 1e-6:
+            return np.inf
+    restarts = [a for a, _ in pieces[1:]]
     return used + checkpoint_s * float(price[restarts].sum())
