@@ -33,7 +33,7 @@ import numpy as np
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.policies.base import Decision, Plan, Policy, Snapshot
 from orchestrator.planning.policies.periods import LAMBDA_MAX, Periods
-from orchestrator.planning.policies.pieces import MIN_PIECE_S, piece_intervals, settle
+from orchestrator.planning.policies.pieces import min_piece_s, piece_intervals, settle
 from orchestrator.planning.policies.problem import Problem, full_power
 
 
@@ -280,7 +280,7 @@ def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas):
         per_s = p.slot_obj[first:last] / p.slot
     else:
         per_s = lambdas[periods.slot_period[first:last]] * periods.slot_units[first:last] / p.slot
-    min_piece_s = max(job.checkpoint_s, MIN_PIECE_S)
+    shortest_s = min_piece_s(job.checkpoint_s, p.slot)
     best = None
     for c, cfg in enumerate(p.configs[j]):
         ok = (free_g[first:last] >= cfg.gpus - 1e-9) & (free_w[first:last] >= cfg.power_w - 1e-6)
@@ -291,11 +291,11 @@ def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas):
         count = int(np.searchsorted(np.cumsum(lengths[order]), cfg.run_s - 1e-6)) + 1
         mask = np.zeros(len(lengths), dtype=bool)
         mask[order[:count]] = True
-        settled = settle(price, lengths, mask, cfg.run_s, min_piece_s, job.checkpoint_s)
+        settled = settle(price, lengths, mask, cfg.run_s, shortest_s, job.checkpoint_s)
         if settled is None:
             continue
         mask, cost = settled
-        intervals = piece_intervals(price, lengths, edges_a, mask, cfg.run_s, min_piece_s)
+        intervals = piece_intervals(price, lengths, edges_a, mask, cfg.run_s, shortest_s)
         if lambdas is not None:  # + completion time: the end of the last piece
             cost += intervals[-1][1] - job.submitted_s
         if best is None or cost < best[2]:

@@ -14,8 +14,15 @@ import itertools
 
 import numpy as np
 
-# no piece shorter than this (two of the daemon's 15-minute slots), nor than a checkpoint
+# no piece shorter than two slots up to 30 min (two of the daemon's 15-minute slots), nor
+# than a checkpoint
 MIN_PIECE_S = 1800.0
+MIN_PIECE_SLOTS = 2
+
+
+def min_piece_s(checkpoint_s: float, slot_s: float) -> float:
+    """The shortest piece a job that may be suspended is planned in (its last excepted)."""
+    return max(checkpoint_s, min(MIN_PIECE_S, MIN_PIECE_SLOTS * slot_s))
 
 
 def runs(mask: np.ndarray) -> list[tuple[int, int]]:
