@@ -146,3 +146,14 @@ def test_settled_pieces_cover_the_run_and_none_is_short(prices, first_s, share, 
     assert sum(b - a for a, b in pieces) == pytest.approx(run_s)
     if len(pieces) > 1:
         assert min(b - a for a, b in pieces) >= min(min_piece_s, run_s) - 1e-6
+
+
+def test_a_piece_that_can_start_now_is_not_trimmed_at_its_start():
+    # the first slot (partly past) is the dearest of the run; trimming its start would
+    # move the start a few seconds later on every replan, so the surplus comes off the end
+    price = np.array([300.0, 100.0, 100.0, 900.0])
+    lengths = np.array([600.0, Q, Q, Q])
+    starts = np.array([0.0, 600.0, 1500.0, 2400.0])
+    mask = np.array([True, True, True, False])
+    mask, _ = settle(price, lengths, mask, 2370.0, 1800.0, 300.0)
+    assert piece_intervals(price, lengths, starts, mask, 2370.0, 1800.0) == ((0.0, 2370.0),)

@@ -141,13 +141,15 @@ def _shed(price, lengths, mask, run_s, min_len):
 
 def _trim(price, lengths, mask, surplus, min_len) -> tuple[int, bool]:
     """Where the surplus comes off: the dearest edge slot of a piece that stays at least
-    ``min_len`` long (else of the longest piece); True when at the piece's end."""
+    ``min_len`` long (else of the longest piece), never the start of the first slot (now,
+    or the job's release); True when at the piece's end."""
     options = []
     for a, b in runs(mask):
         size = float(lengths[a : b + 1].sum())
         ok = size - surplus >= min_len - 1e-6
         options += [(not ok, -float(price[b]), -size, b, True)]
-        options += [(not ok, -float(price[a]), -size, a, False)]
+        if a > 0:  # a piece that starts now starts now: a later start would recede on replans
+            options += [(not ok, -float(price[a]), -size, a, False)]
     _, _, _, i, at_end = min(options)
     return i, at_end
 
