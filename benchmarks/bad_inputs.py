@@ -88,6 +88,8 @@ def cli_cases() -> list[Case]:
     for d in BAD_DURATIONS:
         out.append(Case(c, f"--duration {d[:20]!r}", ["submit", "--duration", d, "--", "true"]))
     for d in BAD_DURATIONS[:12]:
+        if d == "0s":  # --within 0: no deferral (issue 21), a control below
+            continue
         out.append(Case(c, f"--within {d[:20]!r}", ["submit", "--within", d, "--", "true"]))
     for d in BAD_DEADLINES:
         out.append(Case(c, f"--deadline {d[:20]!r}", ["submit", "--deadline", d, "--", "true"]))
@@ -169,7 +171,7 @@ def file_cases() -> list[Case]:
         add(f"duration {str(v)[:20]!r}", {"duration": v})
     for raw in ("NaN", "1e309", "-3600", "true", "[]", '"1e3"'):
         add(f"within {raw}", f'{{"command": ["true"], "within": {raw}}}')
-    for v in ("99999999w", NINES + "s", "0s", "-1h"):
+    for v in ("99999999w", NINES + "s", "-1h"):  # ("0s": no deferral, a control)
         add(f"within {v[:20]!r}", {"within": v})
     for v in (12345, True, "9999-12-31T23:59:59-14:00", "0001-01-01T00:00+14:00", "2999-01-01Z"):
         add(f"deadline {v!r}", {"deadline": v})
@@ -706,6 +708,15 @@ def controls() -> list[Case]:
     return [
         Case(c, "--duration 2h", ["submit", "--duration", "2h", "--", "true"], expect=0),
         Case(c, "--within 52w", ["submit", "--within", "52w", "--", "true"], expect=0),
+        Case(c, "--within 0s", ["submit", "--within", "0s", "--", "true"], expect=0),
+        Case(c, "--now", ["submit", "--now", "--", "true"], expect=0),
+        Case(
+            c,
+            "sweep line within 0s",
+            ["submit", "--file", "j.jsonl"],
+            {"j.jsonl": json.dumps({"command": ["true"], "within": "0s"})},
+            expect=0,
+        ),
         Case(
             c,
             "--gpus 2-4 --priority -5",

@@ -114,6 +114,9 @@ def _table(data: dict) -> None:
         " full power; * started by its deadline; ⋯ runs in pieces (--json lists them)[/]"
     )
     for r in data["jobs"]:
+        if r.get("after"):
+            waits = ", ".join(str(a) for a in r["after"])
+            out.print(f"[dim]job {r['id']}: after job {waits} (starts when it has ended)[/]")
         if r.get("estimate_source") not in (None, "duration"):
             run = format_duration(r["estimate_s"])
             out.print(f"[dim]job {r['id']}: run time {run} {safe(r['estimate_note'])}[/]")

@@ -123,19 +123,26 @@ class Suspender:
 
 def note_plans(
     db: Database, planner: LivePlanner, scheduler: Scheduler, eligible: dict[int, Job],
-    now: datetime,
+    now: datetime, waiting: dict[int, Job] | None = None,
 ) -> None:  # fmt: skip
     """Write each waiting job's planned start and, in words, why it waits (only what
-    changed)."""
+    changed); a job waiting for a dependency (``waiting``) is planned ahead from its
+    dependencies' expected ends (``planner.ahead``)."""
     blocked = scheduler.blocked()
     feed = planner.feed
     changes = {}
-    for view, decision in scheduler.planned():
-        job = eligible.get(view.id)
+    jobs = {**eligible, **(waiting or {})}
+    for view, decision in [*scheduler.planned(), *planner.ahead]:
+        job = jobs.get(view.id)
         if job is None:
             continue
         start = datetime.fromtimestamp(decision.start_s, UTC)
-        note = _why(planner, feed, view, decision, now, blocked)
+        if view.id in (waiting or {}):
+            at = start.strftime("%H:%M:%S UTC")
+            waits = _ids(planner.after.get(view.id))
+            note = f"after job {waits}: planned for {at}, once it has ended"
+        else:
+            note = _why(planner, feed, view, decision, now, blocked)
         old = job.planned_start
         moved = old is None or abs((old - start).total_seconds()) >= 1.0
         if moved or job.plan_note != note:
@@ -148,6 +155,10 @@ def note_plans(
             if job.state in (JobState.QUEUED.value, JobState.SUSPENDED.value):
                 job.planned_start, job.plan_note = start, note
                 session.add(job)
+
+
+def _ids(ids) -> str:
+    return ", ".join(str(i) for i in sorted(ids or ())) or "?"
 
 
 def _why(planner, feed, view, decision, now: datetime, blocked) -> str:

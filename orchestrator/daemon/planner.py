@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from orchestrator.planning.budgets import Budget, BudgetState
+from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
     DEFAULT_CHECKPOINT_S,
     DEFAULT_MAX_DEFER_S,
@@ -28,6 +29,7 @@ from orchestrator.planning.policies.base import (
     Plan,
     Policy,
     Snapshot,
+    not_before,
 )
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
@@ -73,6 +75,11 @@ class LivePlanner:
     last_plan_s: float | None = None
     _key: tuple | None = None
     _plan: Plan = field(default_factory=dict)
+    _earliest: dict = field(default_factory=dict)
+    # Jobs waiting for a dependency (``--after``): planned ahead, from their dependencies'
+    # expected ends, for ``show``; never in the scheduler (they start once those ended).
+    ahead: list = field(default_factory=list)  # (QueuedJob, Decision)
+    after: dict = field(default_factory=dict)  # waiting job id -> the ids it waits for
 
     def without_caps(self) -> None:
         """Plan at full power only (this daemon cannot set power limits)."""
@@ -111,8 +118,13 @@ class LivePlanner:
         largest_node: int,
         spent_g: float,
         estimates: dict | None = None,  # job id -> RunEstimate
+        waiting: list | None = None,  # Job rows waiting for a dependency to end
+        after: dict | None = None,  # job id -> ids of the jobs it waits for
     ) -> Scheduler:
         policy = self._choose(now)
+        held = {j.id for j in waiting or ()}
+        self.after = {i: list(after[i]) for i in held} if after else {}
+        queued = [*queued, *(waiting or ())]
         now_s = now.timestamp()
         slot = math.floor(now_s / self.slot_s)
         known = estimates or {}
@@ -135,11 +147,17 @@ class LivePlanner:
         inputs.estimates = known
         snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
         if key != self._key:
-            self._plan = self._make_plan(policy, snap)
+            self._plan, self._earliest = self._make_plan(policy, snap, after or {})
             self._key, self.last_plan_s = key, now_s
         scheduler = Scheduler(policy, max_defer_s=DEFAULT_MAX_DEFER_S)
+        self.ahead = []
         for view in snap.jobs:
-            scheduler.add_planned(view, self._plan.get(view.id) or Decision(now_s))
+            decision = self._plan.get(view.id) or Decision(now_s)
+            if view.id in held:  # its dependencies' expected ends bound its start
+                view = dataclasses.replace(view, earliest_s=self._earliest.get(view.id))
+                self.ahead.append((view, not_before(decision, view.earliest_s)))
+            else:
+                scheduler.add_planned(view, decision)
         return scheduler
 
     def _inputs(self, now_s, queued, remaining_s, running, total_gpus, budget_state):
@@ -156,14 +174,19 @@ class LivePlanner:
         )  # fmt: skip
 
     @staticmethod
-    def _make_plan(policy: Policy, snap: Snapshot) -> Plan:
+    def _make_plan(policy: Policy, snap: Snapshot, after: dict) -> tuple[Plan, dict]:
+        """The plan, and each waiting job's earliest start (its dependencies' ends)."""
         if not snap.jobs:
-            return {}
+            return {}, {}
         if snap.price is None and snap.objective != "carbon":
             snap.objective = "carbon"  # the price signal is not in yet
         if snap.forecast is None and policy.needs_forecast:
-            return {j.id: Decision(snap.now_s) for j in snap.jobs}
-        return policy.plan(snap)
+            policy = Fifo()  # every job due now (a waiting one: at its dependencies' end)
+        if after:
+            ends = {c.id: c.end_s for c in snap.committed}
+            snap, plan = plan_with_dependencies(policy, snap, after, ends)
+            return plan, {j.id: j.earliest_s for j in snap.jobs if j.earliest_s is not None}
+        return policy.plan(snap), {}
 
     def budget_window(self, now: datetime) -> tuple[datetime, datetime] | None:
         if self.budget is None:

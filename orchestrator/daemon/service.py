@@ -204,7 +204,7 @@ class Daemon:
     def _note(self, _now_s: float) -> None:
         if self.planner is not None and self.onepass.scheduler is not None:
             note_plans(self.db, self.planner, self.onepass.scheduler, self.queue.eligible,
-                       self.clock.now())  # fmt: skip
+                       self.clock.now(), self.queue.waiting)  # fmt: skip
 
     def _health(self, _now_s: float) -> None:
         self.health.write(self.clock.now())

@@ -52,6 +52,7 @@ class SqlQueue:
     # this pass's reading of the queue (``plan``), for ``launch`` and the guard
     eligible: dict[int, Job] = field(default_factory=dict)
     stopped: dict[int, Attempt] = field(default_factory=dict)
+    waiting: dict[int, Job] = field(default_factory=dict)  # for a dependency to end
     alloc: ClusterAllocator | None = None
     faults: Faults = field(default_factory=Faults)
     history: object = None  # accounting.estimates.History: earlier runs, kept between passes
@@ -123,12 +124,15 @@ class SqlQueue:
             d.fail_queued(job_id, now, f"the stored job cannot be believed: {why}")
         largest = alloc.max_node_gpus
         eligible: dict[int, Job] = {}
+        waiting: dict[int, Job] = {}  # planned ahead for show, not started
         for job in queued:
             failed = next((x for x in deps[job.id] if dep_state[x] in BAD_DEPENDENCY), None)
             if failed is not None:
                 d.fail_queued(job.id, now, f"dependency {failed} {dep_state[failed]}")
                 continue
             if any(dep_state[x] != JobState.COMPLETED for x in deps[job.id]):
+                if self._cannot_run(job, largest) is None:
+                    waiting[job.id] = job
                 continue  # still waiting for a dependency
             reason = self._cannot_run(job, largest)
             if reason is not None:
@@ -139,10 +143,11 @@ class SqlQueue:
             if job.cancel_requested_at is None:
                 eligible[job.id] = job
         self.eligible, self.stopped, self.alloc = eligible, stopped, alloc
+        self.waiting = waiting
         if self.planner is not None:
             return self.planner.schedule(
                 now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
-                spent, known,
+                spent, known, list(waiting.values()), {i: deps[i] for i in waiting},
             )  # fmt: skip
         scheduler = Scheduler(Fifo())  # the decision core the simulator drives too
         scheduler.add(_queued_view(job, largest) for job in eligible.values())

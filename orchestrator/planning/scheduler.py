@@ -29,6 +29,7 @@ from orchestrator.planning.policies.base import (
     Policy,
     QueuedJob,
     Snapshot,
+    not_before,
 )
 
 # (job, its decision) -> an allocation, or None: it does not fit now
@@ -128,6 +129,7 @@ class Scheduler:
     def add_planned(self, job: QueuedJob, decision: Decision) -> None:
         """Queue a job with a plan it already has (e.g. the rest of its intervals after a
         suspension)."""
+        decision = not_before(decision, job.earliest_s)  # never before a dependency's end
         self._seq += 1
         self._entries[job.id] = _Entry(job, decision, self._seq)
         heapq.heappush(self._waiting, (decision.start_s, self._seq, job.id))

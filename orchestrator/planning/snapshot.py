@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from orchestrator.planning.budgets import J_PER_KWH
+from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
     DEFAULT_CHECKPOINT_S,
     Commitment,
@@ -22,6 +23,7 @@ from orchestrator.planning.policies.base import (
     Policy,
     QueuedJob,
     Snapshot,
+    not_before,
 )
 
 DEFAULT_RUNNING_S = 3600.0  # a running job without an estimate holds its GPUs this long
@@ -55,6 +57,7 @@ class PlanInputs:
     remaining_s: dict | None = None  # job id -> run time left (after a suspension)
     estimates: dict | None = None  # job id -> RunEstimate (jobs without one: --duration)
     checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs (daemon setting)
+    after: dict | None = None  # job id -> ids of the jobs it waits for (``--after``)
 
 
 def model_for(job, curve, duration_s: float | None = None, estimate: RunEstimate | None = None):
@@ -129,12 +132,16 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
 
 
 def plan_rows(policy: Policy, snap: Snapshot, inp: PlanInputs) -> list[dict]:
-    plan = policy.plan(snap) if snap.jobs else {}
+    after = inp.after or {}
+    running_end_s = {c.id: c.end_s for c in snap.committed}
+    snap, plan = plan_with_dependencies(policy, snap, after, running_end_s)
     by_id = {j.id: j for j in inp.queued}
+    holding = set(by_id) | set(running_end_s)
     rows = []
     for job in snap.jobs:
-        d = plan.get(job.id) or Decision(snap.now_s)
+        d = plan.get(job.id) or not_before(Decision(snap.now_s), job.earliest_s)
         row = _row(job, d, by_id[job.id].name, snap, inp)
+        row["after"] = sorted(a for a in after.get(job.id, ()) if a in holding) or None
         est = estimate_of(inp, by_id[job.id])
         row["estimate_s"] = est.run_s if est else None
         row["estimate_source"] = est.source if est else None

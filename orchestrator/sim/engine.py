@@ -105,6 +105,8 @@ class SimDaemon:
         self._deadline = [None if np.isnan(d) else float(d) for d in inputs.deadline_s]
         self._interruptible = inputs.interruptible.tolist()
         self._next = 0
+        self._after = jobs.after  # per job, the jobs it waits for (None: no waits)
+        self._held: list[int] = []  # arrived, waiting for a dependency to end
         self._attempt_id = 0
         self._running: dict[int, _Attempt] = {}
         self._models: dict[int, JobModel] = {}
@@ -152,15 +154,34 @@ class SimDaemon:
     def admit(self, now: float) -> None:
         jobs, i = [], self._next
         while i < self.n and self._submit[i] <= now:
-            jobs.append(self._queued(i, self._duration[i]))
+            if self._after is not None and self._after[i]:
+                self._held.append(i)  # queued when its dependencies have ended
+            else:
+                jobs.append(self._queued(i, self._duration[i]))
             i += 1
         self._next = i
+        if self._held:
+            jobs += self._released()
         if self.clairvoyant:
             for job in jobs:
                 self.scheduler.add_planned(job, self._oracle.get(job.id) or Decision(now))
         elif jobs:
             self.scheduler.add(jobs)
         self._charge()
+
+    def _released(self) -> list[QueuedJob]:
+        """Held jobs whose dependencies have all ended, each planned from the last end."""
+        out, held = [], []
+        for i in self._held:
+            ends = [self.finish[d] for d in self._after[i]]
+            if any(np.isnan(e) for e in ends):
+                held.append(i)
+                continue
+            job = self._queued(i, self._duration[i])
+            job.earliest_s = float(max(ends))
+            out.append(job)
+        self._held = held
+        return out
 
     def plan(self, now: float) -> Scheduler:
         if not self.clairvoyant:

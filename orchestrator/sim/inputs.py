@@ -77,11 +77,17 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     inside = (jobs.submit_s >= carbon.start_s) & (jobs.submit_s < carbon.end_s)
     if not inside.all():
         notes.append(f"{int((~inside).sum())} jobs submitted outside the signal were left out")
-        jobs = jobs.take(np.flatnonzero(inside))
+        kept = jobs.without_dependants(inside)
+        if (kept != inside).any():
+            notes.append(f"{int((kept != inside).sum())} jobs waiting for those too")
+        jobs = jobs.take(np.flatnonzero(kept))
     largest_fit = jobs.gpus <= total
     if not largest_fit.all():
         notes.append(f"{int((~largest_fit).sum())} jobs wider than the cluster were left out")
-        jobs = jobs.take(np.flatnonzero(largest_fit))
+        kept = jobs.without_dependants(largest_fit)
+        if (kept != largest_fit).any():
+            notes.append(f"{int((kept != largest_fit).sum())} jobs waiting for those too")
+        jobs = jobs.take(np.flatnonzero(kept))
     if scenario.jobs.skip_jobs:
         jobs = jobs.take(np.arange(min(scenario.jobs.skip_jobs, len(jobs)), len(jobs)))
     if scenario.jobs.max_jobs:

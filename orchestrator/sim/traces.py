@@ -6,7 +6,9 @@
 - gridshift's own job specs, JSONL or CSV: ``submit`` (ISO time, or seconds from the
   trace's start), ``duration`` (``2h30m`` or seconds), ``gpus`` (``4`` or ``2-8``: the
   widest is simulated), optional ``name``, ``deadline`` (ISO) or ``within``,
-  ``interruptible``, ``priority``; the submit command's sweep fields are accepted too.
+  ``interruptible``, ``priority``; the submit command's sweep fields are accepted too;
+  ``after``: the rows (numbered from 1) it waits for, earlier rows of the same trace
+  (``3``, ``[1, 2]`` or, in a CSV, ``"1 2"``), as ``submit --after``.
 
 A trace from another period is moved onto the grid signal by a whole number of weeks, so
 every job keeps its weekday and time of day (``shift_onto``).
@@ -52,13 +54,15 @@ class TraceJobs:
     relative: bool = False
     source: str = ""
     shift_s: float = 0.0
+    # Per job, the indexes (in arrival order) of the jobs it waits for; None: no waits.
+    after: tuple[tuple[int, ...], ...] | None = None
 
     def __len__(self) -> int:
         return len(self.submit_s)
 
     @classmethod
     def build(cls, submit, duration, gpus, *, deadline=None, interruptible=None, priority=None,
-              names=None, relative=False, source="") -> TraceJobs:  # fmt: skip
+              names=None, relative=False, source="", after=None) -> TraceJobs:  # fmt: skip
         n = len(submit)
         submit = np.asarray(submit, dtype=float)
         gpus = np.asarray(gpus, dtype=float)  # before the cast: 1e30 is no int64
@@ -74,6 +78,12 @@ class TraceJobs:
             arr = np.full(n, default, dtype=dtype) if values is None else np.asarray(values)
             return arr.astype(dtype)[order]
 
+        waits = None
+        if after is not None and any(after):
+            position = np.empty(n, dtype=np.int64)
+            position[order] = np.arange(n)
+            waits = tuple(tuple(int(position[r]) for r in after[i]) for i in order)
+
         jobs = cls(
             submit_s=submit[order],
             duration_s=col(duration, 0.0, float),
@@ -84,6 +94,7 @@ class TraceJobs:
             names=tuple(names[i] for i in order) if names is not None else None,
             relative=relative,
             source=source,
+            after=waits,
         )
         jobs.check()
         return jobs
@@ -131,6 +142,11 @@ class TraceJobs:
 
     def take(self, index: np.ndarray) -> TraceJobs:
         names = tuple(self.names[i] for i in index) if self.names is not None else None
+        after = None
+        if self.after is not None:  # a wait on a job left out is dropped (see the caller)
+            new = {int(old): k for k, old in enumerate(index)}
+            after = tuple(tuple(new[d] for d in self.after[i] if d in new) for i in index)
+            after = after if any(after) else None
         return replace(
             self,
             submit_s=self.submit_s[index],
@@ -140,7 +156,22 @@ class TraceJobs:
             interruptible=self.interruptible[index],
             priority=self.priority[index],
             names=names,
+            after=after,
         )
+
+    def without_dependants(self, keep: np.ndarray) -> np.ndarray:
+        """``keep`` less every job that waits (directly or not) for one it leaves out: a
+        dependant of a job that never runs never runs either."""
+        keep = np.asarray(keep, dtype=bool).copy()
+        if self.after is None:
+            return keep
+        changed = True
+        while changed:
+            changed = False
+            for i in np.flatnonzero(keep):
+                if any(not keep[d] for d in self.after[i]):
+                    keep[i], changed = False, True
+        return keep
 
     def shifted(self, by_s: float) -> TraceJobs:
         return replace(
@@ -217,8 +248,9 @@ def _read_specs(path: Path, rows: list[dict], strict: bool = False) -> TraceJobs
     """Job specs; ``strict``: JSON's types kept (a CSV's cells are numbers or text)."""
     if not rows:
         raise SpecError(f"{path.name}: no jobs")
-    known = SWEEP_FIELDS | {"submit"}
+    known = SWEEP_FIELDS | {"submit", "after"}
     submit, duration, gpus, deadline, inter, prio, names = [], [], [], [], [], [], []
+    after: list[tuple[int, ...]] = []
     absolute = None
     for number, row in enumerate(rows, 1):
         where = f"{path.name} job {number}"
@@ -251,6 +283,7 @@ def _read_specs(path: Path, rows: list[dict], strict: bool = False) -> TraceJobs
         prio.append(_priority(row.get("priority"), where, strict))
         name = row.get("name")
         names.append("" if name is None else _text(name, where, strict))
+        after.append(_after(row.get("after"), number, len(rows), where))
     return TraceJobs.build(
         submit,
         duration,
@@ -261,7 +294,38 @@ def _read_specs(path: Path, rows: list[dict], strict: bool = False) -> TraceJobs
         names=names,
         relative=not absolute,
         source=path.name,
+        after=after,
     )
+
+
+def _after(value, number: int, count: int, where: str) -> tuple[int, ...]:
+    """The 0-based rows a row waits for: earlier rows of the trace, by number from 1
+    (so no row waits for itself or, through others, for a later one: no cycles)."""
+    if value is None or value == "" or (isinstance(value, float) and np.isnan(value)):
+        return ()
+    if isinstance(value, list):
+        items = value
+    elif isinstance(value, str):
+        items = value.replace(",", " ").split()
+    else:
+        items = [value]
+    out = []
+    for item in items:
+        if isinstance(item, float) and item.is_integer():  # a CSV's number column
+            item = int(item)
+        if isinstance(item, bool) or not (
+            isinstance(item, int) or (isinstance(item, str) and item.strip().isdigit())
+        ):
+            raise SpecError(f"{where}: after {item!r} is no row number (1, 2, ...)")
+        row = int(item)
+        if not 1 <= row <= count:
+            raise SpecError(f"{where}: after {row}: no job {row} in the trace")
+        if row == number:
+            raise SpecError(f"{where}: after {row}: a job cannot wait for itself")
+        if row > number:
+            raise SpecError(f"{where}: after {row}: a job waits only for earlier rows")
+        out.append(row - 1)
+    return tuple(sorted(set(out)))
 
 
 def _time_or_offset(value, where: str) -> tuple[float, bool]:

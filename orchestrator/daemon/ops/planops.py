@@ -46,6 +46,7 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
         jobs = store.list_jobs(session, include_finished=False)
         default_s = settings.daemon.seconds("default_duration")
         known = estimates(session, jobs, default_s, now)
+        after = store.dependencies(session, [j.id for j in jobs if j.state == "queued"])
     queued = [j for j in jobs if j.state == "queued"]
     if submit:  # handed over before, not started: planned again, and moved if need be
         from orchestrator.daemon.handover import handed_over
@@ -70,7 +71,7 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
         state = BudgetState(parsed_budget, start, end, 0.0)
     inputs = PlanInputs(
         now.timestamp(), queued, running, total, curve, carbon, price_fc, state,
-        objective, slot_s, estimates=known,
+        objective, slot_s, estimates=known, after=after,
         checkpoint_s=settings.daemon.seconds("checkpoint_cost"),
     )  # fmt: skip
     rows = plan_rows(chosen, build_snapshot(inputs, largest), inputs)

@@ -12,7 +12,7 @@ the intervals it should run in. Times are epoch seconds (UTC).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from orchestrator.errors import SpecError
 
@@ -56,13 +56,22 @@ class QueuedJob:
         None  # an orchestrator.planning.perfmodel.JobModel (None: full power only)
     )
     checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time lost to a suspension and restart
+    # Not before this (its dependencies' expected end, ``submit --after``); None: no bound.
+    earliest_s: float | None = None
+
+    def release_s(self, now_s: float) -> float:
+        """When it may start at the earliest: now, its arrival or its dependencies' end."""
+        after = self.earliest_s if self.earliest_s is not None else now_s
+        return max(now_s, self.submitted_s, after)
 
     def latest_finish_s(self, max_defer_s: float) -> float:
         """Its deadline, or for a job without one: its submission + the maximum deferral +
-        its (remaining) run: deferral counts from submission, however often it is replanned."""
+        its (remaining) run: deferral counts from submission (or from its dependencies' end,
+        if later), however often it is replanned."""
         if self.deadline_s is not None:
             return self.deadline_s
-        return self.submitted_s + max_defer_s + (self.duration_s or 0.0)
+        since = max(self.submitted_s, self.earliest_s or self.submitted_s)
+        return since + max_defer_s + (self.duration_s or 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,19 @@ class Decision:
         if self.configs is not None:
             return self.configs[i]
         return self.gpus, self.cap, self.power_w
+
+
+def not_before(decision: Decision, earliest_s: float | None) -> Decision:
+    """``decision`` moved later as a whole so that it starts no earlier than
+    ``earliest_s`` (a policy that ignored a dependency); unchanged otherwise."""
+    if earliest_s is None or decision.start_s >= earliest_s - 1e-6:
+        return decision
+    shift = earliest_s - decision.start_s
+    intervals = decision.intervals
+    if intervals is not None:
+        intervals = tuple((a + shift, b + shift) for a, b in intervals)
+    end = decision.end_s + shift if decision.end_s is not None else None
+    return replace(decision, start_s=earliest_s, intervals=intervals, end_s=end)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ class Fifo(Policy):
 
     def plan(self, snapshot: Snapshot) -> Plan:
         now = snapshot.now_s
-        return {job.id: Decision(now) for job in snapshot.jobs}
+        return {job.id: Decision(job.release_s(now)) for job in snapshot.jobs}
 
 
 class LowestWindow(Policy):
@@ -44,13 +44,14 @@ class LowestWindow(Policy):
         return {job.id: self.plan_job(job, snapshot) for job in snapshot.jobs}
 
     def plan_job(self, job: QueuedJob, snapshot: Snapshot) -> Decision:
-        now, run = snapshot.now_s, job.duration_s
+        now, run = job.release_s(snapshot.now_s), job.duration_s
         if not run or snapshot.forecast is None:
             return Decision(now)
         latest = job.latest_finish_s(snapshot.max_defer_s) - run
         if latest <= now:
             return Decision(now)
-        return Decision(lowest_window_start(snapshot.forecast, now, latest, run))
+        start = lowest_window_start(snapshot.forecast, now, latest, run, snapshot.now_s)
+        return Decision(start)
 
 
 class LowestSlots(LowestWindow):
@@ -59,20 +60,24 @@ class LowestSlots(LowestWindow):
     def plan_job(self, job: QueuedJob, snapshot: Snapshot) -> Decision:
         if not job.interruptible:
             return super().plan_job(job, snapshot)
-        now, run = snapshot.now_s, job.duration_s
+        now, run = job.release_s(snapshot.now_s), job.duration_s
         if not run or snapshot.forecast is None:
             return Decision(now)
         finish = job.latest_finish_s(snapshot.max_defer_s)
         if finish - now <= run:
             return Decision(now)
-        intervals = lowest_slots(snapshot.forecast, now, finish, run)
+        intervals = lowest_slots(snapshot.forecast, now, finish, run, snapshot.now_s)
         return Decision(intervals[0][0], intervals)
 
 
-def lowest_window_start(forecast, now_s: float, latest_s: float, run_s: float) -> float:
+def lowest_window_start(
+    forecast, now_s: float, latest_s: float, run_s: float, issued_s: float | None = None
+) -> float:
     """Start in ``[now_s, latest_s]`` of the lowest-mean window of ``run_s`` (earliest on
-    ties), candidates being now and the slot boundaries after it."""
-    series = forecast.window(now_s, now_s, latest_s + run_s)
+    ties), candidates being now and the slot boundaries after it. ``issued_s``: when the
+    forecast is read (default ``now_s``; earlier for a job that may start only later)."""
+    issued = now_s if issued_s is None else issued_s
+    series = forecast.window(issued, now_s, latest_s + run_s)
     step, origin = series.step_s, series.start_s
     first = np.floor((now_s - origin) / step) + 1
     last = np.floor((latest_s - origin) / step)
@@ -85,11 +90,13 @@ def lowest_window_start(forecast, now_s: float, latest_s: float, run_s: float) -
 
 
 def lowest_slots(
-    forecast, now_s: float, finish_s: float, run_s: float
+    forecast, now_s: float, finish_s: float, run_s: float, issued_s: float | None = None
 ) -> tuple[tuple[float, float], ...]:
     """The lowest-intensity pieces of ``[now_s, finish_s)`` adding up to ``run_s``, as
-    merged intervals in time order. Needs ``finish_s - now_s > run_s``."""
-    series = forecast.window(now_s, now_s, finish_s)
+    merged intervals in time order. Needs ``finish_s - now_s > run_s``. ``issued_s``: when
+    the forecast is read (default ``now_s``)."""
+    issued = now_s if issued_s is None else issued_s
+    series = forecast.window(issued, now_s, finish_s)
     starts, ends, values = series.slots(now_s, finish_s)
     order = np.argsort(values, kind="stable")
     lengths = (ends - starts)[order]

@@ -317,7 +317,7 @@ class BudgetFifo(Policy):
         now = snapshot.now_s
         state = snapshot.budget
         if state is None:
-            return {job.id: Decision(now) for job in snapshot.jobs}
+            return {job.id: Decision(job.release_s(now)) for job in snapshot.jobs}
         end = state.period_end_s
         until = end if np.isfinite(end) else now + snapshot.horizon_s
         carbon = state.budget.measure(snapshot.forecast.window(now, now, until))
@@ -335,6 +335,9 @@ class BudgetFifo(Policy):
             cfg = full_power(job)
             g = grams(cfg.power_w, now, now + cfg.run_s)
             latest = job.latest_finish_s(snapshot.max_defer_s) - cfg.run_s
+            if job.release_s(now) > now:  # waits for a dependency: planned at its end
+                plan[job.id] = Decision(job.release_s(now), power_w=cfg.power_w)
+                continue
             if not paused and spend + g <= state.budget.grams:
                 spend += g
                 plan[job.id] = Decision(now, end_s=now + cfg.run_s, power_w=cfg.power_w)

@@ -180,7 +180,7 @@ class Problem:
         self.jobs = jobs = snap.jobs
         self.configs = [job_configs(j, max_configs) for j in jobs]
         n_jobs = len(jobs)
-        self.release = np.array([max(now, j.submitted_s) for j in jobs], dtype=float)
+        self.release = np.array([j.release_s(now) for j in jobs], dtype=float)
         self.latest = np.array([j.latest_finish_s(snap.max_defer_s) for j in jobs], dtype=float)
         horizon = MAX_HORIZON_S if horizon_s is None else horizon_s
         last = float(self.latest.max()) if n_jobs else now + slot
