@@ -205,6 +205,9 @@ class DaemonSettings(BaseModel):
         description="the run time planned for a job with no --duration, no progress report "
         "and no earlier run of its name; 1m to 7d",
     )
+    checkpoint_cost: str = Field(
+        default="5m", description="run time a suspension (checkpoint, restart) costs a job"
+    )
     objective: str = "carbon"
     suspend: Literal["signal", "stop"] = "signal"
     refresh: str | None = Field(
@@ -238,6 +241,7 @@ class DaemonSettings(BaseModel):
         "discovery",
         "lease",
         "default_duration",
+        "checkpoint_cost",
         mode="after",
     )
     @classmethod

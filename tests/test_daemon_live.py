@@ -81,6 +81,7 @@ def test_the_daemon_waits_for_low_carbon_suspends_accounts_and_survives_sigkill(
         {
             "GRIDSHIFT_FAKE_GPU_POWER_W": str(POWER_W),
             "GRIDSHIFT_DAEMON__POWER_SAMPLE": "0.5s",
+            "GRIDSHIFT_DAEMON__CHECKPOINT_COST": "1s",  # the toy's checkpoint is instant
             "GRIDSHIFT_CANCEL_GRACE_S": "3",
         }
     )
@@ -175,6 +176,7 @@ def test_suspend_by_stop_keeps_the_gpus_and_resumes_with_sigcont(cli, tmp_path):
     import httpx
 
     cli.env["GRIDSHIFT_FAKE_GPU_POWER_W"] = str(POWER_W)
+    cli.env["GRIDSHIFT_DAEMON__CHECKPOINT_COST"] = "1s"  # SIGSTOP: no checkpoint at all
     job_id = cli.submit(
         "--within", "30s", "--duration", "7s", "--interruptible",
         "--", PY, TOY, "--epochs", "7", "--checkpoint", str(tmp_path / "ck.json"),

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from orchestrator.planning.budgets import Budget, BudgetState
 from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
+    DEFAULT_CHECKPOINT_S,
     DEFAULT_MAX_DEFER_S,
     Decision,
     Plan,
@@ -68,6 +69,7 @@ class LivePlanner:
     max_age_s: float = 6 * 3600.0
     fallback: str = "deadline-only"
     default_run_s: float = 4 * 3600.0  # a job with no duration, report or history
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs a job
     mode: str = "plan"  # plan | run-now | deadline-only (the fallback in force)
     mode_reason: str | None = None
     last_plan_s: float | None = None
@@ -168,6 +170,7 @@ class LivePlanner:
             TapeForecaster(series) if series is not None else None,
             TapeForecaster(price) if price is not None else None,
             budget_state, self.objective, self.slot_s, remaining_s,
+            checkpoint_s=self.checkpoint_s,
         )  # fmt: skip
 
     @staticmethod
@@ -247,5 +250,6 @@ def build_live(settings, nodes) -> tuple[LivePlanner | None, str | None]:
         max_age_s=cfg.seconds("signal_max_age"),
         fallback=cfg.fallback,
         default_run_s=cfg.seconds("default_duration"),
+        checkpoint_s=cfg.seconds("checkpoint_cost"),
     )
     return planner, name

@@ -17,6 +17,7 @@ import numpy as np
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
+    DEFAULT_CHECKPOINT_S,
     Commitment,
     Decision,
     Policy,
@@ -55,6 +56,7 @@ class PlanInputs:
     slot_s: float = 900.0
     remaining_s: dict | None = None  # job id -> run time left (after a suspension)
     estimates: dict | None = None  # job id -> RunEstimate (jobs without one: --duration)
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs (daemon setting)
     after: dict | None = None  # job id -> ids of the jobs it waits for (``--after``)
 
 
@@ -102,6 +104,7 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
                 min_gpus=min(job.gpus_min, width),
                 max_gpus=width,
                 model=model_for(job, inp.curve, duration, est),
+                checkpoint_s=inp.checkpoint_s,
             )
         )
     committed = []

@@ -72,6 +72,7 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
     inputs = PlanInputs(
         now.timestamp(), queued, running, total, curve, carbon, price_fc, state,
         objective, slot_s, estimates=known, after=after,
+        checkpoint_s=settings.daemon.seconds("checkpoint_cost"),
     )  # fmt: skip
     rows = plan_rows(chosen, build_snapshot(inputs, largest), inputs)
     data = {

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field, replace
 from orchestrator.errors import SpecError
 
 DEFAULT_MAX_DEFER_S = 24 * 3600.0  # how long a job without a deadline may be deferred
+# run time a suspension costs a job (checkpoint, restart, warm-up): a few minutes of a real
+# model's; a piece is planned only where the carbon it saves is worth more
+DEFAULT_CHECKPOINT_S = 300.0
 
 
 def check_objective(text: str, has_price: bool) -> str:
@@ -52,6 +55,7 @@ class QueuedJob:
     model: object | None = (
         None  # an orchestrator.planning.perfmodel.JobModel (None: full power only)
     )
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time lost to a suspension and restart
     # Not before this (its dependencies' expected end, ``submit --after``); None: no bound.
     earliest_s: float | None = None
 

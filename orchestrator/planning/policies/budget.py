@@ -33,6 +33,7 @@ import numpy as np
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.policies.base import Decision, Plan, Policy, Snapshot
 from orchestrator.planning.policies.periods import LAMBDA_MAX, Periods
+from orchestrator.planning.policies.pieces import min_piece_s, piece_intervals, settle
 from orchestrator.planning.policies.problem import Problem, full_power
 
 
@@ -279,7 +280,7 @@ def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas):
         per_s = p.slot_obj[first:last] / p.slot
     else:
         per_s = lambdas[periods.slot_period[first:last]] * periods.slot_units[first:last] / p.slot
-    index = np.arange(len(lengths))
+    shortest_s = min_piece_s(job.checkpoint_s, p.slot)
     best = None
     for c, cfg in enumerate(p.configs[j]):
         ok = (free_g[first:last] >= cfg.gpus - 1e-9) & (free_w[first:last] >= cfg.power_w - 1e-6)
@@ -287,30 +288,19 @@ def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas):
             continue
         price = np.where(ok, per_s * cfg.power_w, np.inf)
         order = np.argsort(price, kind="stable")
-        taken = np.cumsum(lengths[order])
-        count = int(np.searchsorted(taken, cfg.run_s - 1e-6)) + 1
-        surplus = float(taken[count - 1]) - cfg.run_s
-        cut = int(order[count - 1])
-        chosen = order[:count]
-        cost = float(np.dot(price[chosen], lengths[chosen])) - price[cut] * surplus
-        if lambdas is not None:  # + completion time: the end of the latest slot used
-            end = edges_b[chosen.max()] - (surplus if cut == chosen.max() else 0.0)
-            cost += float(end) - job.submitted_s
+        count = int(np.searchsorted(np.cumsum(lengths[order]), cfg.run_s - 1e-6)) + 1
+        mask = np.zeros(len(lengths), dtype=bool)
+        mask[order[:count]] = True
+        settled = settle(price, lengths, mask, cfg.run_s, shortest_s, job.checkpoint_s)
+        if settled is None:
+            continue
+        mask, cost = settled
+        intervals = piece_intervals(price, lengths, edges_a, mask, cfg.run_s, shortest_s)
+        if lambdas is not None:  # + completion time: the end of the last piece
+            cost += intervals[-1][1] - job.submitted_s
         if best is None or cost < best[2]:
-            best = (c, (np.sort(chosen), cut, surplus), cost)
-    if best is None:
-        return None
-    c, (chosen, cut, surplus), cost = best
-    ends = edges_b[chosen].copy()
-    ends[index[: len(chosen)][chosen == cut]] -= surplus  # the partly needed slot: its start
-    starts = edges_a[chosen]
-    breaks = np.flatnonzero(np.abs(starts[1:] - ends[:-1]) > 1e-6)  # merge touching slots
-    first_i = np.concatenate(([0], breaks + 1))
-    last_i = np.concatenate((breaks, [len(chosen) - 1]))
-    intervals = tuple(
-        (float(starts[a]), float(ends[b])) for a, b in zip(first_i, last_i, strict=True)
-    )
-    return c, intervals, cost
+            best = (c, intervals, cost)
+    return best
 
 
 class BudgetFifo(Policy):
