@@ -27,13 +27,10 @@ def min_piece_s(checkpoint_s: float, slot_s: float) -> float:
 
 def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """The runs of consecutive True slots, as (first, last) inclusive."""
-    idx = np.flatnonzero(mask)
-    if not len(idx):
-        return []
-    breaks = np.flatnonzero(np.diff(idx) > 1)
-    firsts = np.concatenate(([idx[0]], idx[breaks + 1]))
-    lasts = np.concatenate((idx[breaks], [idx[-1]]))
-    return [(int(a), int(b)) for a, b in zip(firsts, lasts, strict=True)]
+    padded = np.zeros(len(mask) + 2, dtype=bool)
+    padded[1:-1] = mask
+    edges = np.flatnonzero(padded[1:] != padded[:-1]).tolist()  # each run's start, end + 1
+    return list(zip(edges[::2], [b - 1 for b in edges[1::2]], strict=True))
 
 
 def settle(
@@ -123,20 +120,30 @@ def _lengthen(price, lengths, mask, run_s, min_len):
 
 def _shed(price, lengths, mask, run_s, min_len):
     """Drop the dearest edge slots while the rest still covers ``run_s`` and no piece
-    falls under ``min_len``."""
+    falls under ``min_len``. (The pieces are found once and kept up to date: a dropped
+    edge slot shortens its piece, or removes it.)"""
     mask = mask.copy()
+    pieces = runs(mask)
     while True:
         covered = float(lengths[mask].sum())
-        options = []
-        for a, b in runs(mask):
+        best = None  # ((-price, slot), piece)
+        for k, (a, b) in enumerate(pieces):
             size = float(lengths[a : b + 1].sum())
             for i in {a, b}:
                 left = size - float(lengths[i])
                 if covered - lengths[i] >= run_s - 1e-6 and (left >= min_len - 1e-6 or left <= 0):
-                    options.append((-float(price[i]), i))
-        if not options:
+                    key = (-float(price[i]), i)
+                    if best is None or key < best[0]:
+                        best = (key, k)
+        if best is None:
             return mask
-        mask[min(options)[1]] = False
+        (_, i), k = best
+        mask[i] = False
+        a, b = pieces[k]
+        if a == b:
+            del pieces[k]
+        else:
+            pieces[k] = (a + 1, b) if i == a else (a, b - 1)
 
 
 def _trim(price, lengths, mask, surplus, min_len) -> tuple[int, bool]:
