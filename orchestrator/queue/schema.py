@@ -104,7 +104,7 @@ def load_tools() -> None:
     on a loaded machine these imports take seconds, during which PostgreSQL counts the
     session as idle in a transaction holding the schema lock (and ends it after
     ``PG_IDLE_IN_TRANSACTION_MS``), while every other process waits on that lock."""
-    import alembic.command  # noqa: F401
+    import alembic.command
     import alembic.config  # noqa: F401
 
     from orchestrator.queue import models  # noqa: F401
