@@ -171,7 +171,9 @@ def test_the_live_daemon_defers_a_job_with_no_duration_by_its_earlier_runs(cli, 
     assert cli.db_rows("SELECT state FROM job") == [("completed",)] * 3
     made = cli.run("submit", "--within", "40s", "--name", "short", "--", "sleep", "1")
     job_id = int(made.stdout)
-    assert "from 3 earlier runs" in made.stderr and "may wait until" not in made.stderr, (
+    assert cli.db_rows("SELECT DISTINCT gpu_model FROM attempt") == [("fake-gpu",)]
+    assert "from 3 earlier runs on fake-gpu x1" in made.stderr, "its GPU model and width"
+    assert "may wait until" not in made.stderr, (
         "no grid signal in the settings: said to start when GPUs are free"
     )
     shown = cli.json("show", str(job_id))
@@ -282,3 +284,34 @@ def test_calibration_is_learnt_per_gpu_model_at_full_power(session):
     assert given.source == "duration" and given.power_w_per_gpu == row.power_w_per_gpu
     wide = _estimate(session, _job(session, name="bert", gpus_min=4, gpus_max=4))
     assert wide.power_w_per_gpu == row.power_w_per_gpu, "the nearest width on its model"
+
+
+def test_the_planner_energy_follows_the_power_earlier_runs_measured(session):
+    """Two jobs alike but for their names, both with --duration: the one whose earlier
+    runs drew 40 % of the curve's full power is planned with that draw, and its energy
+    and carbon follow it (the curve's for the other)."""
+    from grid.forecasters import StepForecaster
+    from grid.steps import StepSeries
+    from orchestrator.accounting.estimates import estimates
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.planning.snapshot import PlanInputs, build_snapshot, plan_rows
+    from orchestrator.queue.models import Calibration
+
+    _lab(session, "V100")
+    curve = curve_for("V100")
+    low_w = 0.4 * curve.power_w(1.0)
+    session.add(Calibration(name="frugal", gpus=2, gpu_model="V100", throughput_per_s=1.0,
+                            power_w_per_gpu=low_w, samples=3, updated_at=T0))  # fmt: skip
+    jobs = [_job(session, name=n, duration_s=3600.0) for n in ("frugal", "plain")]
+    known = estimates(session, jobs, DEFAULT_S, T0)
+    carbon = StepForecaster(StepSeries(T0.timestamp(), 3600.0, np.full(48, 200.0)))
+    inputs = PlanInputs(T0.timestamp(), jobs, [], 4, curve, carbon, slot_s=900.0,
+                        estimates=known)  # fmt: skip
+    rows = plan_rows(resolve_policy("fifo"), build_snapshot(inputs, 4), inputs)
+    frugal, plain = sorted(rows, key=lambda r: r["name"])
+    host_w = 50.0  # JobModel's host share per GPU
+    ratio = (low_w + host_w) / (curve.power_w(1.0) + host_w)
+    assert frugal["energy_kwh"] == pytest.approx(plain["energy_kwh"] * ratio, rel=1e-3)
+    assert frugal["carbon_kg"] == pytest.approx(plain["carbon_kg"] * ratio, rel=1e-3)
+    assert plain["energy_kwh"] == pytest.approx(2 * (curve.power_w(1.0) + host_w) / 1000, 1e-3)
