@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from orchestrator.planning.budgets import Budget, BudgetState
+from orchestrator.planning.budgets import Budget, BudgetState, expected_spend
 from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
     DEFAULT_MAX_DEFER_S,
@@ -72,6 +72,7 @@ class LivePlanner:
     mode_reason: str | None = None
     last_plan_s: float | None = None
     _key: tuple | None = None
+    _left: float | None = None  # of the budget's period, at this pass (``forced_spend``)
     _plan: Plan = field(default_factory=dict)
     _earliest: dict = field(default_factory=dict)
     # Jobs waiting for a dependency (``--after``): planned ahead, from their dependencies'
@@ -144,6 +145,7 @@ class LivePlanner:
         inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
         inputs.estimates = known
         snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
+        self._left = self._budget_left(snap, state)
         if key != self._key:
             self._plan, self._earliest = self._make_plan(policy, snap, after or {})
             self._key, self.last_plan_s = key, now_s
@@ -184,6 +186,40 @@ class LivePlanner:
             snap, plan = plan_with_dependencies(policy, snap, after, ends)
             return plan, {j.id: j.earliest_s for j in snap.jobs if j.earliest_s is not None}
         return policy.plan(snap), {}
+
+    def forced_spend(self, view, decision: Decision, now_s: float) -> tuple[float, float] | None:
+        """(g CO2e, Wh) that a start its deadline forced beyond the budget is expected to
+        spend, for ``show`` and ``budget``. None: not forced, no budget, or the period
+        has room for its spending in it (after what ran and what runs: ``_left``)."""
+        budget, left = self.budget, self._left
+        if not decision.forced or budget is None or left is None or self.mode != "plan":
+            return None
+        series = self.feed.series() if self.feed is not None else None
+        if series is None:
+            return None
+        gpus, cap = decision.gpus or view.gpus, decision.cap
+        watts = view.model.power_w(gpus, cap) if view.model is not None else gpus * 350.0
+        run_s = view.duration_s or self.default_run_s
+        end = budget.period_of(now_s)[1]
+        in_period = expected_spend(decision, watts, series, now_s, run_s, end)
+        used = in_period[1] if budget.kind == "energy" else in_period[0]
+        self._left = left - used  # later starts of this plan find that much less
+        if used <= left + 1e-9 * max(1.0, abs(left)):
+            return None
+        return expected_spend(decision, watts, series, now_s, run_s)
+
+    def _budget_left(self, snap: Snapshot, state: BudgetState | None) -> float | None:
+        """What is left of the period after what ran and what runs to its end (in the
+        budget's unit), by the forecast; None without a budget or a signal."""
+        series = self.feed.series() if self.feed is not None else None
+        if state is None or series is None:
+            return None
+        end, left = state.period_end_s, state.remaining_g
+        for c in snap.committed:
+            g, wh = expected_spend(Decision(c.start_s, end_s=c.end_s), c.power_w, series,
+                                   snap.now_s, 0.0, end)  # fmt: skip
+            left -= wh if state.budget.kind == "energy" else g
+        return left
 
     def budget_window(self, now: datetime) -> tuple[datetime, datetime] | None:
         if self.budget is None:

@@ -30,7 +30,7 @@ from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, Q
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.queue import cron
-from orchestrator.queue.attempts import AttemptState, remaining_run_s
+from orchestrator.queue.attempts import AttemptState, note_forced, remaining_run_s
 from orchestrator.queue.checks import stored_job_problem
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt, Job
@@ -183,10 +183,17 @@ class SqlQueue:
         ):  # fmt: skip
             if resumed:
                 self.dispatcher.resume(self.stopped.pop(view.id), decision, now)
-                return
-            started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision)
-        if not started and not resumed and gpus:
-            self.alloc.free(("job", view.id))
+                started = True
+            else:
+                started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision)
+        if not started:
+            if not resumed and gpus:
+                self.alloc.free(("job", view.id))
+            return
+        spend = self.planner.forced_spend(view, decision, now_s) if self.planner else None
+        if spend is not None:  # a start its deadline forced: named with its grams
+            with self.db.write() as session:
+                note_forced(session, view.id, *spend)
 
     def running(self, now_s: float) -> list[Running]:
         now = self._at(now_s)

@@ -104,6 +104,10 @@ class Attempt(SQLModel, table=True):
     cost: float | None = None
     energy_modelled: bool | None = None  # no energy counter: energy_j is the model's
     accounted_until: datetime | None = _utc()
+    # A start its deadline forced although the budget said wait: what it was expected to
+    # spend when it started (g CO2e, and Wh for an energy budget). None: not forced.
+    forced_g: float | None = None
+    forced_wh: float | None = None
 
 
 class Usage(SQLModel, table=True):

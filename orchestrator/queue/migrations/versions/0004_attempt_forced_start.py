@@ -1,0 +1,26 @@
+"""attempt.forced_g and attempt.forced_wh: a start a deadline forced against the budget, and
+what it was expected to spend (g CO2e and Wh), for ``show`` and ``budget`` (issue 21).
+
+Revision 0004, after 0003.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0004"
+down_revision = "0003"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("attempt", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("forced_g", sa.Float(), nullable=True))
+        batch_op.add_column(sa.Column("forced_wh", sa.Float(), nullable=True))
+
+
+def downgrade() -> None:
+    # gridshift does not go back: restore the backup `gridshift db upgrade` made
+    raise NotImplementedError("restore the backup taken by gridshift db upgrade")
