@@ -5,8 +5,9 @@ planner keeps part of the period's budget for the jobs expected to arrive."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -46,3 +47,65 @@ def test_a_start_forced_beyond_the_budget_is_named_with_its_grams(cli, tmp_path)
     text = cli.run("budget", "--budget", "1g/day").stdout
     assert f"forced job {forced}" in text and f"job {free} " not in text
     assert "forced by its deadline" in cli.run("show", str(forced)).stdout
+
+
+T0 = datetime(2026, 3, 2, 6, 0, tzinfo=UTC)  # a Monday, 06:00 UTC
+
+
+def _job(i: int, **fields):
+    from orchestrator.queue.models import Job
+
+    base = dict(
+        id=i, state="queued", user="u", uid=1, command=["python", "train.py"], workdir="/",
+        gpus_min=4, gpus_max=4, submitted_at=T0 - timedelta(minutes=5), duration_s=4 * 3600.0,
+        deadline=T0 + timedelta(hours=30),
+    )  # fmt: skip
+    return Job(**(base | fields))
+
+
+def test_the_daemons_planner_keeps_budget_for_the_jobs_expected_to_arrive(tmp_path):
+    """Ten jobs of 4 GPUs for 2 h submitted over the last 6 h on 16 GPUs: the daemon reads
+    that load from the queue (as simulate does from its trace) and its plan spends less of
+    today's budget on the two queued jobs than a plan that expects no arrivals, which
+    spends the day's budget on them at once."""
+    import numpy as np
+
+    from grid.steps import StepSeries
+    from orchestrator.daemon.planner import LivePlanner, expected_load
+    from orchestrator.planning.budgets import Budget, expected_spend
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.store import submitted_since
+
+    now_s = T0.timestamp()
+    values = np.where(np.arange(3 * 96) % 96 < 40, 300.0, 200.0)  # g/kWh, 15-min steps
+    series = StepSeries(now_s - 6 * 3600, 900.0, values)
+    feed = SimpleNamespace(series=lambda: series, age_s=lambda now: 0.0, version=1, last_error=None)
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    queued = [_job(1), _job(2)]
+    with db.write() as session:
+        for i in range(10):  # ran 2 h each
+            at = T0 - timedelta(hours=6) + timedelta(minutes=30 * i)
+            session.add(_job(10 + i, state="completed", submitted_at=at, started_at=at,
+                             finished_at=at + timedelta(hours=2), duration_s=None))  # fmt: skip
+        session.add_all([_job(1), _job(2)])
+    with db.read() as session:
+        submitted, first = submitted_since(session, T0 - timedelta(days=1))
+    assert len(submitted) == 12 and first == T0 - timedelta(hours=6)
+    load = expected_load(submitted, first, {}, 4 * 3600.0, now_s, 16, 8)
+    assert load == pytest.approx((10 * 4 * 7200 + 2 * 4 * 4 * 3600) / (6 * 3600 * 16))
+
+    def today_g(arrivals: float) -> float:
+        budget = Budget(3000.0, "day")  # 3 kg/day; the two jobs at once: about 2.1 kg
+        planner = LivePlanner(resolve_policy("budget"), 900.0, curve_for(None), feed=feed,
+                              budget=budget)  # fmt: skip
+        planner.schedule(T0, queued, {}, [], 16, 8, 0.0, load=arrivals)
+        end = budget.period_of(now_s)[1]
+        plans = [planner._plan[j.id] for j in queued]
+        return sum(expected_spend(d, d.power_w, series, now_s, 0.0, end)[0] for d in plans)
+
+    unpaced = today_g(0.0)
+    assert unpaced > 2000.0, "no arrivals expected: both start now, at full power"
+    assert today_g(load) < 0.5 * unpaced, "part of today's budget kept for arrivals"

@@ -29,6 +29,7 @@ from orchestrator.planning.policies.base import (
     Policy,
     Snapshot,
     not_before,
+    recent_load,
 )
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
@@ -119,6 +120,7 @@ class LivePlanner:
         estimates: dict | None = None,  # job id -> RunEstimate
         waiting: list | None = None,  # Job rows waiting for a dependency to end
         after: dict | None = None,  # job id -> ids of the jobs it waits for
+        load: float = 0.0,  # recent arrivals' share of the GPUs (``expected_load``)
     ) -> Scheduler:
         policy = self._choose(now)
         held = {j.id for j in waiting or ()}
@@ -137,13 +139,14 @@ class LivePlanner:
             slot,
             self.mode,
             round(spent_g, 1),
+            round(load, 2),
         )
         state = None
         if self.budget is not None:
             start, end = self.budget.period_of(now_s)
             state = BudgetState(self.budget, start, end, spent_g)
         inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
-        inputs.estimates = known
+        inputs.estimates, inputs.expected_load = known, load
         snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
         self._left = self._budget_left(snap, state)
         if key != self._key:
@@ -222,13 +225,38 @@ class LivePlanner:
         return left
 
     def budget_window(self, now: datetime) -> tuple[datetime, datetime] | None:
-        if self.budget is None:
-            return None
-        start, end = self.budget.period_of(now.timestamp())
-        return (
-            datetime.fromtimestamp(max(start, 0.0), UTC),
-            datetime.fromtimestamp(min(end, 4102444800.0), UTC),
-        )
+        return None if self.budget is None else period_window(self.budget, now)
+
+
+def period_window(budget: Budget, now: datetime) -> tuple[datetime, datetime]:
+    """The budget's period holding ``now``, as the accounting's UTC days can be asked."""
+    start, end = budget.period_of(now.timestamp())
+    return (
+        datetime.fromtimestamp(max(start, 0.0), UTC),
+        datetime.fromtimestamp(min(end, 4102444800.0), UTC),
+    )
+
+
+def expected_load(
+    submitted: list[tuple], first, known: dict, default_run_s: float, now_s: float,
+    total_gpus: int, largest: int, window_s: float = DEFAULT_MAX_DEFER_S,
+) -> float:  # fmt: skip
+    """``Snapshot.expected_load`` from the queue (``store.submitted_since``: the jobs
+    submitted over the last ``window_s``), by ``recent_load`` as in ``simulate``: each
+    job at its width for its run-time estimate (``known``), else what it ran (started to
+    finished), else its ``--duration``, else the lab's default."""
+    if first is None or not submitted:
+        return 0.0
+    demand = 0.0
+    for job_id, gpus, duration_s, started, finished in submitted:
+        if job_id in known:
+            run_s = known[job_id].run_s
+        elif started is not None and finished is not None:
+            run_s = max(0.0, (finished - started).total_seconds())
+        else:
+            run_s = duration_s or default_run_s
+        demand += min(gpus, largest) * run_s
+    return recent_load(demand, now_s, first.timestamp(), window_s, total_gpus)
 
 
 def build_live(settings, nodes) -> tuple[LivePlanner | None, str | None]:

@@ -15,14 +15,14 @@ that: a dependency reaped in this pass may have ended after the pass began.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session, col, select
 
 from orchestrator.daemon.contain import Faults
 from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.guard import Suspender
-from orchestrator.daemon.planner import LivePlanner
+from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
@@ -35,7 +35,7 @@ from orchestrator.queue.checks import stored_job_problem
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt, Job
 from orchestrator.queue.states import JobState
-from orchestrator.queue.store import dependencies
+from orchestrator.queue.store import dependencies, submitted_since
 from placement.cluster import ClusterAllocator
 
 BAD_DEPENDENCY = (JobState.FAILED, JobState.CANCELLED, JobState.LOST)
@@ -123,6 +123,8 @@ class SqlQueue:
                 if j.id in known and known[j.id].source == "progress"
             }
             spent = self._spent_g(session, now)
+            since = now - timedelta(seconds=self.max_defer_s)  # the recent load
+            submitted, first = submitted_since(session, since) if self.planner else ([], None)
         for job_id, why in bad.items():
             d.fail_queued(job_id, now, f"the stored job cannot be believed: {why}")
         largest = alloc.max_node_gpus
@@ -148,9 +150,13 @@ class SqlQueue:
         self.eligible, self.stopped, self.alloc = eligible, stopped, alloc
         self.waiting = waiting
         if self.planner is not None:
+            load = expected_load(
+                submitted, first, known, self.planner.default_run_s, now_s, alloc.total_gpus,
+                largest, self.max_defer_s,
+            )  # fmt: skip
             return self.planner.schedule(
                 now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
-                spent, known, list(waiting.values()), {i: deps[i] for i in waiting},
+                spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
             )  # fmt: skip
         scheduler = Scheduler(Fifo())  # the decision core the simulator drives too
         scheduler.add(_queued_view(job, largest) for job in eligible.values())
