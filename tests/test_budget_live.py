@@ -109,3 +109,34 @@ def test_the_daemons_planner_keeps_budget_for_the_jobs_expected_to_arrive(tmp_pa
     unpaced = today_g(0.0)
     assert unpaced > 2000.0, "no arrivals expected: both start now, at full power"
     assert today_g(load) < 0.5 * unpaced, "part of today's budget kept for arrivals"
+
+
+def test_budget_lists_the_forced_starts_of_its_period_on_each_backend(db_url):
+    """The store's side of ``budget``: forced starts read back from the attempts, by
+    period, in g or in Wh (SQLite and PostgreSQL)."""
+    from orchestrator.accounting.reports import budget_periods
+    from orchestrator.daemon.ops.accounts import forced_starts
+    from orchestrator.planning.budgets import Budget
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Attempt, Usage
+
+    db = Database(db_url)
+    db.ensure_schema()
+    yesterday = T0 - timedelta(days=1)
+    with db.write() as session:
+        for i, (at, forced) in enumerate([(yesterday, 700.0), (T0, 2500.0), (T0, None)], 1):
+            session.add(_job(i, state="completed", submitted_at=at))
+            session.flush()
+            session.add(Attempt(job_id=i, number=1, state="exited", node="n", gpu_ids=[0],
+                                run_dir="/x", started_at=at, forced_g=forced,
+                                forced_wh=None if forced is None else forced / 2))  # fmt: skip
+            session.add(Usage(attempt_id=i, day=at, job_id=i, carbon_g=1000.0, energy_j=3.6e6))
+    with db.read() as session:
+        for text, scale in (("1kg/day", 1.0), ("1kWh/day", 0.5)):
+            budget = Budget.parse(text)
+            data = budget_periods(session, budget, T0 + timedelta(hours=1), 7)
+            got = forced_starts(session, budget, data)
+            assert [(f["job"], f["g"]) for f in got["forced"]] == [(2, 2500.0 * scale)]
+            assert got["forced_g"] == 2500.0 * scale
+            assert [p["forced_g"] for p in got["periods"]] == [700.0 * scale, 2500.0 * scale]
+    db.dispose()
