@@ -51,7 +51,7 @@ class Job(SQLModel, table=True):
     interruptible: bool = False
     priority: int = 0
     labels: list[str] = _json(list)
-    submitted_at: datetime = _utc(nullable=False)
+    submitted_at: datetime = _utc(nullable=False, index=True)  # the recent load: by time
     started_at: datetime | None = _utc()
     finished_at: datetime | None = _utc()
     exit_code: int | None = None
