@@ -123,11 +123,12 @@ def show(ctx: OpContext, caller: Caller, args: Args) -> dict:
         from orchestrator.daemon.ops.outlook import estimate_keys
 
         data |= estimate_keys(session, ctx.settings, job)
-    data["runs"] = [_run(a) for a in runs]
-    # a start its deadline forced against the budget: what it was expected to spend
-    forced = [r for r in data["runs"] if r["forced_g"] is not None]
+    ran = [_run(a) for a in runs]
+    # a start its deadline forced beyond the budget: what it was expected to spend
+    forced = [r for r in ran if r["forced_g"] is not None]
     data["forced_g"] = round(sum(r["forced_g"] for r in forced), 3) if forced else None
     data["forced_kwh"] = round(sum(r["forced_kwh"] for r in forced), 6) if forced else None
+    data["runs"] = ran
     data["events"] = [
         {"at": iso(e.at), "from": e.from_state, "to": e.to_state, "reason": e.reason,
          "actor": e.actor}
