@@ -140,3 +140,31 @@ def test_budget_lists_the_forced_starts_of_its_period_on_each_backend(db_url):
             assert got["forced_g"] == 2500.0 * scale
             assert [p["forced_g"] for p in got["periods"]] == [700.0 * scale, 2500.0 * scale]
     db.dispose()
+
+
+@pytest.mark.backends("sqlite")  # the plan reads the queue's accounts; not about the store
+def test_plan_reads_what_the_period_has_spent(cli):
+    """``plan --budget`` paces what is left of the period after what the accounts say was
+    spent (it assumed nothing): a job that must start now is forced once it is spent."""
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    grid = f"synthetic:start={day}&days=3"
+    cli.submit("--gpus", "1", "--duration", "15m", "--within", "20m", "--", "true")
+
+    def forced() -> bool:
+        (row,) = cli.json("plan", "--grid", grid, "--budget", "1kg/day")["jobs"]
+        return row["forced"]
+
+    assert not forced(), "about 0.03 kg of a 1 kg budget"
+    from sqlalchemy import create_engine, text
+
+    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    engine = create_engine(cli.db_url)
+    with engine.begin() as conn:  # 1 t spent today and tomorrow (a test run at midnight)
+        for days in (0, 1):
+            conn.execute(
+                text("INSERT INTO usage (attempt_id, day, job_id, energy_j, carbon_g, cost)"
+                     " VALUES (:a, :d, 1, 3.6e9, 1e6, NULL)"),
+                {"a": 100 + days, "d": (today + timedelta(days=days)).replace(tzinfo=None)},
+            )  # fmt: skip
+    engine.dispose()
+    assert forced(), "the period's 1 kg is spent: its deadline forces the start"
