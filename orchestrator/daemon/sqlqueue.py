@@ -14,7 +14,7 @@ that: a dependency reaped in this pass may have ended after the pass began.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session, col, select
@@ -56,6 +56,7 @@ class SqlQueue:
     alloc: ClusterAllocator | None = None
     faults: Faults = field(default_factory=Faults)
     history: object = None  # accounting.estimates.History: earlier runs, kept between passes
+    known: dict = field(default_factory=dict)  # this pass's run-time estimates, by job id
 
     @property
     def slot_s(self) -> float:
@@ -111,7 +112,7 @@ class SqlQueue:
             )
             alloc = d.allocator(session)
             everyone = [*queued, *stopped_jobs, *(j for j, _, _ in running)]
-            known = self._estimates(session, everyone, now)
+            known = self.known = self._estimates(session, everyone, now)
             remaining = {
                 j.id: remaining_run_s(session, j, now, known[j.id].run_s)
                 for j in [*queued, *stopped_jobs]
@@ -212,8 +213,12 @@ class SqlQueue:
             ).all()
             out = []
             for att, job in rows:
-                left = remaining_run_s(session, job, now) if job.duration_s else None
-                view = _queued_view(job, len(att.gpu_ids))
+                # its estimate (``accounting.estimates``), as planned: without one (no
+                # planner) a job with no --duration runs for a time nobody knows
+                est = self.known.get(job.id)
+                total_s = est.run_s if est is not None else job.duration_s
+                left = remaining_run_s(session, job, now, total_s) if total_s else None
+                view = replace(_queued_view(job, len(att.gpu_ids)), duration_s=total_s)
                 checkpointing = att.suspend_sent_at is not None
                 out.append(Running(("attempt", att.id), view, left, checkpointing, att))
         return out

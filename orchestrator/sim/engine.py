@@ -82,7 +82,10 @@ class SimDaemon:
         self.loop = EventLoop(float(jobs.submit_s[0]))
         self.executor = SimulatedExecutor(self.loop)
         self.alloc = ClusterAllocator(inputs.topology)
-        self.scheduler = Scheduler(policy, forecaster, inputs.max_defer_s, self._context)
+        self.scheduler = Scheduler(
+            policy, forecaster, inputs.max_defer_s, self._context,
+            self._ahead if inputs.jobs.after is not None else None,
+        )  # fmt: skip
         self.ledger = None
         if inputs.budget is not None:  # a whole-run budget is paced to the last arrival
             self.ledger = Ledger(inputs.budget, arrivals_end_s=float(jobs.submit_s.max()))
@@ -189,6 +192,16 @@ class SimDaemon:
             out.append(job)
         self._held = held
         return out
+
+    def _ahead(self, now: float) -> tuple[list[QueuedJob], dict, dict]:
+        """The held jobs, planned ahead by a joint replan (``Scheduler.ahead``) from their
+        dependencies' planned ends, as the daemon plans them: the plans of the others
+        leave room for them. They start only once their dependencies have ended."""
+        if not self._held:
+            return [], {}, {}
+        held = [self._queued(i, self._duration[i]) for i in self._held]
+        ends = {a.job.id: a.end_s for a in self._running.values()}
+        return held, {i: list(self._after[i]) for i in self._held}, ends
 
     def plan(self, now: float) -> Scheduler:
         if not self.clairvoyant:

@@ -2,7 +2,7 @@
 what it was expected to spend (g CO2e and Wh), for ``show`` and ``budget``; an index on
 job.submitted_at, for the recent load the planner reads every pass (issue 21).
 
-Revision 0004, after 0003.
+Revision 0005, after 0004.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
+revision = "0005"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
