@@ -51,7 +51,7 @@ class Job(SQLModel, table=True):
     interruptible: bool = False
     priority: int = 0
     labels: list[str] = _json(list)
-    submitted_at: datetime = _utc(nullable=False)
+    submitted_at: datetime = _utc(nullable=False, index=True)  # the recent load: by time
     started_at: datetime | None = _utc()
     finished_at: datetime | None = _utc()
     exit_code: int | None = None
@@ -105,6 +105,10 @@ class Attempt(SQLModel, table=True):
     cost: float | None = None
     energy_modelled: bool | None = None  # no energy counter: energy_j is the model's
     accounted_until: datetime | None = _utc()
+    # A start its deadline forced although the budget said wait: what it was expected to
+    # spend when it started (g CO2e, and Wh for an energy budget). None: not forced.
+    forced_g: float | None = None
+    forced_wh: float | None = None
 
 
 class Usage(SQLModel, table=True):

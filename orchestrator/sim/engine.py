@@ -36,7 +36,14 @@ from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.planning.onepass import Pass, Running
 from orchestrator.planning.perfmodel import JobModel
 from orchestrator.planning.pieces import piece_index, width_of
-from orchestrator.planning.policies.base import Commitment, Decision, Policy, QueuedJob, Snapshot
+from orchestrator.planning.policies.base import (
+    Commitment,
+    Decision,
+    Policy,
+    QueuedJob,
+    Snapshot,
+    recent_load,
+)
 from orchestrator.planning.policies.powersplit import split_power
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.sim.events import EventLoop
@@ -268,8 +275,7 @@ class SimDaemon:
             lo += 1
         self._load_from = lo
         demand = self._gpu_s_cum[self._next] - self._gpu_s_cum[lo]
-        span = min(window, max(now - self._submit[0], 3600.0))
-        return float(demand / (span * self.alloc.total_gpus))
+        return recent_load(demand, now, self._submit[0], window, self.alloc.total_gpus)
 
     def _charge(self) -> None:
         """Charge the power stretches recorded since the last pass to the ledger."""
