@@ -121,9 +121,16 @@ class Cli:
                 job = self.json("show", str(job_id))
                 if job["state"] in states:
                     return job
-                if expired:
-                    raise AssertionError(f"job {job_id} stayed {job['state']}, wanted {states}")
+                if expired or job["state"] in ("failed", "cancelled"):
+                    raise AssertionError(self._why(job, states))
             time.sleep(0.1)
+
+    def _why(self, job: dict, states: set[str]) -> str:
+        """The job's state, events and log tail: a failure in CI explains itself."""
+        events = "; ".join(f"{e['to']}: {e.get('reason') or ''}" for e in job.get("events", []))
+        log = self.home / "logs" / f"{job['id']}.log"
+        tail = log.read_text(errors="replace")[-1500:] if log.exists() else "(no log)"
+        return f"job {job['id']} is {job['state']}, wanted {states}; events: {events}; log: {tail}"
 
     def job_state(self, job_id: int) -> str | None:
         """The job's state in the store, or None where it cannot be read now."""

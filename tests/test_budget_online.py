@@ -86,6 +86,26 @@ def test_a_budget_below_the_frugal_need_plans_as_no_budget():
     assert _plan_g(tight, jobs, _snapshot(jobs, None)) <= _plan_g(free, jobs, _snapshot(jobs, None))
 
 
+def test_lambda_is_carried_between_replans(monkeypatch):
+    """The budget planner starts the search for λ from the last replan's (by period
+    start): the same plan and λ to the bisection's tolerance, in fewer evaluations."""
+    from orchestrator.planning.policies import periods
+
+    calls = []
+    choose = periods.Periods.choose
+    monkeypatch.setattr(periods.Periods, "choose", lambda s, x: calls.append(1) or choose(s, x))
+    jobs, policy = _jobs(10), resolve_policy("budget")
+    cold = policy.plan(_snapshot(jobs, "2kg/day"))
+    (key, first), cold_calls = next(iter(policy.lambdas.items())), len(calls)
+    assert key == T0 and first > 0, "the budget is priced"
+    calls.clear()
+    assert policy.plan(_snapshot(jobs, "2kg/day")) == cold
+    assert abs(np.log10(policy.lambdas[T0] / first)) <= periods.BISECT_TOL
+    assert len(calls) < cold_calls - 2
+    fresh = resolve_policy("budget")  # a new planner starts from scratch
+    assert fresh.plan(_snapshot(jobs, "2kg/day")) == cold and fresh.lambdas[T0] == first
+
+
 def _spec(policy: str, budget: str | None, grid: str) -> dict:
     return {
         "name": "adherence",

@@ -58,8 +58,10 @@ def test_json_keys_are_stable(cli):
     listed = cli.json("ls")
     assert [tuple(j) for j in listed] == [JOB_KEYS]
     shown = cli.json("show", "1")
-    assert tuple(shown)[:-5] == JOB_KEYS
-    assert list(shown)[-5:] == ["estimate_s", "estimate_source", "estimate", "runs", "events"]
+    assert tuple(shown)[:-7] == JOB_KEYS
+    assert list(shown)[-7:] == [
+        "estimate_s", "estimate_source", "estimate", "forced_g", "forced_kwh", "runs", "events"
+    ]  # fmt: skip
     assert "env" not in shown, "the environment may hold secrets"
     nodes = cli.json("nodes")
     assert nodes[0]["gpus"] == 4 and nodes[0]["gpu_source"] == "fake"

@@ -245,3 +245,41 @@ def test_the_live_daemon_shows_a_dependant_planned_after_its_running_dependency(
     cli.wait_state(b, {"failed"})  # its dependency was cancelled: as before
     daemon.send_signal(signals.SIGTERM)
     assert daemon.wait(timeout=20) == 0
+
+
+def test_simulate_plans_a_held_dependant_ahead_so_others_leave_it_room(tmp_path):
+    """One GPU; low carbon only from 02:00 to 04:00. Job 2 waits for job 1 and must end
+    by 04:00; job 3 is free until tomorrow. Planned ahead from job 1's planned end (as the
+    daemon plans a waiting job), job 2 keeps its place in the low window and meets its
+    deadline; held out of the plan until job 1 ended, it found the window taken by jobs 1
+    and 3 and ended after 04:00."""
+    from datetime import UTC, datetime, timedelta
+
+    from orchestrator.sim.runner import simulate
+    from orchestrator.sim.scenario import Scenario
+    from tests.conftest import ROOT
+
+    t0 = datetime(2023, 3, 1, tzinfo=UTC)
+    lines = ["time,carbon_g_per_kwh"] + [
+        f"{(t0 + timedelta(hours=h)).isoformat()},{100.0 if 2 <= h < 4 else 500.0}"
+        for h in range(72)
+    ]
+    grid = tmp_path / "grid.csv"
+    grid.write_text("\n".join(lines) + "\n")
+    at = t0.isoformat()
+    rows = [
+        {"submit": at, "duration": "1h", "within": "24h"},
+        {"submit": at, "duration": "1h", "within": "4h", "after": 1},
+        {"submit": at, "duration": "1h", "within": "24h"},
+    ]
+    scenario = Scenario.model_validate(
+        {
+            "policies": ["budget"],
+            "jobs": {"source": _trace(tmp_path / "jobs.jsonl", rows)},
+            "grid": {"source": f"csv:{grid}"},
+            "cluster": {"gpus": 1, "gpus_per_node": 1},
+        }
+    )
+    run = simulate(scenario, ROOT).runs["budget"]
+    assert run.first_start_s[1] >= run.finish_s[0] - 1e-6, "still only after job 1 ended"
+    assert run.finish_s[1] <= t0.timestamp() + 4 * 3600 + 1e-6, "its deadline met"

@@ -71,7 +71,7 @@ def test_the_estimate_comes_from_duration_then_progress_then_history_then_defaul
 
     learned = _estimate(session, _job(session, name="bert"))
     assert learned.source == "history" and learned.run_s == pytest.approx(400.0), "the median"
-    assert learned.note == "from 4 earlier runs" and learned.power_w_per_gpu == 210.0
+    assert learned.note == "from 4 earlier runs at x2" and learned.power_w_per_gpu == 210.0
 
     running = _job(session, name="bert", state="running")
     _ran(session, running, 300.0, progress_done=25.0, progress_total=100.0,
@@ -80,8 +80,9 @@ def test_the_estimate_comes_from_duration_then_progress_then_history_then_defaul
     assert own.source == "progress" and own.run_s == pytest.approx(1200.0), "300 s for 25 %"
 
     wider = _estimate(session, _job(session, name="bert", gpus_min=4, gpus_max=4))
-    assert wider.source == "history" and wider.run_s == pytest.approx(200.0), "scaled to 4"
-    assert "other widths" in wider.note
+    # scaled by the model's scaling: speed-up(n) = n · 0.9^log2(n), so 400 s · 1.8 / 3.24
+    assert wider.source == "history" and wider.run_s == pytest.approx(400.0 * 1.8 / 3.24)
+    assert wider.note == "from 4 earlier runs at x2, scaled to x4"
 
     fresh = _estimate(session, _job(session, name="gpt"))
     assert (fresh.run_s, fresh.source) == (DEFAULT_S, "default")
@@ -170,7 +171,9 @@ def test_the_live_daemon_defers_a_job_with_no_duration_by_its_earlier_runs(cli, 
     assert cli.db_rows("SELECT state FROM job") == [("completed",)] * 3
     made = cli.run("submit", "--within", "40s", "--name", "short", "--", "sleep", "1")
     job_id = int(made.stdout)
-    assert "from 3 earlier runs" in made.stderr and "may wait until" not in made.stderr, (
+    assert cli.db_rows("SELECT DISTINCT gpu_model FROM attempt") == [("fake-gpu",)]
+    assert "from 3 earlier runs on fake-gpu x1" in made.stderr, "its GPU model and width"
+    assert "may wait until" not in made.stderr, (
         "no grid signal in the settings: said to start when GPUs are free"
     )
     shown = cli.json("show", str(job_id))
@@ -212,3 +215,103 @@ def test_an_estimate_from_what_a_job_reports_is_at_most_a_year(session):
          progress_at=T0 + timedelta(days=30))  # fmt: skip
     est = _estimate(session, slow)
     assert est.source == "progress" and est.run_s == MAX_DURATION_S
+
+
+def _lab(session, model: str, gpus: int = 4) -> None:
+    """The inventory: one node of ``gpus`` GPUs of ``model``."""
+    from orchestrator.queue.models import Gpu, Node
+
+    session.add(Node(name="n", executor="local", gpus=gpus, gpu_model=model,
+                     gpu_source="config", updated_at=T0))  # fmt: skip
+    session.flush()
+    for i in range(gpus):
+        session.add(Gpu(node="n", index=i, uuid=f"g{i}", model=model))
+    session.flush()
+
+
+def test_earlier_runs_on_the_jobs_gpu_model_and_width_come_first(session):
+    """The lab's GPUs are A100s: runs on V100s (slower) are used only when no A100 run is
+    known; a run at another width is scaled by the model's scaling; a run under a power
+    cap counts as the time it would have taken at full power."""
+    from orchestrator.planning.perfmodel import curve_for
+
+    _lab(session, "NVIDIA A100-SXM4-40GB")
+    a100 = "NVIDIA A100-SXM4-40GB"
+    for seconds in (900.0, 1000.0, 1100.0):  # V100 at its width: not its GPU model
+        _ran(session, _job(session, name="bert", state="completed"), seconds, gpu_model="V100")
+    _ran(session, _job(session, name="bert", state="completed"), 700.0, gpus=1, gpu_model=a100)
+    est = _estimate(session, _job(session, name="bert"))
+    assert est.note == f"from 1 earlier run on {a100} x1, scaled to x2"
+    assert est.run_s == pytest.approx(700.0 / 1.8), "speed-up(2) = 2 · 0.9"
+
+    capped = _job(session, name="bert", state="completed")
+    _ran(session, capped, 500.0, gpu_model=a100, cap=0.5)
+    _ran(session, _job(session, name="bert", state="completed"), 300.0, gpu_model=a100)
+    est = _estimate(session, _job(session, name="bert"))
+    at_full = 500.0 * curve_for(a100).throughput_fraction(0.5)
+    assert est.note == f"from 2 earlier runs on {a100} x2"
+    assert est.run_s == pytest.approx((at_full + 300.0) / 2) and at_full < 500.0
+
+    other = _job(session, name="gpt")  # only V100 runs: used, and said so
+    _ran(session, _job(session, name="gpt", state="completed"), 800.0, gpu_model="V100")
+    assert _estimate(session, other).note == "from 1 earlier run on V100 x2"
+
+    running = _job(session, name="bert", state="running")  # on a V100 node: V100 runs
+    _ran(session, running, 10.0, gpu_model="V100")
+    running.state = "running"
+    assert _estimate(session, running).note == "from 3 earlier runs on V100 x2"
+
+
+def test_calibration_is_learnt_per_gpu_model_at_full_power(session):
+    """What a capped run measured is brought to full power by its GPU's curve; the power
+    goes with the estimate of a job on that model, --duration or not."""
+    from orchestrator.accounting.calibration import learn
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.queue.models import Calibration
+
+    _lab(session, "V100")
+    job = _job(session, name="bert", state="completed")
+    att = _ran(session, job, 100.0, gpu_model="V100", cap=0.6, progress_done=50.0,
+               energy_j=2 * 150.0 * 100.0)  # fmt: skip
+    row = learn(session, job, att, T0)
+    curve = curve_for("V100")
+    assert (row.name, row.gpus, row.gpu_model) == ("bert", 2, "V100")
+    assert row.throughput_per_s == pytest.approx(0.5 / curve.throughput_fraction(0.6))
+    assert row.power_w_per_gpu == pytest.approx(150.0 * curve.power_w(1.0) / curve.power_w(0.6))
+    session.add(Calibration(name="bert", gpus=2, gpu_model="A100", throughput_per_s=1.0,
+                            power_w_per_gpu=999.0, updated_at=T0))  # fmt: skip
+    given = _estimate(session, _job(session, name="bert", duration_s=60.0))
+    assert given.source == "duration" and given.power_w_per_gpu == row.power_w_per_gpu
+    wide = _estimate(session, _job(session, name="bert", gpus_min=4, gpus_max=4))
+    assert wide.power_w_per_gpu == row.power_w_per_gpu, "the nearest width on its model"
+
+
+def test_the_planner_energy_follows_the_power_earlier_runs_measured(session):
+    """Two jobs alike but for their names, both with --duration: the one whose earlier
+    runs drew 40 % of the curve's full power is planned with that draw, and its energy
+    and carbon follow it (the curve's for the other)."""
+    from grid.forecasters import StepForecaster
+    from grid.steps import StepSeries
+    from orchestrator.accounting.estimates import estimates
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.planning.snapshot import PlanInputs, build_snapshot, plan_rows
+    from orchestrator.queue.models import Calibration
+
+    _lab(session, "V100")
+    curve = curve_for("V100")
+    low_w = 0.4 * curve.power_w(1.0)
+    session.add(Calibration(name="frugal", gpus=2, gpu_model="V100", throughput_per_s=1.0,
+                            power_w_per_gpu=low_w, samples=3, updated_at=T0))  # fmt: skip
+    jobs = [_job(session, name=n, duration_s=3600.0) for n in ("frugal", "plain")]
+    known = estimates(session, jobs, DEFAULT_S, T0)
+    carbon = StepForecaster(StepSeries(T0.timestamp(), 3600.0, np.full(48, 200.0)))
+    inputs = PlanInputs(T0.timestamp(), jobs, [], 4, curve, carbon, slot_s=900.0,
+                        estimates=known)  # fmt: skip
+    rows = plan_rows(resolve_policy("fifo"), build_snapshot(inputs, 4), inputs)
+    frugal, plain = sorted(rows, key=lambda r: r["name"])
+    host_w = 50.0  # JobModel's host share per GPU
+    ratio = (low_w + host_w) / (curve.power_w(1.0) + host_w)
+    assert frugal["energy_kwh"] == pytest.approx(plain["energy_kwh"] * ratio, rel=1e-3)
+    assert frugal["carbon_kg"] == pytest.approx(plain["carbon_kg"] * ratio, rel=1e-3)
+    assert plain["energy_kwh"] == pytest.approx(2 * (curve.power_w(1.0) + host_w) / 1000, 1e-3)

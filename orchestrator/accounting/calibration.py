@@ -1,6 +1,8 @@
 """Online calibration: what finished attempts measured (throughput from the job's own
 progress reports, power from NVML energy counters) refines the model of later runs of
-the same job name. Measurements are blended with an exponential moving average."""
+the same job name, per width and GPU model (the attempt's, from the node's inventory).
+A run under a power cap is scaled to full power by its GPU model's curve, so that every
+row is as at full power. Measurements are blended with an exponential moving average."""
 
 from __future__ import annotations
 
@@ -8,10 +10,20 @@ from datetime import datetime
 
 from sqlmodel import Session
 
-from orchestrator.planning.perfmodel import JobModel, PowerCurve
+from orchestrator.planning.perfmodel import JobModel, PowerCurve, curve_for
 from orchestrator.queue.models import Attempt, Calibration, Job
 
 ALPHA = 0.5  # weight of the newest measurement
+
+
+def full_power(att: Attempt) -> tuple[float, float]:
+    """(throughput, power) factors that bring what ``att`` measured at its power cap to
+    full power, by its GPU model's curve (1, 1 when it ran uncapped)."""
+    if not att.cap or att.cap >= 1.0:
+        return 1.0, 1.0
+    curve = curve_for(att.gpu_model)
+    f = curve.clamp(att.cap)
+    return 1.0 / curve.throughput_fraction(f), curve.power_w(1.0) / curve.power_w(f)
 
 
 def learn(session: Session, job: Job, att: Attempt, now: datetime) -> Calibration | None:
@@ -22,13 +34,15 @@ def learn(session: Session, job: Job, att: Attempt, now: datetime) -> Calibratio
     width = len(att.gpu_ids)
     if seconds <= 0 or width == 0:
         return None
-    throughput = att.progress_done / seconds
-    power = att.energy_j / seconds / width if att.energy_j is not None else None
-    row = session.get(Calibration, (job.name, width))
+    speed, draw = full_power(att)
+    throughput = att.progress_done / seconds * speed
+    power = att.energy_j / seconds / width * draw if att.energy_j is not None else None
+    row = session.get(Calibration, (job.name, width, att.gpu_model or ""))
     if row is None:
         row = Calibration(
             name=job.name,
             gpus=width,
+            gpu_model=att.gpu_model or "",
             throughput_per_s=throughput,
             power_w_per_gpu=power,
             samples=1,
@@ -49,12 +63,17 @@ def learn(session: Session, job: Job, att: Attempt, now: datetime) -> Calibratio
 
 
 def model_for(
-    session: Session, job: Job, curve: PowerCurve, total_work: float = 1.0
+    session: Session,
+    job: Job,
+    curve: PowerCurve,
+    total_work: float = 1.0,
+    gpu_model: str | None = None,
 ) -> JobModel | None:
     """The job's model: from its declared duration, refined by what earlier runs of the
-    same name measured at the same width. None when neither is known."""
+    same name measured at the same width on ``gpu_model``. None when neither is known."""
     width = job.gpus_max
-    row = session.get(Calibration, (job.name, width)) if job.name else None
+    key = (job.name, width, gpu_model or "")
+    row = session.get(Calibration, key) if job.name else None
     if job.duration_s is None and row is None:
         return None
     if row is not None and total_work == 1.0:

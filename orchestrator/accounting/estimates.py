@@ -1,9 +1,14 @@
 """How long a job will run, in this order: its ``--duration``; its own progress reports
 once it runs (``GRIDSHIFT_PROGRESS_FILE``: the time it ran over the share it reported
-done); earlier completed runs of its name (or, unnamed, of its labels and command), at
-its width where there are some, with the power per GPU they measured (``calibration``);
-else the lab's ``default_duration``. The daemon and ``plan`` look these up and hand them
-to the planner (``planning.snapshot.RunEstimate``), which never reads the database."""
+done); earlier completed runs of its name (or, unnamed, of its labels and command), on
+its GPU model and width where there are some (a run at another width scaled by the
+model's scaling; one under a power cap brought to full power by its GPU's curve); else
+the lab's ``default_duration``. Whatever the run time's source, the power per GPU that
+earlier runs of its name measured on its GPU model (``calibration``) goes with it.
+
+A job's GPU model is the one it runs on (its attempt's), else the lab's (the model most
+of the inventory's GPUs are). The daemon and ``plan`` look these up and hand them to the
+planner (``planning.snapshot.RunEstimate``), which never reads the database."""
 
 from __future__ import annotations
 
@@ -11,11 +16,14 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import NamedTuple
 
 from sqlmodel import Session, col, func, select
 
+from orchestrator.accounting.calibration import full_power
+from orchestrator.planning.perfmodel import JobModel, curve_for
 from orchestrator.planning.snapshot import RunEstimate
-from orchestrator.queue.models import Attempt, Calibration, Job
+from orchestrator.queue.models import Attempt, Calibration, Gpu, Job
 from orchestrator.timeparse import MAX_DURATION_S, format_duration
 
 HISTORY_RUNS = 5  # the latest completed runs an estimate is the median of
@@ -24,15 +32,23 @@ NAMED_LOOKBACK = 50  # the latest completed runs of a name searched for its widt
 UNNAMED_LOOKBACK = 500  # completed unnamed jobs searched for the same labels and command
 
 
+class Run(NamedTuple):
+    """One earlier completed run: its width, its run time at full power, its GPU model."""
+
+    width: int
+    seconds: float
+    gpu_model: str = ""
+
+
 @dataclass
 class History:
     """Earlier runs, looked up once per job key and kept until a job completes (or a
     completed one is cleaned): the daemon asks at every pass."""
 
     stamp: tuple | None = None
-    runs: dict[tuple, list[tuple[int, float]]] = field(default_factory=dict)
+    runs: dict[tuple, list[Run]] = field(default_factory=dict)
 
-    def lookup(self, session: Session, jobs: list[Job]) -> dict[tuple, list[tuple[int, float]]]:
+    def lookup(self, session: Session, jobs: list[Job]) -> dict[tuple, list[Run]]:
         done = Job.state == "completed"
         stamp = tuple(
             session.exec(select(func.count(), func.max(Job.finished_at)).where(done)).one()
@@ -55,28 +71,37 @@ def estimates(
 ) -> dict[int, RunEstimate]:
     """Each job's estimate (a few queries for all of them; fewer with a kept ``history``)."""
     out: dict[int, RunEstimate] = {}
-    unknown = []
+    ran = _attempts(session, [j.id for j in jobs if j.attempts])
+    lab = lab_gpu_model(session)
+    models = {j.id: _model_of(ran.get(j.id, []), lab) for j in jobs}
+    powers = _powers(session, jobs)
+    unknown = [j for j in jobs if not j.duration_s]
+    history = (history or History()).lookup(session, unknown) if unknown else {}
     for job in jobs:
+        model = models[job.id]
         if job.duration_s:
-            out[job.id] = RunEstimate(job.duration_s, "duration", "from --duration")
+            est = RunEstimate(job.duration_s, "duration", "from --duration")
         else:
-            unknown.append(job)
-    if not unknown:
-        return out
-    ran = _attempts(session, [j.id for j in unknown if j.attempts])
-    history = (history or History()).lookup(session, unknown)
-    powers = _powers(session, unknown)
-    for job in unknown:
-        est = _from_progress(ran.get(job.id, []), now) or _from_history(job, history)
+            est = _from_progress(ran.get(job.id, []), now) or _from_history(job, history, model)
         if est is None:
             est = RunEstimate(default_s, "default", "by the lab default (default_duration)")
-        power = powers.get((job.name, job.gpus_max))
+        power_w = _power_of(powers, job, model)
         # what a job reports is untrusted: 1 % done after a month must not make a
         # 100-month plan (the planner's horizon follows the jobs' ends)
-        power_w = power if power is not None else est.power_w_per_gpu
-        est = RunEstimate(min(est.run_s, MAX_DURATION_S), est.source, est.note, power_w)
-        out[job.id] = est
+        out[job.id] = RunEstimate(min(est.run_s, MAX_DURATION_S), est.source, est.note, power_w)
     return out
+
+
+def lab_gpu_model(session: Session) -> str:
+    """The GPU model most of the inventory's GPUs are ("" when none is known)."""
+    rows = session.exec(select(Gpu.model, func.count()).group_by(Gpu.model)).all()
+    counted = sorted(((-n, m) for m, n in rows if m and m != "unknown"))
+    return counted[0][1] if counted else ""
+
+
+def _model_of(atts: list[Attempt], lab: str) -> str:
+    """The GPU model a job runs (or last ran) on, else the lab's."""
+    return next((a.gpu_model for a in reversed(atts) if a.gpu_model), lab)
 
 
 def describe(est: RunEstimate) -> str:
@@ -119,8 +144,8 @@ def _key(job: Job) -> tuple:
     return ("name", job.name) if job.name else ("same", tuple(job.labels), tuple(job.command))
 
 
-def _history(session: Session, jobs: list[Job]) -> dict[tuple, list[tuple[int, float]]]:
-    """(width, run time) of the latest completed runs of each job's key, newest first."""
+def _history(session: Session, jobs: list[Job]) -> dict[tuple, list[Run]]:
+    """The latest completed runs of each job's key, newest first."""
     names = sorted({j.name for j in jobs if j.name})
     done = select(Job).where(Job.state == "completed").order_by(col(Job.id).desc())
     rows: list[Job] = []
@@ -129,27 +154,44 @@ def _history(session: Session, jobs: list[Job]) -> dict[tuple, list[tuple[int, f
     if any(not j.name for j in jobs):
         rows += session.exec(done.where(col(Job.name).is_(None)).limit(UNNAMED_LOOKBACK)).all()
     ran = _attempts(session, [r.id for r in rows])
-    out: dict[tuple, list[tuple[int, float]]] = defaultdict(list)
+    out: dict[tuple, list[Run]] = defaultdict(list)
     for row in rows:
-        seconds = sum(run_s(a) for a in ran.get(row.id, []))
+        atts = ran.get(row.id, [])
+        # a run under a power cap took longer than it would at full power
+        seconds = sum(run_s(a) / full_power(a)[0] for a in atts)
         if seconds > 0:
-            out[_key(row)].append((len(row.gpu_ids) or row.gpus_max, seconds))
+            width = len(row.gpu_ids) or row.gpus_max
+            out[_key(row)].append(Run(width, seconds, _model_of(atts, "")))
     return out
 
 
-def _from_history(job: Job, history: dict) -> RunEstimate | None:
-    """The median of its latest runs at its width; else of its latest runs at any width,
-    scaled to its width as if the work divided evenly."""
-    runs = history.get(_key(job), [])
-    same = [s for width, s in runs if width == job.gpus_max][:HISTORY_RUNS]
+def _from_history(job: Job, history: dict, model: str) -> RunEstimate | None:
+    """The median of its latest runs on its GPU model (else on any) at its width; else
+    of those at other widths, each scaled to its width by the model's scaling."""
+    runs = [Run(*r) for r in history.get(_key(job), [])]
+    pool = [r for r in runs if r.gpu_model == model] or runs
+    width = job.gpus_max
+    same = [r for r in pool if r.width == width][:HISTORY_RUNS]
     if same:
         n = len(same)
-        return RunEstimate(statistics.median(same), "history", f"from {_runs(n)}")
-    scaled = [s * width / job.gpus_max for width, s in runs if job.gpus_max][:HISTORY_RUNS]
-    if not scaled:
+        on = _on(same, f"x{width}")
+        return RunEstimate(
+            statistics.median(r.seconds for r in same), "history", f"from {_runs(n)}{on}"
+        )
+    if not pool or width < 1:
         return None
-    note = f"from {_runs(len(scaled))} at other widths"
+    used = pool[:HISTORY_RUNS]
+    speedup = JobModel(1.0, 1, curve_for(model)).speedup
+    scaled = [r.seconds * speedup(r.width) / speedup(width) for r in used]
+    widths = ", ".join(f"x{w}" for w in sorted({r.width for r in used}))
+    note = f"from {_runs(len(used))}{_on(used, widths)}, scaled to x{width}"
     return RunEstimate(statistics.median(scaled), "history", note)
+
+
+def _on(runs: list[Run], widths: str) -> str:
+    """`` on A100 x2`` (the GPU models of these runs, where known)."""
+    models = sorted({r.gpu_model for r in runs if r.gpu_model})
+    return f" on {' and '.join(models)} {widths}" if models else f" at {widths}"
 
 
 def _runs(n: int) -> str:
@@ -157,9 +199,23 @@ def _runs(n: int) -> str:
 
 
 def _powers(session: Session, jobs: list[Job]) -> dict[tuple, float]:
-    """The power per GPU earlier runs of each name measured at a width (calibration)."""
+    """The power per GPU earlier runs of each name measured, by (name, width, GPU model)."""
     names = sorted({j.name for j in jobs if j.name})
     if not names:
         return {}
     rows = session.exec(select(Calibration).where(col(Calibration.name).in_(names))).all()
-    return {(r.name, r.gpus): r.power_w_per_gpu for r in rows if r.power_w_per_gpu}
+    return {(r.name, r.gpus, r.gpu_model): r.power_w_per_gpu for r in rows if r.power_w_per_gpu}
+
+
+def _power_of(powers: dict[tuple, float], job: Job, model: str) -> float | None:
+    """What its name drew per GPU on its GPU model: at its width, else at the nearest
+    width; rows of an unknown model (learnt before models were recorded) after those."""
+    if not job.name:
+        return None
+    for m in dict.fromkeys((model, "")):
+        widths = sorted(
+            (abs(w - job.gpus_max), w) for n, w, mm in powers if n == job.name and mm == m
+        )
+        if widths:
+            return powers[(job.name, widths[0][1], m)]
+    return None

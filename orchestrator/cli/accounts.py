@@ -78,7 +78,7 @@ def budget(
 ) -> None:
     """The carbon budget: spent and left this period, projected at the present rate, and
     past periods."""
-    from orchestrator.cli.render import console, print_json
+    from orchestrator.cli.render import console, print_json, safe
 
     c = context.get(ctx)
     data = c.call("budget", {"budget": amount, "periods": periods})
@@ -96,7 +96,14 @@ def budget(
     )
     for p in data["periods"]:
         over = f"  [red]over by {p['over_g'] / 1e3:.3f} {unit}[/]" if p["over_g"] else ""
-        out.print(f"  {p['period_start'][:10]}  {p['spent_g'] / 1e3:10.3f} {unit}{over}")
+        if p.get("forced_g"):
+            over += f" ({p['forced_g'] / 1e3:.3f} {unit} forced by deadlines)"
+        out.print(f"  {(p['period_start'] or 'run')[:10]}  {p['spent_g'] / 1e3:10.3f} {unit}{over}")
+    for f in data.get("forced") or []:
+        out.print(
+            f"  [yellow]forced[/] job {f['job']} ({safe(f['user'])}) at {f['at'][:16]}: "
+            f"{f['g'] / 1e3:.3f} {unit} expected, started by its deadline beyond the budget"
+        )
 
 
 def report(

@@ -118,7 +118,7 @@ def show(
     grid.add_column(style="bold")
     grid.add_column()
     for key, value in data.items():
-        if key in ("events", "runs"):
+        if key in ("events", "runs", "forced_g", "forced_kwh"):
             continue
         if key.endswith("_at") or key == "deadline":
             value = _local(value)
@@ -136,6 +136,11 @@ def show(
                 f"  #{r['attempt']} {r['state']} on {safe(r['node'])} GPUs {r['gpu_ids']}{cap}: "
                 f"{kwh}, {grams}"
             )
+            if r.get("forced_g") is not None:
+                out.print(
+                    f"     [yellow]forced by its deadline beyond the budget[/]: expected "
+                    f"{r['forced_g']:.1f} g CO2e, {r['forced_kwh']:.4f} kWh"
+                )
             if (s := r["slurm"]) is not None:
                 said = s.get("error") or (
                     f"{s['state']}, exit code {'-' if s['exit_code'] is None else s['exit_code']}"

@@ -159,6 +159,7 @@ class Dispatcher:
                 run_as_uid=self._run_as(job),
                 cap=cap,
                 planned_until=until if job.interruptible else None,
+                gpu_model=node.model_of(gpus) if gpus else None,
             )
             att.run_dir = str(self.settings.runs_dir / f"attempt-{att.id}")
             transition(

@@ -75,8 +75,9 @@ class Suspender:
             if self.mode == "stop":
                 count += self._stop(att, now)
             else:
-                count += self._send(att, signal.SIGTERM, "suspend_sent_at", now)
-                log.info("job %s: its planned piece ended; SIGTERM to checkpoint", att.job_id)
+                if sent := self._send(att, signal.SIGTERM, "suspend_sent_at", now):
+                    log.info("job %s: its planned piece ended; SIGTERM to checkpoint", att.job_id)
+                count += sent
         return count
 
     def checkpoint(self, att: Attempt, now: datetime) -> bool:
@@ -84,11 +85,17 @@ class Suspender:
         return bool(self._send(att, signal.SIGTERM, "suspend_sent_at", now))
 
     def _send(self, att: Attempt, sig: int, stamp: str, now: datetime) -> int:
+        """Signal the job and stamp when, only if it was delivered: a job whose process
+        is not there yet (its monitor still starting it, seconds on a loaded machine)
+        gets its SIGTERM on a later pass, and its grace counts from then (stamped on a
+        signal that reached nothing, the SIGKILL came first and failed the job)."""
         try:
-            self.executor.signal(Handle.from_dict(att.handle), sig)
+            sent = self.executor.signal(Handle.from_dict(att.handle), sig)
         except Exception as exc:  # logged; retried next pass
             log.warning("job %s: cannot signal: %s", att.job_id, exc)
             return 0
+        if not sent:
+            return 0  # not started yet, or ended meanwhile (the next reap records it)
         with self.db.write() as session:
             row = session.get(Attempt, att.id)
             setattr(row, stamp, now)

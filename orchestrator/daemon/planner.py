@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from orchestrator.planning.budgets import Budget, BudgetState
+from orchestrator.planning.budgets import Budget, BudgetState, expected_spend
 from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
     DEFAULT_CHECKPOINT_S,
@@ -30,6 +30,7 @@ from orchestrator.planning.policies.base import (
     Policy,
     Snapshot,
     not_before,
+    recent_load,
 )
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
@@ -74,6 +75,7 @@ class LivePlanner:
     mode_reason: str | None = None
     last_plan_s: float | None = None
     _key: tuple | None = None
+    _left: float | None = None  # of the budget's period, at this pass (``forced_spend``)
     _plan: Plan = field(default_factory=dict)
     _earliest: dict = field(default_factory=dict)
     # Jobs waiting for a dependency (``--after``): planned ahead, from their dependencies'
@@ -120,6 +122,7 @@ class LivePlanner:
         estimates: dict | None = None,  # job id -> RunEstimate
         waiting: list | None = None,  # Job rows waiting for a dependency to end
         after: dict | None = None,  # job id -> ids of the jobs it waits for
+        load: float = 0.0,  # recent arrivals' share of the GPUs (``expected_load``)
     ) -> Scheduler:
         policy = self._choose(now)
         held = {j.id for j in waiting or ()}
@@ -138,14 +141,16 @@ class LivePlanner:
             slot,
             self.mode,
             round(spent_g, 1),
+            round(load, 2),
         )
         state = None
         if self.budget is not None:
             start, end = self.budget.period_of(now_s)
             state = BudgetState(self.budget, start, end, spent_g)
         inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
-        inputs.estimates = known
+        inputs.estimates, inputs.expected_load = known, load
         snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
+        self._left = self._budget_left(snap, state)
         if key != self._key:
             self._plan, self._earliest = self._make_plan(policy, snap, after or {})
             self._key, self.last_plan_s = key, now_s
@@ -188,14 +193,73 @@ class LivePlanner:
             return plan, {j.id: j.earliest_s for j in snap.jobs if j.earliest_s is not None}
         return policy.plan(snap), {}
 
-    def budget_window(self, now: datetime) -> tuple[datetime, datetime] | None:
-        if self.budget is None:
+    def forced_spend(self, view, decision: Decision, now_s: float) -> tuple[float, float] | None:
+        """(g CO2e, Wh) that a start its deadline forced beyond the budget is expected to
+        spend, for ``show`` and ``budget``. None: not forced, no budget, or the period
+        has room for its spending in it (after what ran and what runs: ``_left``)."""
+        budget, left = self.budget, self._left
+        if not decision.forced or budget is None or left is None or self.mode != "plan":
             return None
-        start, end = self.budget.period_of(now.timestamp())
-        return (
-            datetime.fromtimestamp(max(start, 0.0), UTC),
-            datetime.fromtimestamp(min(end, 4102444800.0), UTC),
-        )
+        series = self.feed.series() if self.feed is not None else None
+        if series is None:
+            return None
+        gpus, cap = decision.gpus or view.gpus, decision.cap
+        watts = view.model.power_w(gpus, cap) if view.model is not None else gpus * 350.0
+        run_s = view.duration_s or self.default_run_s
+        end = budget.period_of(now_s)[1]
+        in_period = expected_spend(decision, watts, series, now_s, run_s, end)
+        used = in_period[1] if budget.kind == "energy" else in_period[0]
+        self._left = left - used  # later starts of this plan find that much less
+        if used <= left + 1e-9 * max(1.0, abs(left)):
+            return None
+        return expected_spend(decision, watts, series, now_s, run_s)
+
+    def _budget_left(self, snap: Snapshot, state: BudgetState | None) -> float | None:
+        """What is left of the period after what ran and what runs to its end (in the
+        budget's unit), by the forecast; None without a budget or a signal."""
+        series = self.feed.series() if self.feed is not None else None
+        if state is None or series is None:
+            return None
+        end, left = state.period_end_s, state.remaining_g
+        for c in snap.committed:
+            g, wh = expected_spend(Decision(c.start_s, end_s=c.end_s), c.power_w, series,
+                                   snap.now_s, 0.0, end)  # fmt: skip
+            left -= wh if state.budget.kind == "energy" else g
+        return left
+
+    def budget_window(self, now: datetime) -> tuple[datetime, datetime] | None:
+        return None if self.budget is None else period_window(self.budget, now)
+
+
+def period_window(budget: Budget, now: datetime) -> tuple[datetime, datetime]:
+    """The budget's period holding ``now``, as the accounting's UTC days can be asked."""
+    start, end = budget.period_of(now.timestamp())
+    return (
+        datetime.fromtimestamp(max(start, 0.0), UTC),
+        datetime.fromtimestamp(min(end, 4102444800.0), UTC),
+    )
+
+
+def expected_load(
+    submitted: list[tuple], first, known: dict, default_run_s: float, now_s: float,
+    total_gpus: int, largest: int, window_s: float = DEFAULT_MAX_DEFER_S,
+) -> float:  # fmt: skip
+    """``Snapshot.expected_load`` from the queue (``store.submitted_since``: the jobs
+    submitted over the last ``window_s``), by ``recent_load`` as in ``simulate``: each
+    job at its width for its run-time estimate (``known``), else what it ran (started to
+    finished), else its ``--duration``, else the lab's default."""
+    if first is None or not submitted:
+        return 0.0
+    demand = 0.0
+    for job_id, gpus, duration_s, started, finished in submitted:
+        if job_id in known:
+            run_s = known[job_id].run_s
+        elif started is not None and finished is not None:
+            run_s = max(0.0, (finished - started).total_seconds())
+        else:
+            run_s = duration_s or default_run_s
+        demand += min(gpus, largest) * run_s
+    return recent_load(demand, now_s, first.timestamp(), window_s, total_gpus)
 
 
 def build_live(settings, nodes) -> tuple[LivePlanner | None, str | None]:

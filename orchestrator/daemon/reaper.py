@@ -365,9 +365,11 @@ class Reaper:
             else:
                 continue
             try:
-                self.executor.signal(Handle.from_dict(att.handle), sig)
+                sent = self.executor.signal(Handle.from_dict(att.handle), sig)
             except Exception as exc:  # logged; retried next tick
                 log.warning("job %s: cannot signal: %s", att.job_id, exc)
+                continue
+            if not sent:  # not started yet (or ended): its grace starts when it hears it
                 continue
             with self.db.write() as session:
                 row = session.get(Attempt, att.id)

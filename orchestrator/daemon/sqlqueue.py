@@ -14,15 +14,15 @@ that: a dependency reaped in this pass may have ended after the pass began.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 
 from sqlmodel import Session, col, select
 
 from orchestrator.daemon.contain import Faults
 from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.guard import Suspender
-from orchestrator.daemon.planner import LivePlanner
+from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
@@ -30,12 +30,12 @@ from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, Q
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.queue import cron
-from orchestrator.queue.attempts import AttemptState, remaining_run_s
+from orchestrator.queue.attempts import AttemptState, note_forced, remaining_run_s
 from orchestrator.queue.checks import stored_job_problem
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt, Job
 from orchestrator.queue.states import JobState
-from orchestrator.queue.store import dependencies
+from orchestrator.queue.store import dependencies, submitted_since
 from placement.cluster import ClusterAllocator
 
 BAD_DEPENDENCY = (JobState.FAILED, JobState.CANCELLED, JobState.LOST)
@@ -56,6 +56,7 @@ class SqlQueue:
     alloc: ClusterAllocator | None = None
     faults: Faults = field(default_factory=Faults)
     history: object = None  # accounting.estimates.History: earlier runs, kept between passes
+    known: dict = field(default_factory=dict)  # this pass's run-time estimates, by job id
 
     @property
     def slot_s(self) -> float:
@@ -111,7 +112,7 @@ class SqlQueue:
             )
             alloc = d.allocator(session)
             everyone = [*queued, *stopped_jobs, *(j for j, _, _ in running)]
-            known = self._estimates(session, everyone, now)
+            known = self.known = self._estimates(session, everyone, now)
             remaining = {
                 j.id: remaining_run_s(session, j, now, known[j.id].run_s)
                 for j in [*queued, *stopped_jobs]
@@ -123,6 +124,8 @@ class SqlQueue:
                 if j.id in known and known[j.id].source == "progress"
             }
             spent = self._spent_g(session, now)
+            since = now - timedelta(seconds=self.max_defer_s)  # the recent load
+            submitted, first = submitted_since(session, since) if self.planner else ([], None)
         for job_id, why in bad.items():
             d.fail_queued(job_id, now, f"the stored job cannot be believed: {why}")
         largest = alloc.max_node_gpus
@@ -148,9 +151,13 @@ class SqlQueue:
         self.eligible, self.stopped, self.alloc = eligible, stopped, alloc
         self.waiting = waiting
         if self.planner is not None:
+            load = expected_load(
+                submitted, first, known, self.planner.default_run_s, now_s, alloc.total_gpus,
+                largest, self.max_defer_s,
+            )  # fmt: skip
             return self.planner.schedule(
                 now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
-                spent, known, list(waiting.values()), {i: deps[i] for i in waiting},
+                spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
             )  # fmt: skip
         scheduler = Scheduler(Fifo())  # the decision core the simulator drives too
         scheduler.add(_queued_view(job, largest) for job in eligible.values())
@@ -183,10 +190,17 @@ class SqlQueue:
         ):  # fmt: skip
             if resumed:
                 self.dispatcher.resume(self.stopped.pop(view.id), decision, now)
-                return
-            started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision)
-        if not started and not resumed and gpus:
-            self.alloc.free(("job", view.id))
+                started = True
+            else:
+                started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision)
+        if not started:
+            if not resumed and gpus:
+                self.alloc.free(("job", view.id))
+            return
+        spend = self.planner.forced_spend(view, decision, now_s) if self.planner else None
+        if spend is not None:  # a start its deadline forced: named with its grams
+            with self.db.write() as session:
+                note_forced(session, view.id, *spend)
 
     def running(self, now_s: float) -> list[Running]:
         now = self._at(now_s)
@@ -199,8 +213,12 @@ class SqlQueue:
             ).all()
             out = []
             for att, job in rows:
-                left = remaining_run_s(session, job, now) if job.duration_s else None
-                view = _queued_view(job, len(att.gpu_ids))
+                # its estimate (``accounting.estimates``), as planned: without one (no
+                # planner) a job with no --duration runs for a time nobody knows
+                est = self.known.get(job.id)
+                total_s = est.run_s if est is not None else job.duration_s
+                left = remaining_run_s(session, job, now, total_s) if total_s else None
+                view = replace(_queued_view(job, len(att.gpu_ids)), duration_s=total_s)
                 checkpointing = att.suspend_sent_at is not None
                 out.append(Running(("attempt", att.id), view, left, checkpointing, att))
         return out

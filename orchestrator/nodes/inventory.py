@@ -32,6 +32,13 @@ class ResolvedNode:
     def gpu_count(self) -> int:
         return len(self.gpus)
 
+    def model_of(self, indices: list[int]) -> str | None:
+        """The GPU model of these GPUs (the first one's; a node's GPUs are alike), else
+        the node's configured ``gpu_model``."""
+        by_index = {g.index: g.model for g in self.gpus}
+        found = next((by_index[i] for i in indices if by_index.get(i)), None)
+        return found or self.gpu_model
+
 
 def resolve_nodes(
     settings: Settings, *, detect=detect_gpus, discovered: dict[str, list[GpuInfo]] | None = None

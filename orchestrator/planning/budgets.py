@@ -127,6 +127,26 @@ class ForcedStart:
     grams: float  # what the start was expected to spend (budget units: g, or Wh)
 
 
+def expected_spend(
+    decision, watts_w: float, carbon, now_s: float, run_s: float, until_s: float = math.inf
+) -> tuple[float, float]:
+    """What a start at ``now_s`` on ``decision`` is expected to spend up to ``until_s``:
+    (g CO2e, Wh) over its pieces still to come (its intervals, else now to its expected
+    end, else ``run_s`` from now), each at its planned draw (``watts_w`` where the plan
+    gives none). ``carbon``: a StepSeries of g/kWh."""
+    end_s = decision.end_s if decision.end_s is not None else now_s + run_s
+    pieces = decision.intervals or ((decision.start_s, end_s),)
+    grams = wh = 0.0
+    for i, (a, b) in enumerate(pieces):
+        a, b = max(a, now_s), min(max(b, now_s), until_s)
+        if b <= a:
+            continue
+        watts = decision.piece_config(i)[2] or watts_w
+        grams += watts * float(carbon.integral(a, b)) / J_PER_KWH
+        wh += watts * (b - a) / 3600.0
+    return grams, wh
+
+
 @dataclass
 class Ledger:
     """Grams of CO2e (Wh for an energy budget) per period, from what actually ran."""

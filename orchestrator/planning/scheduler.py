@@ -14,6 +14,11 @@ lists as commitments alongside the running jobs. ``context(now)`` gives the rest
 snapshot: running jobs, cluster size, budget state, price forecast, objective, limits;
 it is built only for a policy that reads them (``Policy.reads_cluster``): building the
 running jobs' commitments on every pass was most of a baseline's what-if run.
+
+``ahead(now)`` (the simulator's) gives the jobs that wait for a dependency to end: a joint
+replan plans them too, each no earlier than its dependencies' planned ends
+(``planning.dependencies``), so the plans of the others leave room for them; they are
+never due here (``ahead_plan`` keeps their plans) until the caller adds them.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
     DEFAULT_MAX_DEFER_S,
     Commitment,
@@ -35,6 +41,8 @@ from orchestrator.planning.policies.base import (
 # (job, its decision) -> an allocation, or None: it does not fit now
 Allocate = Callable[[QueuedJob, Decision], object | None]
 Context = Callable[[float], dict]
+# now -> the jobs waiting for a dependency, the ids each waits for, running jobs' ends
+Ahead = Callable[[float], tuple[list[QueuedJob], dict[int, list[int]], dict[int, float]]]
 
 
 @dataclass(slots=True)
@@ -51,11 +59,14 @@ class Scheduler:
         forecast=None,
         max_defer_s: float | None = None,
         context: Context | None = None,
+        ahead: Ahead | None = None,
     ) -> None:
         self.policy = policy
         self.forecast = forecast
         self.max_defer_s = max_defer_s
         self.context = context
+        self.ahead = ahead
+        self.ahead_plan: dict[int, Decision] = {}  # the waiting jobs' plans, at the last replan
         self._last_full = -float("inf")
         self._stale = True
         self.replans = 0
@@ -95,7 +106,8 @@ class Scheduler:
             jobs = self._unplanned
         if not jobs:
             return
-        snapshot = Snapshot(now_s, jobs, self.forecast)
+        held, after, ends = self.ahead(now_s) if full and self.ahead else ([], {}, {})
+        snapshot = Snapshot(now_s, [*jobs, *held], self.forecast)
         if self.max_defer_s is not None:
             snapshot.max_defer_s = self.max_defer_s
         if self.context is not None and policy.reads_cluster:
@@ -103,7 +115,11 @@ class Scheduler:
                 setattr(snapshot, key, value)
         if policy.replans_all and not full:
             snapshot.committed = list(snapshot.committed) + self.standing()
-        plan = policy.plan(snapshot)
+        if held:
+            _, plan = plan_with_dependencies(policy, snapshot, after, ends)
+            self.ahead_plan = {j.id: plan[j.id] for j in held if j.id in plan}
+        else:
+            plan = policy.plan(snapshot)
         self.replans += 1
         self._unplanned = []
         for job in jobs:

@@ -58,6 +58,7 @@ class PlanInputs:
     estimates: dict | None = None  # job id -> RunEstimate (jobs without one: --duration)
     checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs (daemon setting)
     after: dict | None = None  # job id -> ids of the jobs it waits for (``--after``)
+    expected_load: float = 0.0  # recent arrivals' share of the GPUs (``recent_load``)
 
 
 def model_for(job, curve, duration_s: float | None = None, estimate: RunEstimate | None = None):
@@ -128,6 +129,7 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
     snap.budget = inp.budget
     snap.objective = inp.objective
     snap.slot_s = inp.slot_s
+    snap.expected_load = inp.expected_load
     return snap
 
 

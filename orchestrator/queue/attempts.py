@@ -120,3 +120,14 @@ def remaining_run_s(
         if a.started_at and end:
             ran += (end - a.started_at).total_seconds()
     return max(1.0, total_s - ran)
+
+
+def note_forced(session: Session, job_id: int, grams: float, wh: float) -> None:
+    """The job's latest attempt started because its deadline forced it against the
+    budget, expected to spend ``grams`` g CO2e and ``wh`` Wh (the first word stays)."""
+    att = session.exec(
+        select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number).desc())
+    ).first()
+    if att is not None and att.forced_g is None:
+        att.forced_g, att.forced_wh = grams, wh
+        session.add(att)

@@ -95,6 +95,7 @@ class Database:
         one is a ``SchemaError`` saying what to do (``gridshift db upgrade``)."""
         status = self.schema_status()
         if status.state == "empty":
+            schema.load_tools()
             with self._translate(), self._writer.begin() as conn:
                 schema.lock(conn)
                 status = schema.read_status(conn)
@@ -113,6 +114,7 @@ class Database:
         status = self.schema_status()
         if status.state == "newer":
             schema.require_up_to_date(status, self.safe_url)
+        schema.load_tools()
         with self._translate(), self._writer.begin() as conn:
             schema.lock(conn)
             schema.upgrade(conn)

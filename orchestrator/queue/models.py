@@ -51,7 +51,7 @@ class Job(SQLModel, table=True):
     interruptible: bool = False
     priority: int = 0
     labels: list[str] = _json(list)
-    submitted_at: datetime = _utc(nullable=False)
+    submitted_at: datetime = _utc(nullable=False, index=True)  # the recent load: by time
     started_at: datetime | None = _utc()
     finished_at: datetime | None = _utc()
     exit_code: int | None = None
@@ -97,6 +97,7 @@ class Attempt(SQLModel, table=True):
     kill_sent_at: datetime | None = _utc()
     detail: str | None = None
     cap: float | None = None  # power-cap fraction applied to its GPUs (None: uncapped)
+    gpu_model: str | None = None  # the model of the GPUs it ran on (the node's inventory)
     planned_until: datetime | None = _utc()  # the end of its planned piece: suspend then
     suspend_sent_at: datetime | None = _utc()  # SIGTERM sent to checkpoint (signal mode)
     stopped_at: datetime | None = _utc()  # SIGSTOP sent (stop mode); None once resumed
@@ -104,6 +105,10 @@ class Attempt(SQLModel, table=True):
     cost: float | None = None
     energy_modelled: bool | None = None  # no energy counter: energy_j is the model's
     accounted_until: datetime | None = _utc()
+    # A start its deadline forced although the budget said wait: what it was expected to
+    # spend when it started (g CO2e, and Wh for an energy budget). None: not forced.
+    forced_g: float | None = None
+    forced_wh: float | None = None
 
 
 class Usage(SQLModel, table=True):
@@ -212,10 +217,12 @@ class Gpu(SQLModel, table=True):
 
 class Calibration(SQLModel, table=True):
     """What runs of a job name measured, to refine its model (online calibration):
-    throughput in the job's own work units per second and power per GPU, at a width."""
+    throughput in the job's own work units per second and power per GPU, at a width, on
+    a GPU model ("": unknown), both as at full power (a capped run's are scaled up)."""
 
     name: str = Field(primary_key=True)
     gpus: int = Field(primary_key=True)
+    gpu_model: str = Field(default="", primary_key=True)
     throughput_per_s: float
     power_w_per_gpu: float | None = None
     samples: int = 0

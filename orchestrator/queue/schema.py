@@ -99,6 +99,17 @@ def lock(conn: Connection) -> None:
         conn.execute(text(f"SELECT pg_advisory_xact_lock({PG_LOCK_KEY})"))
 
 
+def load_tools() -> None:
+    """Import Alembic and the models before a schema transaction starts, not inside it:
+    on a loaded machine these imports take seconds, during which PostgreSQL counts the
+    session as idle in a transaction holding the schema lock (and ends it after
+    ``PG_IDLE_IN_TRANSACTION_MS``), while every other process waits on that lock."""
+    import alembic.command
+    import alembic.config  # noqa: F401
+
+    from orchestrator.queue import models  # noqa: F401
+
+
 def create_at_head(conn: Connection) -> None:
     """An empty database: every table as the models say, recorded at the newest revision
     (what running every migration would make; tests/test_migrations.py checks)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from orchestrator.errors import NotFoundError, PlacementError, SpecError
 from orchestrator.queue.attempts import AttemptState
@@ -178,6 +178,19 @@ def latest_progress(session: Session, job_ids: list[int]) -> dict[int, tuple]:
         select(Attempt).where(col(Attempt.job_id).in_(job_ids)).order_by(col(Attempt.number))
     ).all()
     return {a.job_id: (a.progress_done, a.progress_total) for a in rows}
+
+
+def submitted_since(session: Session, since: datetime) -> tuple[list[tuple], datetime | None]:
+    """The jobs submitted since ``since``, whatever became of them, as (id, gpus_max,
+    duration_s, started_at, finished_at), and the queue's first submission (the recent
+    load the planners pace budgets and GPUs against: ``Snapshot.expected_load``)."""
+    rows = session.exec(
+        select(Job.id, Job.gpus_max, Job.duration_s, Job.started_at, Job.finished_at)
+        .where(col(Job.submitted_at) >= since)
+        .order_by(col(Job.id))
+    ).all()
+    first = session.exec(select(func.min(Job.submitted_at))).one()
+    return [tuple(r) for r in rows], first
 
 
 def _holds_gpus(session: Session, job: Job) -> bool:

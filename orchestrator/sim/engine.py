@@ -37,7 +37,14 @@ from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.planning.onepass import Pass, Running
 from orchestrator.planning.perfmodel import JobModel
 from orchestrator.planning.pieces import piece_index, width_of
-from orchestrator.planning.policies.base import Commitment, Decision, Policy, QueuedJob, Snapshot
+from orchestrator.planning.policies.base import (
+    Commitment,
+    Decision,
+    Policy,
+    QueuedJob,
+    Snapshot,
+    recent_load,
+)
 from orchestrator.planning.policies.powersplit import split_power
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.sim.events import EventLoop
@@ -76,7 +83,10 @@ class SimDaemon:
         self.loop = EventLoop(float(jobs.submit_s[0]))
         self.executor = SimulatedExecutor(self.loop)
         self.alloc = ClusterAllocator(inputs.topology)
-        self.scheduler = Scheduler(policy, forecaster, inputs.max_defer_s, self._context)
+        self.scheduler = Scheduler(
+            policy, forecaster, inputs.max_defer_s, self._context,
+            self._ahead if inputs.jobs.after is not None else None,
+        )  # fmt: skip
         self.ledger = None
         if inputs.budget is not None:  # a whole-run budget is paced to the last arrival
             self.ledger = Ledger(inputs.budget, arrivals_end_s=float(jobs.submit_s.max()))
@@ -184,6 +194,16 @@ class SimDaemon:
         self._held = held
         return out
 
+    def _ahead(self, now: float) -> tuple[list[QueuedJob], dict, dict]:
+        """The held jobs, planned ahead by a joint replan (``Scheduler.ahead``) from their
+        dependencies' planned ends, as the daemon plans them: the plans of the others
+        leave room for them. They start only once their dependencies have ended."""
+        if not self._held:
+            return [], {}, {}
+        held = [self._queued(i, self._duration[i]) for i in self._held]
+        ends = {a.job.id: a.end_s for a in self._running.values()}
+        return held, {i: list(self._after[i]) for i in self._held}, ends
+
     def plan(self, now: float) -> Scheduler:
         if not self.clairvoyant:
             self.scheduler.plan(now)
@@ -272,8 +292,7 @@ class SimDaemon:
             lo += 1
         self._load_from = lo
         demand = self._gpu_s_cum[self._next] - self._gpu_s_cum[lo]
-        span = min(window, max(now - self._submit[0], 3600.0))
-        return float(demand / (span * self.alloc.total_gpus))
+        return recent_load(demand, now, self._submit[0], window, self.alloc.total_gpus)
 
     def _charge(self) -> None:
         """Charge the power stretches recorded since the last pass to the ledger."""

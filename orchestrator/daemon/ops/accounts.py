@@ -3,7 +3,8 @@ user and per label (lab-wide figures: every member sees them)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import math
+from datetime import UTC, datetime, timedelta
 
 from orchestrator.daemon.ops.base import Args, Caller, OpContext, check_source
 from orchestrator.daemon.ops.views import iso
@@ -49,7 +50,48 @@ def budget(ctx: OpContext, caller: Caller, args: Args) -> dict:
     if periods < 1:
         raise SpecError("--periods must be at least 1")
     with ctx.db.read() as session:
-        return budget_periods(session, parsed, utc_now(), periods)
+        data = budget_periods(session, parsed, utc_now(), periods)
+        return data | forced_starts(session, parsed, data)
+
+
+def forced_starts(session, budget, data: dict) -> dict:
+    """The starts a deadline forced beyond the budget in the current period (``forced``:
+    job, user, attempt, when, and what each was expected to spend, ``g`` in the budget's
+    unit: g CO2e, or Wh for an energy budget; ``forced_g``: their sum), and each listed
+    period's ``forced_g``. From the attempts the daemon marked when it started them."""
+    from sqlmodel import col, select
+
+    from orchestrator.queue.models import Attempt, Job
+
+    rows = session.exec(
+        select(Attempt, Job.user)
+        .join(Job, col(Job.id) == col(Attempt.job_id))
+        .where(col(Attempt.forced_g).is_not(None))
+        .order_by(col(Attempt.started_at), col(Attempt.id))
+    ).all()
+    energy = budget.kind == "energy"
+    current, by_period = [], {p["period_start"]: 0.0 for p in data["periods"]}
+    for att, user in rows:
+        at_s = att.started_at.timestamp() if att.started_at else None
+        if at_s is None:
+            continue
+        grams = (att.forced_wh or 0.0) if energy else att.forced_g
+        start = _period_iso(budget.period_of(at_s)[0])
+        if start in by_period:
+            by_period[start] += grams
+        if start == data["period_start"]:
+            current.append(
+                {"job": att.job_id, "user": user, "attempt": att.number,
+                 "at": iso(att.started_at), "g": round(grams, 3)}
+            )  # fmt: skip
+    periods = [p | {"forced_g": round(by_period[p["period_start"]], 3)} for p in data["periods"]]
+    total = round(sum(f["g"] for f in current), 3)
+    return {"forced": current, "forced_g": total, "periods": periods}
+
+
+def _period_iso(t_s: float) -> str | None:
+    """As ``budget_periods`` names a period: None for a whole-run budget's."""
+    return datetime.fromtimestamp(t_s, UTC).isoformat() if math.isfinite(t_s) else None
 
 
 def report(ctx: OpContext, caller: Caller, args: Args) -> dict:

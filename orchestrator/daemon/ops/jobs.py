@@ -123,7 +123,12 @@ def show(ctx: OpContext, caller: Caller, args: Args) -> dict:
         from orchestrator.daemon.ops.outlook import estimate_keys
 
         data |= estimate_keys(session, ctx.settings, job)
-    data["runs"] = [_run(a) for a in runs]
+    ran = [_run(a) for a in runs]
+    # a start its deadline forced beyond the budget: what it was expected to spend
+    forced = [r for r in ran if r["forced_g"] is not None]
+    data["forced_g"] = round(sum(r["forced_g"] for r in forced), 3) if forced else None
+    data["forced_kwh"] = round(sum(r["forced_kwh"] for r in forced), 6) if forced else None
+    data["runs"] = ran
     data["events"] = [
         {"at": iso(e.at), "from": e.from_state, "to": e.to_state, "reason": e.reason,
          "actor": e.actor}
@@ -148,6 +153,8 @@ def _run(a) -> dict[str, Any]:
         "carbon_g": a.carbon_g,
         "cost": a.cost,
         "slurm": _slurm(a.handle) if slurm else None,
+        "forced_g": None if a.forced_g is None else round(a.forced_g, 3),
+        "forced_kwh": None if a.forced_wh is None else round(a.forced_wh / 1e3, 6),
     }
 
 

@@ -3,6 +3,8 @@ hand the plan to the Slurm node)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from orchestrator.daemon.ops.base import Args, Caller, OpContext, check_source, when
 from orchestrator.errors import PermissionDenied, SpecError
 
@@ -41,12 +43,17 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
         slurm_nodes(resolve_nodes(settings))
         slurm_executors(settings, ctx.db.safe_url)
     from orchestrator.accounting.estimates import estimates
+    from orchestrator.daemon.planner import expected_load
+    from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S
 
     with ctx.db.read() as session:
         jobs = store.list_jobs(session, include_finished=False)
         default_s = settings.daemon.seconds("default_duration")
         known = estimates(session, jobs, default_s, now)
         after = store.dependencies(session, [j.id for j in jobs if j.state == "queued"])
+        since = now - timedelta(seconds=DEFAULT_MAX_DEFER_S)  # the recent load, as the daemon
+        submitted, first = store.submitted_since(session, since)
+        spent = _spent(session, parsed_budget, now)
     queued = [j for j in jobs if j.state == "queued"]
     if submit:  # handed over before, not started: planned again, and moved if need be
         from orchestrator.daemon.handover import handed_over
@@ -68,10 +75,11 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
     state = None
     if parsed_budget is not None:
         start, end = parsed_budget.period_of(now.timestamp())
-        state = BudgetState(parsed_budget, start, end, 0.0)
+        state = BudgetState(parsed_budget, start, end, spent)
+    load = expected_load(submitted, first, known, default_s, now.timestamp(), total, largest)
     inputs = PlanInputs(
         now.timestamp(), queued, running, total, curve, carbon, price_fc, state,
-        objective, slot_s, estimates=known, after=after,
+        objective, slot_s, estimates=known, after=after, expected_load=load,
         checkpoint_s=settings.daemon.seconds("checkpoint_cost"),
     )  # fmt: skip
     rows = plan_rows(chosen, build_snapshot(inputs, largest), inputs)
@@ -89,6 +97,17 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
         data["submitted"] = hand_over(settings, ctx.db, rows, now, caller.user)
     return data
+
+
+def _spent(session, budget, now) -> float:
+    """What the budget's period has spent so far (the daemon's accounting, as its own
+    plan reads it); 0 without a budget."""
+    if budget is None:
+        return 0.0
+    from orchestrator.accounting.meter import spent_g
+    from orchestrator.daemon.planner import period_window
+
+    return spent_g(session, *period_window(budget, now), budget.kind)
 
 
 def _horizon_s(queued, now_s: float) -> float:

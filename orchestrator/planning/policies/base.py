@@ -144,6 +144,21 @@ class Snapshot:
     expected_load: float = 0.0
 
 
+MIN_LOAD_SPAN_S = 3600.0  # recent load over at least an hour (a young queue: not a spike)
+
+
+def recent_load(
+    demand_gpu_s: float, now_s: float, first_submit_s: float | None, window_s: float, gpus: int
+) -> float:
+    """``Snapshot.expected_load``, the same in ``simulate``, ``plan`` and the daemon: the
+    GPU-seconds the jobs submitted over the last ``window_s`` asked for, as a share of the
+    cluster's over that window (or since the first submission, at least an hour)."""
+    if first_submit_s is None or gpus <= 0:
+        return 0.0
+    span = min(window_s, max(now_s - first_submit_s, MIN_LOAD_SPAN_S))
+    return float(demand_gpu_s / (span * gpus))
+
+
 class Policy(ABC):
     name: str = "abstract"
     needs_forecast: bool = False

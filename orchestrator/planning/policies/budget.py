@@ -43,18 +43,27 @@ class BudgetPlanner(Policy):
     replans_all = True
     replan_every_s = 900.0
 
+    def __init__(self) -> None:
+        # λ per budget period (by its start) found by the last replan: the next starts
+        # its search there (a warm start: the same λ to the bisection's tolerance)
+        self.lambdas: dict[float, float] = {}
+
     def plan(self, snapshot: Snapshot) -> Plan:
         if not snapshot.jobs:
             return {}
-        return heuristic(Problem(snapshot)).plan
+        return heuristic(Problem(snapshot), self.lambdas).plan
 
 
-def heuristic(problem: Problem) -> Result:
-    """The plan (and each job's chosen option) of the ``budget`` heuristic."""
+def heuristic(problem: Problem, carried: dict[float, float] | None = None) -> Result:
+    """The plan (and each job's chosen option) of the ``budget`` heuristic. ``carried``:
+    λ by period start from the last replan, updated with this one's (None: from scratch)."""
     if problem.snapshot.budget is None:
         return greedy(problem, problem.obj_cost)
     periods = Periods(problem)
-    lambdas = periods.find_lambdas()
+    lambdas = periods.find_lambdas(carried)
+    if carried is not None:
+        carried.clear()
+        carried.update(zip(periods.keys(), lambdas.tolist(), strict=True))
     result = greedy(problem, periods.cost(lambdas), periods, lambdas)
     for _ in range(6):  # capacity moved jobs: raise λ where a period went over
         over = periods.over(result.carbon_by_period)

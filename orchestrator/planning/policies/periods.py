@@ -8,6 +8,7 @@ For an energy budget, "grams" are watt-hours (``Budget.measure``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -24,7 +25,10 @@ from orchestrator.planning.policies.problem import Problem
 # a full cluster x 1.5, and 217 kg (18 kg forced: kept) with a full cluster x 2.
 ARRIVAL_HEDGE = 2.0
 LAMBDA_MAX = 1e9  # seconds per gram: carbon dominates completion time
+LOG_LAMBDA_MIN = -6.0
 BISECT_STEPS = 16  # log10 λ over 15 decades to within 0.001
+BISECT_TOL = (np.log10(LAMBDA_MAX) - LOG_LAMBDA_MIN) / 2**BISECT_STEPS
+WARM_SPAN = 0.125  # decades either side of the last replan's λ, doubled until it holds
 
 
 class Periods:
@@ -138,24 +142,62 @@ class Periods:
         grams = self.grams.reshape(len(self.bounds), len(self.problem.jobs), -1)
         return grams[:, np.arange(len(best)), best].sum(axis=1)
 
-    def find_lambdas(self) -> np.ndarray:
+    def keys(self) -> list[float]:
+        """Each period's start (the key λ is carried between replans by)."""
+        return [self.state.budget.period_of(a)[0] for a, _ in self.bounds]
+
+    def find_lambdas(self, warm: dict[float, float] | None = None) -> np.ndarray:
+        """Per period, the least λ (to ``BISECT_TOL`` in log10) whose choices keep within
+        its target. ``warm``: the last replan's λ by period start, where the bisection
+        starts from a narrow bracket around it (widened until it holds the answer)."""
         lambdas = np.zeros(len(self.bounds))
-        for i in range(len(self.bounds)):
+        warm = warm or {}
+        for i, key in enumerate(self.keys()):
             if self.choose(lambdas)[i] <= self.target[i]:
                 continue
-            lo, hi = -6.0, np.log10(LAMBDA_MAX)  # bisect log10 λ
-            for _ in range(BISECT_STEPS):
+            fits = functools.partial(self._fits, lambdas, i)
+            lo, hi = LOG_LAMBDA_MIN, np.log10(LAMBDA_MAX)  # bisect log10 λ
+            steps = BISECT_STEPS
+            last = warm.get(key, 0.0)
+            if last > 0:
+                lo, hi = _bracket(fits, float(np.clip(np.log10(last), lo, hi)), lo, hi)
+                steps = max(0, int(np.ceil(np.log2(max(hi - lo, BISECT_TOL) / BISECT_TOL))))
+            for _ in range(steps):
                 mid = (lo + hi) / 2
-                lambdas[i] = 10**mid
-                if self.choose(lambdas)[i] <= self.target[i]:
+                if fits(mid):
                     hi = mid
                 else:
                     lo = mid
             lambdas[i] = 10**hi
         return lambdas
 
+    def _fits(self, lambdas: np.ndarray, i: int, log_lambda: float) -> bool:
+        lambdas[i] = 10**log_lambda
+        return bool(self.choose(lambdas)[i] <= self.target[i])
+
     def over(self, spent: np.ndarray, paced: bool = True) -> np.ndarray:
         """Periods where ``spent`` passes the queued jobs' share (``paced``) or all that
         is left of the budget."""
         limit = self.target if paced else self.left
         return spent > limit + 1e-6 * np.maximum(1.0, np.abs(limit))
+
+
+def _bracket(fits, x: float, lo: float, hi: float) -> tuple[float, float]:
+    """(lo, hi) in log10 λ around ``x`` with ``fits`` false at lo (or lo the least) and
+    true at hi: from ``x`` ± ``WARM_SPAN``, doubling the step until it holds."""
+    step = WARM_SPAN
+    if fits(x):
+        top = x
+        while top > lo:
+            below = max(top - step, lo)
+            if not fits(below):
+                return below, top
+            top, step = below, 2 * step
+        return lo, lo
+    bottom = x
+    while bottom < hi:
+        above = min(bottom + step, hi)
+        if fits(above):
+            return bottom, above
+        bottom, step = above, 2 * step
+    return hi, hi
