@@ -11,8 +11,7 @@ A job planned to run in intervals (``lowest-slots``, ``budget``, ``optimal``) is
 at the end of each but the last (SIGTERM: it checkpoints and leaves its GPUs; the event
 loop sends it at the piece's end, before that time's pass) and requeued with the rest of
 its plan; if it fell behind (it waited for GPUs), the policy plans its remaining work
-again. Each attempt runs on the GPU count and power cap its plan says. While it runs, the
-planner sees its GPUs held in the piece it runs in and in each later piece of its plan.
+again. Each attempt runs on the GPU count and power cap its plan says.
 
 The deadline guard is the pass's (``onepass``: the planner's slack rule, at least four
 slots of it); not under the oracle, which plans once and could not place the jobs it
@@ -36,9 +35,8 @@ from executors.simulated import SimulatedExecutor, Workload
 from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.planning.onepass import Pass, Running
 from orchestrator.planning.perfmodel import JobModel
-from orchestrator.planning.pieces import piece_index, width_of
+from orchestrator.planning.pieces import held_pieces, piece_index, width_of
 from orchestrator.planning.policies.base import (
-    Commitment,
     Decision,
     Policy,
     QueuedJob,
@@ -253,10 +251,7 @@ class SimDaemon:
         )
 
     def _context(self, now: float) -> dict:
-        running = []
-        for a in self._running.values():
-            running.append(Commitment(a.job.id, a.gpus, a.power_w, now, a.end_s))
-            running += self._later_pieces(a, now)
+        running = [c for a in self._running.values() for c in held_pieces(a, now)]
         inp = self.inputs
         return {
             "expected_load": self._recent_load(now),
@@ -268,21 +263,6 @@ class SimDaemon:
             "power_limit_w": inp.power_limit_w,
             "slot_s": inp.slot_s,
         }
-
-    def _later_pieces(self, att: _Attempt, now: float) -> list[Commitment]:
-        """The pieces a running job's plan still holds after the one it runs in: its GPUs
-        are spoken for then too (without them, the planner gave them away and the job's
-        next piece found no room)."""
-        d = att.decision
-        if not d.intervals:
-            return []
-        piece = piece_index(d, now)
-        out = []
-        for k in range(piece + 1, len(d.intervals)):
-            a, b = d.intervals[k]
-            gpus, _, watts = d.piece_config(k)
-            out.append(Commitment(att.job.id, gpus or att.gpus, watts or att.power_w, a, b))
-        return out
 
     def _recent_load(self, now: float) -> float:
         """GPU time submitted over the last deferral window, as a share of the cluster's."""
