@@ -49,5 +49,6 @@ def test_real_cli_processes_on_a_fresh_database(cli):
         for _ in range(8)
     ]
     results = [p.communicate(timeout=120) for p in procs]
-    assert all(p.returncode == 0 for p in procs), results
+    failed = [(p.returncode, err) for p, (_out, err) in zip(procs, results, strict=True)]
+    assert not [f for f in failed if f[0] != 0], [f for f in failed if f[0] != 0]
     assert sorted(int(out) for out, _ in results) == list(range(1, 9))
