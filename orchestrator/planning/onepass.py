@@ -196,9 +196,10 @@ class Pass:
             victims = state.make_room(width, movable)
             if not victims:
                 return
-            for key in victims:
-                if state.checkpoint(movable[key], now_s):
-                    self.guard_suspensions += 1
+            heard = [key for key in victims if state.checkpoint(movable[key], now_s)]
+            if not heard:
+                return  # no SIGTERM reached its job (one still starting): the next pass
+            self.guard_suspensions += len(heard)
             state.reap(now_s)  # those that left go back to the queue, behind the urgent job
             started = scheduler.launch_out_of_order(head.id, self._allocate(now_s))
             if started is not None:

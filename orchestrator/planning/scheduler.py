@@ -18,7 +18,7 @@ running jobs' commitments on every pass was most of a baseline's what-if run.
 ``ahead(now)`` (the simulator's) gives the jobs that wait for a dependency to end: a joint
 replan plans them too, each no earlier than its dependencies' planned ends
 (``planning.dependencies``), so the plans of the others leave room for them; they are
-never due here (``ahead_plan`` keeps their plans) until the caller adds them.
+never due here until the caller adds them.
 """
 
 from __future__ import annotations
@@ -66,7 +66,6 @@ class Scheduler:
         self.max_defer_s = max_defer_s
         self.context = context
         self.ahead = ahead
-        self.ahead_plan: dict[int, Decision] = {}  # the waiting jobs' plans, at the last replan
         self._last_full = -float("inf")
         self._stale = True
         self.replans = 0
@@ -117,7 +116,6 @@ class Scheduler:
             snapshot.committed = list(snapshot.committed) + self.standing()
         if held:
             _, plan = plan_with_dependencies(policy, snapshot, after, ends)
-            self.ahead_plan = {j.id: plan[j.id] for j in held if j.id in plan}
         else:
             plan = policy.plan(snapshot)
         self.replans += 1
