@@ -63,7 +63,7 @@ def test_the_estimate_comes_from_duration_then_progress_then_history_then_defaul
     for seconds in (100.0, 200.0, 600.0, 7200.0):  # earlier completed runs of "bert"
         _ran(session, _job(session, name="bert", state="completed"), seconds)
     _ran(session, _job(session, name="bert", state="failed"), 9.0)  # not a completed run
-    session.add(Calibration(name="bert", gpus=2, throughput_per_s=1.0, power_w_per_gpu=210.0,
+    session.add(Calibration(name="bert", gpus=2, uid=1, throughput_per_s=1.0, power_w_per_gpu=210.0,
                             samples=4, updated_at=T0))  # fmt: skip
 
     given = _job(session, name="bert", duration_s=50.0)
@@ -198,7 +198,7 @@ def test_the_daemon_keeps_earlier_runs_between_passes_until_a_job_completes(sess
     waiting, kept = _job(session, name="bert"), History()
     now = T0 + timedelta(hours=1)
     assert estimates(session, [waiting], DEFAULT_S, now, kept)[waiting.id].run_s == 100.0
-    kept.runs[("name", "bert")] = [(2, 55.0)]  # what it kept is what it answers from
+    kept.runs[(1, "name", "bert")] = [(2, 55.0)]  # what it kept is what it answers from
     assert estimates(session, [waiting], DEFAULT_S, now, kept)[waiting.id].run_s == 55.0
     later = _job(session, name="bert", state="completed", finished_at=T0 + timedelta(1))
     _ran(session, later, 300.0)
@@ -275,10 +275,10 @@ def test_calibration_is_learnt_per_gpu_model_at_full_power(session):
                energy_j=2 * 150.0 * 100.0)  # fmt: skip
     row = learn(session, job, att, T0)
     curve = curve_for("V100")
-    assert (row.name, row.gpus, row.gpu_model) == ("bert", 2, "V100")
+    assert (row.name, row.gpus, row.gpu_model, row.uid) == ("bert", 2, "V100", 1)
     assert row.throughput_per_s == pytest.approx(0.5 / curve.throughput_fraction(0.6))
     assert row.power_w_per_gpu == pytest.approx(150.0 * curve.power_w(1.0) / curve.power_w(0.6))
-    session.add(Calibration(name="bert", gpus=2, gpu_model="A100", throughput_per_s=1.0,
+    session.add(Calibration(name="bert", gpus=2, gpu_model="A100", uid=1, throughput_per_s=1.0,
                             power_w_per_gpu=999.0, updated_at=T0))  # fmt: skip
     given = _estimate(session, _job(session, name="bert", duration_s=60.0))
     assert given.source == "duration" and given.power_w_per_gpu == row.power_w_per_gpu
@@ -301,7 +301,7 @@ def test_the_planner_energy_follows_the_power_earlier_runs_measured(session):
     _lab(session, "V100")
     curve = curve_for("V100")
     low_w = 0.4 * curve.power_w(1.0)
-    session.add(Calibration(name="frugal", gpus=2, gpu_model="V100", throughput_per_s=1.0,
+    session.add(Calibration(name="frugal", gpus=2, gpu_model="V100", uid=1, throughput_per_s=1.0,
                             power_w_per_gpu=low_w, samples=3, updated_at=T0))  # fmt: skip
     jobs = [_job(session, name=n, duration_s=3600.0) for n in ("frugal", "plain")]
     known = estimates(session, jobs, DEFAULT_S, T0)

@@ -24,7 +24,7 @@ from tests.conftest import ROOT
 FIXTURES = ROOT / "tests" / "fixtures"
 T0 = datetime(2025, 3, 1, 8, 0, 0)  # naive UTC, as gridshift stores times
 # columns added to a primary key cannot be NULL: the value an old row gets instead
-KEYED_EMPTY = {"calibration": {"gpu_model": ""}}
+KEYED_EMPTY = {"calibration": {"gpu_model": "", "uid": -1}}  # -1: no owner, used by none
 
 
 def _engine(url: str):

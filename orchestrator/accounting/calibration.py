@@ -1,6 +1,7 @@
 """Online calibration: what finished attempts measured (throughput from the job's own
 progress reports, power from NVML energy counters) refines the model of later runs of
-the same job name, per width and GPU model (the attempt's, from the node's inventory).
+the same job name by the same user (another user's jobs of that name are not this job),
+per width and GPU model (the attempt's, from the node's inventory).
 A run under a power cap is scaled to full power by its GPU model's curve, so that every
 row is as at full power. Measurements are blended with an exponential moving average."""
 
@@ -27,7 +28,7 @@ def full_power(att: Attempt) -> tuple[float, float]:
 
 
 def learn(session: Session, job: Job, att: Attempt, now: datetime) -> Calibration | None:
-    """Fold a finished attempt's measurements into its job name's calibration."""
+    """Fold a finished attempt's measurements into its owner's calibration of its name."""
     if not job.name or not att.started_at or not att.finished_at or not att.progress_done:
         return None
     seconds = (att.finished_at - att.started_at).total_seconds()
@@ -37,12 +38,13 @@ def learn(session: Session, job: Job, att: Attempt, now: datetime) -> Calibratio
     speed, draw = full_power(att)
     throughput = att.progress_done / seconds * speed
     power = att.energy_j / seconds / width * draw if att.energy_j is not None else None
-    row = session.get(Calibration, (job.name, width, att.gpu_model or ""))
+    row = session.get(Calibration, (job.name, width, att.gpu_model or "", job.uid))
     if row is None:
         row = Calibration(
             name=job.name,
             gpus=width,
             gpu_model=att.gpu_model or "",
+            uid=job.uid,
             throughput_per_s=throughput,
             power_w_per_gpu=power,
             samples=1,
@@ -70,9 +72,10 @@ def model_for(
     gpu_model: str | None = None,
 ) -> JobModel | None:
     """The job's model: from its declared duration, refined by what earlier runs of the
-    same name measured at the same width on ``gpu_model``. None when neither is known."""
+    same name by the same user measured at the same width on ``gpu_model``. None when
+    neither is known."""
     width = job.gpus_max
-    key = (job.name, width, gpu_model or "")
+    key = (job.name, width, gpu_model or "", job.uid)
     row = session.get(Calibration, key) if job.name else None
     if job.duration_s is None and row is None:
         return None

@@ -1,10 +1,12 @@
 """How long a job will run, in this order: its ``--duration``; its own progress reports
 once it runs (``GRIDSHIFT_PROGRESS_FILE``: the time it ran over the share it reported
-done); earlier completed runs of its name (or, unnamed, of its labels and command), on
-its GPU model and width where there are some (a run at another width scaled by the
-model's scaling; one under a power cap brought to full power by its GPU's curve); else
-the lab's ``default_duration``. Whatever the run time's source, the power per GPU that
-earlier runs of its name measured on its GPU model (``calibration``) goes with it.
+done); earlier completed runs of its name (or, unnamed, of its labels and command) by
+the same user, on its GPU model and width where there are some (a run at another width
+scaled by the model's scaling; one under a power cap brought to full power by its GPU's
+curve; CPU-only runs, of width 0, only for a CPU-only job and as they are); else the
+lab's ``default_duration``. Whatever the run time's source, the power per GPU that its
+user's earlier runs of its name measured on its GPU model (``calibration``) goes with it.
+Another user's jobs never set a job's estimate: names are not owned.
 
 A job's GPU model is the one it runs on (its attempt's), else the lab's (the model most
 of the inventory's GPUs are). The daemon and ``plan`` look these up and hand them to the
@@ -140,19 +142,23 @@ def _from_progress(atts: list[Attempt], now: datetime) -> RunEstimate | None:
 
 
 def _key(job: Job) -> tuple:
-    """Runs of one job: its name, or (unnamed) its labels and command."""
-    return ("name", job.name) if job.name else ("same", tuple(job.labels), tuple(job.command))
+    """Runs of one job: its user's of its name, or (unnamed) of its labels and command."""
+    if job.name:
+        return (job.uid, "name", job.name)
+    return (job.uid, "same", tuple(job.labels), tuple(job.command))
 
 
 def _history(session: Session, jobs: list[Job]) -> dict[tuple, list[Run]]:
     """The latest completed runs of each job's key, newest first."""
-    names = sorted({j.name for j in jobs if j.name})
+    named = sorted({(j.uid, j.name) for j in jobs if j.name})
     done = select(Job).where(Job.state == "completed").order_by(col(Job.id).desc())
     rows: list[Job] = []
-    for name in names:  # one query a name: a queue holds few names, a history many runs
-        rows += session.exec(done.where(Job.name == name).limit(NAMED_LOOKBACK)).all()
-    if any(not j.name for j in jobs):
-        rows += session.exec(done.where(col(Job.name).is_(None)).limit(UNNAMED_LOOKBACK)).all()
+    for uid, name in named:  # one query a name: a queue holds few, a history many runs
+        mine = done.where(Job.uid == uid).where(Job.name == name)
+        rows += session.exec(mine.limit(NAMED_LOOKBACK)).all()
+    for uid in sorted({j.uid for j in jobs if not j.name}):
+        mine = done.where(Job.uid == uid).where(col(Job.name).is_(None))
+        rows += session.exec(mine.limit(UNNAMED_LOOKBACK)).all()
     ran = _attempts(session, [r.id for r in rows])
     out: dict[tuple, list[Run]] = defaultdict(list)
     for row in rows:
@@ -167,8 +173,10 @@ def _history(session: Session, jobs: list[Job]) -> dict[tuple, list[Run]]:
 
 def _from_history(job: Job, history: dict, model: str) -> RunEstimate | None:
     """The median of its latest runs on its GPU model (else on any) at its width; else
-    of those at other widths, each scaled to its width by the model's scaling."""
-    runs = [Run(*r) for r in history.get(_key(job), [])]
+    of those at other widths, each scaled to its width by the model's scaling. CPU-only
+    runs (width 0) and GPU runs are apart: neither says how long the other takes."""
+    cpu = job.gpus_max < 1
+    runs = [r for r in (Run(*x) for x in history.get(_key(job), [])) if (r.width < 1) == cpu]
     pool = [r for r in runs if r.gpu_model == model] or runs
     width = job.gpus_max
     same = [r for r in pool if r.width == width][:HISTORY_RUNS]
@@ -178,7 +186,7 @@ def _from_history(job: Job, history: dict, model: str) -> RunEstimate | None:
         return RunEstimate(
             statistics.median(r.seconds for r in same), "history", f"from {_runs(n)}{on}"
         )
-    if not pool or width < 1:
+    if not pool or cpu:
         return None
     used = pool[:HISTORY_RUNS]
     speedup = JobModel(1.0, 1, curve_for(model)).speedup
@@ -199,23 +207,28 @@ def _runs(n: int) -> str:
 
 
 def _powers(session: Session, jobs: list[Job]) -> dict[tuple, float]:
-    """The power per GPU earlier runs of each name measured, by (name, width, GPU model)."""
+    """The power per GPU each user's earlier runs of each name measured, by (uid, name,
+    width, GPU model)."""
     names = sorted({j.name for j in jobs if j.name})
+    uids = sorted({j.uid for j in jobs if j.name})
     if not names:
         return {}
-    rows = session.exec(select(Calibration).where(col(Calibration.name).in_(names))).all()
-    return {(r.name, r.gpus, r.gpu_model): r.power_w_per_gpu for r in rows if r.power_w_per_gpu}
+    query = select(Calibration).where(col(Calibration.name).in_(names))
+    rows = session.exec(query.where(col(Calibration.uid).in_(uids))).all()
+    return {
+        (r.uid, r.name, r.gpus, r.gpu_model): r.power_w_per_gpu for r in rows if r.power_w_per_gpu
+    }
 
 
 def _power_of(powers: dict[tuple, float], job: Job, model: str) -> float | None:
-    """What its name drew per GPU on its GPU model: at its width, else at the nearest
-    width; rows of an unknown model (learnt before models were recorded) after those."""
-    if not job.name:
+    """What its user's runs of its name drew per GPU on its GPU model: at its width, else
+    at the nearest width; rows of an unknown model (learnt before models were recorded)
+    after those. A CPU-only job draws no GPU power."""
+    if not job.name or job.gpus_max < 1:
         return None
+    mine = [(w, m) for u, n, w, m in powers if u == job.uid and n == job.name]
     for m in dict.fromkeys((model, "")):
-        widths = sorted(
-            (abs(w - job.gpus_max), w) for n, w, mm in powers if n == job.name and mm == m
-        )
+        widths = sorted((abs(w - job.gpus_max), w) for w, mm in mine if mm == m)
         if widths:
-            return powers[(job.name, widths[0][1], m)]
+            return powers[(job.uid, job.name, widths[0][1], m)]
     return None

@@ -29,6 +29,7 @@ from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, QueuedJob
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
+from orchestrator.planning.snapshot import RunEstimate
 from orchestrator.queue import cron
 from orchestrator.queue.attempts import AttemptState, note_forced, remaining_run_s
 from orchestrator.queue.checks import stored_job_problem
@@ -214,9 +215,11 @@ class SqlQueue:
             out = []
             for att, job in rows:
                 # its estimate (``accounting.estimates``), as planned: without one (no
-                # planner) a job with no --duration runs for a time nobody knows
+                # planner) or only the lab's default, a job with no --duration runs for a
+                # time nobody knows (a deadline job then has no slack to be moved with)
                 est = self.known.get(job.id)
-                total_s = est.run_s if est is not None else job.duration_s
+                known = est is not None and est.source != "default"
+                total_s = est.run_s if known else job.duration_s
                 left = remaining_run_s(session, job, now, total_s) if total_s else None
                 view = replace(_queued_view(job, len(att.gpu_ids)), duration_s=total_s)
                 checkpointing = att.suspend_sent_at is not None
@@ -255,14 +258,25 @@ class SqlQueue:
         return None
 
     def _estimates(self, session: Session, jobs: list[Job], now: datetime) -> dict:
-        """Each job's run-time estimate (``accounting.estimates``): planned jobs only."""
+        """Each job's run-time estimate (``accounting.estimates``): planned jobs only. One
+        job's that fails is that job's fault (``contain``): it is planned by the lab's
+        default and the pass goes on with the others."""
         if self.planner is None:
             return {}
         from orchestrator.accounting.estimates import History, estimates
 
         if self.history is None:
             self.history = History()
-        return estimates(session, jobs, self.planner.default_run_s, now, self.history)
+        default_s = self.planner.default_run_s
+        with self.faults.contained("estimates", "run-time estimates"):
+            return estimates(session, jobs, default_s, now, self.history)
+        out: dict = {}  # each job on its own, to find the one at fault
+        for job in jobs:
+            with self.faults.contained(f"estimate {job.id}", f"job {job.id}: run-time estimate"):
+                out |= estimates(session, [job], default_s, now, self.history)
+            if job.id not in out:
+                out[job.id] = RunEstimate(default_s, "default", "by the lab default (see the log)")
+        return out
 
     def _spent_g(self, session: Session, now: datetime) -> float:
         window = self.planner.budget_window(now) if self.planner is not None else None

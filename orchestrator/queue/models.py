@@ -216,13 +216,16 @@ class Gpu(SQLModel, table=True):
 
 
 class Calibration(SQLModel, table=True):
-    """What runs of a job name measured, to refine its model (online calibration):
-    throughput in the job's own work units per second and power per GPU, at a width, on
-    a GPU model ("": unknown), both as at full power (a capped run's are scaled up)."""
+    """What one user's runs of a job name measured, to refine its model (online
+    calibration): throughput in the job's own work units per second and power per GPU, at
+    a width, on a GPU model ("": unknown), both as at full power (a capped run's are
+    scaled up). Keyed by the owner's ``uid`` too: another user's jobs of the same name say
+    nothing of this user's (-1: rows learnt before owners were recorded, used by none)."""
 
     name: str = Field(primary_key=True)
     gpus: int = Field(primary_key=True)
     gpu_model: str = Field(default="", primary_key=True)
+    uid: int = Field(primary_key=True)
     throughput_per_s: float
     power_w_per_gpu: float | None = None
     samples: int = 0
