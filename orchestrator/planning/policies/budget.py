@@ -14,9 +14,9 @@ load expected to arrive; each takes its cheapest option that meets its latest fi
   queue may spend of each budget period (``Periods.target``: what is left, less what the
   jobs expected to arrive need). λ is found by bisection on the jobs' choices without
   capacity, then checked (and raised) with it. Where the plan still goes over, the plan
-  without the budget is taken if it spends no more in the period now. A low λ widens
-  and uncaps jobs to finish sooner; a high one shrinks, caps and defers them into
-  low-carbon slots or the next period. That is GreenFlow's rule of spending the budget
+  without the budget is taken if it spends no more over all the periods it touches. A
+  low λ widens and uncaps jobs to finish sooner; a high one shrinks, caps and defers them
+  into low-carbon slots or the next period. That is GreenFlow's rule of spending the budget
   where it buys the most completion time per gram.
 
 A job that no option lets meet its deadline starts as early as capacity allows at full
@@ -73,10 +73,10 @@ def heuristic(problem: Problem, carried: dict[float, float] | None = None) -> Re
         lambdas = np.minimum(lambdas, LAMBDA_MAX)
         result = greedy(problem, periods.cost(lambdas), periods, lambdas)
     if periods.over(result.carbon_by_period).any():
-        # still over: the plan without the budget, if it spends no more in the period
-        # now (a budget never makes the queue spend more than no budget would)
+        # still over: the plan without the budget, if it spends no more over all the
+        # periods it touches (a budget never makes the queue spend more than no budget)
         free = greedy(problem, problem.obj_cost, periods)
-        if free.carbon_by_period[0] <= result.carbon_by_period[0]:
+        if free.carbon_by_period.sum() <= result.carbon_by_period.sum():
             result = free
     result.periods = periods
     _mark_budget_breaks(problem, periods, result)

@@ -16,13 +16,11 @@ import numpy as np
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.policies.problem import Problem
 
-# Budget kept for the jobs still to arrive in a period, while any are expected: what a
-# full cluster of them would need at the least until arrivals end, times this. Arrivals
-# come in bursts that the recent load does not foresee, and the queue's frugal grams per
-# GPU-second understate theirs. On Philly jobs 69,000-69,299 (256 GPUs, within:24h, half
-# interruptible), a whole-run budget of 200 kg on DE-LU 2023 (no budget: 165 kg, fifo:
-# 292 kg) ended at 236 kg with the recent load x 2 (15 kg of forced starts), 230 kg with
-# a full cluster x 1.5, and 217 kg (18 kg forced: kept) with a full cluster x 2.
+# Budget kept for the jobs still to arrive in a period: their expected GPU-seconds (the
+# recent load over the rest of the period, less the queued jobs, which are part of that
+# load and planned already) at the grams per GPU-second the queued jobs reach when
+# frugal, times this (arrivals come in bursts the recent load does not foresee, and the
+# queue's frugal grams per GPU-second understate theirs); at most a full cluster's.
 ARRIVAL_HEDGE = 2.0
 LAMBDA_MAX = 1e9  # seconds per gram: carbon dominates completion time
 LOG_LAMBDA_MIN = -6.0
@@ -71,10 +69,11 @@ class Periods:
 
     def _expected(self) -> tuple[np.ndarray, np.ndarray]:
         """Per period: the grams of the queued jobs' most frugal options, and what is kept
-        for the jobs expected to arrive in it: while any are expected (the snapshot's
-        expected load), a full cluster of them from now to the period's end or the end of
-        arrivals, at the grams per GPU-second the queued jobs reach when frugal, times
-        ``ARRIVAL_HEDGE``."""
+        for the jobs expected to arrive in it: the snapshot's expected load (a share of
+        the GPUs) over the rest of the period or until arrivals end, less the GPU-seconds
+        of the jobs queued now (they are the recent arrivals, already in the plan: taken
+        off the earliest periods), at the grams per GPU-second the queued jobs reach when
+        frugal, times ``ARRIVAL_HEDGE``, and at most a full cluster's."""
         p, n = self.problem, len(self.bounds)
         base = self.choose(np.full(n, LAMBDA_MAX))
         snap, state = p.snapshot, self.state
@@ -96,8 +95,10 @@ class Periods:
         rows = np.arange(len(p.jobs))
         gpu_s = float(np.sum(p.gpus[rows, c] * np.where(p.has[rows, c], p.run_s[rows, c], 0)))
         per_gpu_s = float(base.sum()) / gpu_s if gpu_s > 0 else 0.0
-        rate = ARRIVAL_HEDGE * snap.total_gpus * per_gpu_s
-        return base, rate * self.window_s
+        full = snap.total_gpus * self.window_s  # a full cluster's GPU-seconds
+        expected = min(load, 1.0) * full
+        queued = np.diff(np.minimum(np.cumsum(expected), gpu_s), prepend=0.0)
+        return base, ARRIVAL_HEDGE * per_gpu_s * (expected - queued)
 
     def _pace(self) -> np.ndarray:
         """What the queued jobs may spend in each period: what is left of it, less what the
