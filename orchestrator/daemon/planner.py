@@ -247,18 +247,22 @@ def expected_load(
     """``Snapshot.expected_load`` from the queue (``store.submitted_since``: the jobs
     submitted over the last ``window_s``), by ``recent_load`` as in ``simulate``: each
     job at its width for its run-time estimate (``known``), else what it ran (started to
-    finished), else its ``--duration``, else the lab's default."""
+    finished), else its ``--duration``, else the lab's default, and at most ``window_s``.
+    A job that ended without ever starting (cancelled or failed while queued) asked for
+    nothing that was run: it is not counted."""
     if first is None or not submitted:
         return 0.0
     demand = 0.0
     for job_id, gpus, duration_s, started, finished in submitted:
+        if started is None and finished is not None:
+            continue
         if job_id in known:
             run_s = known[job_id].run_s
         elif started is not None and finished is not None:
             run_s = max(0.0, (finished - started).total_seconds())
         else:
             run_s = duration_s or default_run_s
-        demand += min(gpus, largest) * run_s
+        demand += min(gpus, largest) * min(run_s, window_s)
     return recent_load(demand, now_s, first.timestamp(), window_s, total_gpus)
 
 
