@@ -1,0 +1,127 @@
+"""The budget's reserve for arrivals, the recent load and the forced-start grams, as a
+user of the daemon meets them (issue 21, the review of "budgets kept online")."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from grid.forecasters import StepForecaster
+from grid.steps import StepSeries
+from orchestrator.daemon.planner import LivePlanner
+from orchestrator.planning.budgets import Budget, Ledger, expected_spend
+from orchestrator.planning.perfmodel import JobModel, curve_for
+from orchestrator.planning.policies import resolve_policy
+from orchestrator.planning.policies.base import QueuedJob, Snapshot
+from orchestrator.planning.policies.periods import Periods
+from orchestrator.planning.policies.problem import Problem
+from orchestrator.queue.models import Job
+
+T0 = datetime(2026, 3, 2, 6, 0, tzinfo=UTC)  # a Monday, 06:00 UTC: the day ends at +18 h
+NOW_S = T0.timestamp()
+
+
+def _job(i: int, **fields) -> Job:
+    base = dict(
+        id=i, state="queued", user="alice", uid=1000, command=["python", "train.py"],
+        workdir="/", gpus_min=4, gpus_max=4, submitted_at=T0 - timedelta(minutes=5),
+        duration_s=2 * 3600.0, deadline=T0 + timedelta(hours=20),
+    )  # fmt: skip
+    return Job(**(base | fields))
+
+
+def _feed():
+    values = np.full(3 * 96, 400.0)
+    values[24 + 48 : 24 + 58] = 100.0  # low only from +12 h to +14.5 h
+    series = StepSeries(NOW_S - 6 * 3600, 900.0, values)
+    feed = SimpleNamespace(series=lambda: series, age_s=lambda now: 0.0, version=1, last_error=None)
+    return feed, series
+
+
+def _planned_g(budget: Budget | None, load: float) -> float:
+    """What four 4-GPU 2 h jobs on 16 GPUs are planned to spend, over all periods."""
+    feed, series = _feed()
+    jobs = [_job(i) for i in range(1, 5)]
+    planner = LivePlanner(resolve_policy("budget"), 900.0, curve_for(None), feed=feed,
+                          budget=budget)  # fmt: skip
+    planner.schedule(T0, jobs, {}, [], 16, 8, 0.0, load=load)
+    plans = [planner._plan[j.id] for j in jobs]
+    return sum(expected_spend(d, d.power_w, series, NOW_S, 0.0)[0] for d in plans)
+
+
+def test_a_budget_never_plans_more_carbon_than_no_budget_for_a_lone_batch():
+    """The queue's own jobs make the recent load (4 x 4 GPUs x 2 h in 24 h on 16 GPUs):
+    they are not counted again as arrivals, so the reserve does not push them into the
+    next day at 400 g/kWh (2.26 kg before) and a 2 kg/day budget plans about what no
+    budget does (the low window at +12 h: 1.03 kg)."""
+    load = 4 * 4 * 7200.0 / (24 * 3600.0 * 16)
+    free = _planned_g(None, load)
+    assert free < 1100.0
+    assert _planned_g(Budget.parse("2kg/day"), load) <= free * 1.01
+
+
+def _periods(load: float, n_jobs: int = 4) -> Periods:
+    curve = curve_for("a40")
+    jobs = [
+        QueuedJob(
+            i,
+            2,
+            NOW_S,
+            duration_s=3600.0,
+            deadline_s=NOW_S + 13 * 3600,
+            model=JobModel(3600.0, 2, curve),
+        )
+        for i in range(n_jobs)
+    ]
+    series = StepSeries(NOW_S, 3600.0, np.full(48, 300.0))
+    snap = Snapshot(NOW_S, jobs, StepForecaster(series), total_gpus=64)
+    snap.budget = Ledger(Budget.parse("50kg/day")).state(NOW_S)
+    snap.expected_load = load
+    return Periods(Problem(snap))
+
+
+def test_the_arrivals_reserve_scales_with_the_expected_load():
+    """What is kept for arrivals grows with the load, a small load keeps a small share of
+    a full cluster's need, and the queued jobs (2 GPU-hours each) are taken off it."""
+    small, half, full = (_periods(x).arrivals[0] for x in (0.05, 0.5, 1.0))
+    assert 0 < small < half < full
+    assert half == pytest.approx(full * 0.5, rel=0.02)
+    # 18 h of a 5 % load on 64 GPUs: 57.6 GPU-hours; 40 queued jobs hold more than that
+    assert _periods(0.05, 4).arrivals[0] < _periods(0.05, 1).arrivals[0]
+    assert _periods(0.05, 40).arrivals[0] == 0.0
+
+
+def test_jobs_that_never_ran_add_no_load_and_a_job_adds_at_most_the_window(tmp_path):
+    """Three 8-GPU ``--duration 365d`` jobs submitted and cancelled at once made the
+    recent load 547.6 (and moved other users' plans through the GPU reserve): a job that
+    ended without starting counts nothing, and a long one at most the 24 h window."""
+    from orchestrator.daemon.planner import expected_load
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.store import submitted_since
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    at = T0 - timedelta(hours=2)
+    with db.write() as session:
+        session.add_all([_job(i) for i in range(1, 5)])
+        for k in range(3):  # cancelled before they started
+            session.add(_job(100 + k, user="bob", state="cancelled", gpus_min=8, gpus_max=8,
+                             duration_s=365 * 86400.0, deadline=None, submitted_at=at,
+                             finished_at=at))  # fmt: skip
+    with db.read() as session:
+        submitted, _ = submitted_since(session, T0 - timedelta(days=1))
+    assert len(submitted) == 7
+    day = 24 * 3600.0
+    mature = T0 - timedelta(days=30)  # a daemon in use for a month: the 24 h window
+    load = expected_load(submitted, mature, {}, 4 * 3600.0, NOW_S, 16, 8)
+    assert load == pytest.approx(4 * 4 * 7200.0 / (day * 16))
+    with db.write() as session:  # a year-long job, running: at most the window's worth
+        session.add(_job(200, state="running", gpus_min=8, gpus_max=8, submitted_at=at,
+                         started_at=at, duration_s=365 * 86400.0))  # fmt: skip
+    with db.read() as session:
+        submitted, _ = submitted_since(session, T0 - timedelta(days=1))
+    load = expected_load(submitted, mature, {}, 4 * 3600.0, NOW_S, 16, 8)
+    assert load == pytest.approx((4 * 4 * 7200.0 + 8 * day) / (day * 16))
