@@ -84,14 +84,16 @@ def _periods(load: float, n_jobs: int = 4) -> Periods:
 
 
 def test_the_arrivals_reserve_scales_with_the_expected_load():
-    """What is kept for arrivals grows with the load, a small load keeps a small share of
-    a full cluster's need, and the queued jobs (2 GPU-hours each) are taken off it."""
-    small, half, full = (_periods(x).arrivals[0] for x in (0.05, 0.5, 1.0))
-    assert 0 < small < half < full
-    assert half == pytest.approx(full * 0.5, rel=0.02)
-    # 18 h of a 5 % load on 64 GPUs: 57.6 GPU-hours; 40 queued jobs hold more than that
+    """What is kept for arrivals grows with the load (a small load keeps a small share of
+    the two full clusters kept before whatever the load), and the queued jobs, which are
+    the recent arrivals, are taken off the load first."""
+    small, more, busy = (_periods(x, 1).arrivals[0] for x in (0.01, 0.05, 1.0))
+    assert 0 < small < more < busy
+    # x 8, of at most 2 clusters, less the queued job (2 GPUs, about 1 h, of 24 h x 64)
+    assert small == pytest.approx(busy * 8 * (0.01 - 2 / 24 / 64) / 2, rel=0.05)
+    # four queued 2-GPU 1 h jobs are 8 GPU-hours of the load's 24 h x 64 GPUs
     assert _periods(0.05, 4).arrivals[0] < _periods(0.05, 1).arrivals[0]
-    assert _periods(0.05, 40).arrivals[0] == 0.0
+    assert _periods(8 / 24 / 64, 4).arrivals[0] == 0.0
 
 
 def test_jobs_that_never_ran_add_no_load_and_a_job_adds_at_most_the_window(tmp_path):
@@ -125,3 +127,56 @@ def test_jobs_that_never_ran_add_no_load_and_a_job_adds_at_most_the_window(tmp_p
         submitted, _ = submitted_since(session, T0 - timedelta(days=1))
     load = expected_load(submitted, mature, {}, 4 * 3600.0, NOW_S, 16, 8)
     assert load == pytest.approx((4 * 4 * 7200.0 + 8 * day) / (day * 16))
+
+
+def _forcing_planner(left_g: float) -> LivePlanner:
+    series = StepSeries(NOW_S - 86400, 900.0, np.full(96 * 5, 400.0))
+    feed = SimpleNamespace(series=lambda: series, age_s=lambda now: 0.0, version=1, last_error=None)
+    planner = LivePlanner(resolve_policy("budget"), 900.0, curve_for(None), feed=feed,
+                          budget=Budget.parse("10kg/day"))  # fmt: skip
+    planner._left = left_g
+    return planner
+
+
+def test_a_forced_start_books_what_it_spends_in_the_period_not_the_whole_run():
+    """A 48 h job on 4 GPUs (1.4 kW) its deadline forces at 23:00 with nothing left of
+    today: 0.56 kg falls in today, not the run's 26.9 kg."""
+    from orchestrator.planning.policies.base import Decision
+
+    at = datetime(2026, 3, 2, 23, 0, tzinfo=UTC).timestamp()
+    planner = _forcing_planner(0.0)
+    view = SimpleNamespace(gpus=4, model=None, duration_s=48 * 3600.0)
+    g, wh = planner.forced_spend(view, Decision(at, end_s=at + 48 * 3600, forced=True), at)
+    assert (g, wh) == pytest.approx((1400.0 * 0.4, 1400.0))
+
+
+def test_every_start_of_a_pass_takes_its_spending_off_what_is_left():
+    """An unforced start spends 0.56 kg of the 0.8 kg left this hour: a forced start
+    after it (another 0.56 kg) goes beyond the budget and is named."""
+    from orchestrator.planning.policies.base import Decision
+
+    at = datetime(2026, 3, 2, 23, 0, tzinfo=UTC).timestamp()
+    planner = _forcing_planner(800.0)
+    view = SimpleNamespace(gpus=4, model=None, duration_s=3600.0)
+    assert planner.forced_spend(view, Decision(at, end_s=at + 3600), at) is None
+    spend = planner.forced_spend(view, Decision(at, end_s=at + 3600, forced=True), at)
+    assert spend == pytest.approx((560.0, 1400.0))
+
+
+def test_a_second_forced_resume_adds_to_the_attempts_forced_grams(tmp_path):
+    from orchestrator.queue.attempts import note_forced
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Attempt
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        session.add(_job(1, state="running"))
+    with db.write() as session:
+        session.add(Attempt(job_id=1, number=1, state="running", node="n", run_dir="/"))
+    for grams in (300.0, 200.0):  # forced start, then a forced resume (--suspend stop)
+        with db.write() as session:
+            note_forced(session, 1, grams, grams * 2.5)
+    with db.read() as session:
+        att = session.get(Attempt, 1)
+        assert (att.forced_g, att.forced_wh) == pytest.approx((500.0, 1250.0))
