@@ -14,9 +14,10 @@ load expected to arrive; each takes its cheapest option that meets its latest fi
   queue may spend of each budget period (``Periods.target``: what is left, less what the
   jobs expected to arrive need). λ is found by bisection on the jobs' choices without
   capacity, then checked (and raised) with it. Where the plan still goes over, the plan
-  without the budget is taken if it spends no more over all the periods it touches. A
-  low λ widens and uncaps jobs to finish sooner; a high one shrinks, caps and defers them
-  into low-carbon slots or the next period. That is GreenFlow's rule of spending the budget
+  without the budget is taken if it spends no more over all the periods it touches and,
+  in the period now, no more than is left (or than the budgeted plan). A low λ widens
+  and uncaps jobs to finish sooner; a high one shrinks, caps and defers them into
+  low-carbon slots or the next period. That is GreenFlow's rule of spending the budget
   where it buys the most completion time per gram.
 
 A job that no option lets meet its deadline starts as early as capacity allows at full
@@ -75,8 +76,13 @@ def heuristic(problem: Problem, carried: dict[float, float] | None = None) -> Re
     if periods.over(result.carbon_by_period).any():
         # still over: the plan without the budget, if it spends no more over all the
         # periods it touches (a budget never makes the queue spend more than no budget)
+        # and, in the period now, within what is left or no more than the budgeted plan
+        # (later periods are replanned before they come)
         free = greedy(problem, problem.obj_cost, periods)
-        if free.carbon_by_period.sum() <= result.carbon_by_period.sum():
+        spent, alt = result.carbon_by_period, free.carbon_by_period
+        total = spent.sum()
+        kept = not periods.over(alt, paced=False)[0] or alt[0] <= spent[0] * (1 + 1e-9)
+        if alt.sum() <= total + 1e-6 * max(1.0, total) and kept:
             result = free
     result.periods = periods
     _mark_budget_breaks(problem, periods, result)
