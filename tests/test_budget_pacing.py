@@ -180,3 +180,28 @@ def test_a_second_forced_resume_adds_to_the_attempts_forced_grams(tmp_path):
     with db.read() as session:
         att = session.get(Attempt, 1)
         assert (att.forced_g, att.forced_wh) == pytest.approx((500.0, 1250.0))
+
+
+def test_the_simulators_recent_load_counts_a_job_at_most_for_the_window():
+    """``simulate`` counts the recent load as the daemon does: a 30-day job adds at most
+    its GPUs for the deferral window."""
+    from orchestrator.sim.engine import SimDaemon
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.runner import make_forecaster
+    from orchestrator.sim.scenario import Scenario
+    from tests.conftest import ROOT
+
+    scenario = Scenario.model_validate(
+        {
+            "policies": ["fifo"],
+            "jobs": {"source": "synthetic:count=5&days=1"},
+            "grid": {"source": "synthetic:days=3"},
+            "cluster": {"gpus": 8, "gpu": "a40"},
+        }
+    )
+    inputs = prepare(scenario, ROOT)
+    inputs.jobs.duration_s[0] = 30 * 86400.0
+    sim = SimDaemon(inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0))
+    added = np.diff(sim._gpu_s_cum)
+    assert added[0] == pytest.approx(inputs.jobs.gpus[0] * inputs.max_defer_s)
+    assert added[1:] == pytest.approx(inputs.jobs.gpus[1:] * inputs.jobs.duration_s[1:])
