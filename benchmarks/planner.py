@@ -20,12 +20,16 @@ trace's first jobs would queue for weeks) on 256 A40 GPUs, moved onto DE-LU 2023
   ``budget`` without a budget to fifo, on carbon, and on energy (a kWh budget);
   ``budget_adherence_unforced`` takes the grams of starts a deadline forced (listed in each
   run's ``budget.forced_jobs``) off what was emitted first.
+- ``lambda_evaluations``: over those budget runs, how often the jobs' choices were
+  evaluated (``Periods.choose``) in search of λ; ``--no-carry`` searches it from scratch
+  at each replan instead of from the last replan's (``lambda_carried``: false).
 
 Speed: one replan of 1,000 queued jobs (from the same sample, all submitted now) over a
 48 h horizon in 15-minute slots on 256 GPUs: ``replan_s_budget`` (without and with a
 budget: the larger; each the median of five), ``replan_s_optimal`` (30 s limit, best found).
 
     python benchmarks/planner.py [--grids DE-LU,GB] [--jobs 2000] [--quick] [--budgets-only]
+        [--no-carry]
 
 Each simulation runs in its own process, two at a time. Data come from
 ``$GRIDSHIFT_SHARED_DATA`` (default ../shared/data); without them: {"skipped": reason}.
@@ -47,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 SKIP = 69_000
 GPUS = 256
+CARRY = True  # λ carried between replans (``--no-carry``: from scratch each time)
 
 
 def data_dir() -> Path:
@@ -73,12 +78,26 @@ def scenario(grid: str, jobs: int, policy: str, forecast: str, budget: str | Non
 
 
 def one(spec: dict) -> dict:
+    from orchestrator.planning.policies.periods import Periods
     from orchestrator.sim.runner import simulate
     from orchestrator.sim.scenario import Scenario
 
+    # count the evaluations of the jobs' choices (``Periods.choose``: the λ search's
+    # unit of work); without ``carry``, each replan searches λ from scratch
+    count = [0]
+    choose, find = Periods.choose, Periods.find_lambdas
+
+    def counted(self, lambdas):
+        count[0] += 1
+        return choose(self, lambdas)
+
+    Periods.choose = counted
+    if not spec.pop("carry", True):
+        Periods.find_lambdas = lambda self, warm=None: find(self, None)
     outcome = simulate(Scenario.model_validate(spec), ROOT)
     (policy,) = spec["policies"]
     result = dict(outcome.results[policy])
+    result["lambda_evaluations"] = count[0]
     run = outcome.runs[policy]
     result["days"] = round(
         (float(run.finish_s.max()) - float(outcome.inputs.jobs.submit_s.min())) / 86400, 3
@@ -89,7 +108,7 @@ def one(spec: dict) -> dict:
 def run(spec: dict) -> dict:
     started = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, __file__, "--one", json.dumps(spec)],
+        [sys.executable, __file__, "--one", json.dumps(spec | {"carry": CARRY})],
         capture_output=True,
         text=True,
         check=False,
@@ -110,7 +129,7 @@ def run(spec: dict) -> dict:
 def keep(m: dict) -> dict:
     keys = ("carbon_kg", "energy_kwh", "avg_jct_h", "p95_jct_h", "deadline_misses",
             "forced_starts", "suspensions", "guard_suspensions", "wall_s", "budget",
-            "solver")  # fmt: skip
+            "solver", "lambda_evaluations")  # fmt: skip
     return {k: m[k] for k in keys if k in m}
 
 
@@ -141,6 +160,7 @@ def quality(grid: str, jobs: int, pool: ThreadPoolExecutor, budgets_only: bool =
     ratios = [adherence(m["budget"]) for m in kept]
     out["budget_adherence"] = max(r[0] for r in ratios)
     out["budget_adherence_unforced"] = max(r[1] for r in ratios)
+    out["lambda_evaluations"] = sum(m["lambda_evaluations"] for m in kept)
     return out
 
 
@@ -249,8 +269,15 @@ def main() -> None:
         action="store_true",
         help="fifo, budget and the budget runs (no oracle, no noisy forecast)",
     )
+    parser.add_argument(
+        "--no-carry",
+        action="store_true",
+        help="each replan searches the budget's λ from scratch (not from the last one's)",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    global CARRY
+    CARRY = not args.no_carry
     if args.one:
         print(json.dumps(one(json.loads(args.one))))
         return
@@ -284,6 +311,8 @@ def main() -> None:
                 out[key] = min(g[key] for g in grids.values())
         for key in ("budget_adherence", "budget_adherence_unforced"):
             out[key] = max(g[key] for g in grids.values())
+        out["lambda_carried"] = CARRY
+        out["lambda_evaluations"] = sum(g["lambda_evaluations"] for g in grids.values())
     print(json.dumps(out, indent=2))
 
 

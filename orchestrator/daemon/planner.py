@@ -194,11 +194,14 @@ class LivePlanner:
         return policy.plan(snap), {}
 
     def forced_spend(self, view, decision: Decision, now_s: float) -> tuple[float, float] | None:
-        """(g CO2e, Wh) that a start its deadline forced beyond the budget is expected to
-        spend, for ``show`` and ``budget``. None: not forced, no budget, or the period
-        has room for its spending in it (after what ran and what runs: ``_left``)."""
+        """Called for every start: what it is expected to spend in the budget's period is
+        taken off what is left of it (``_left``, after what ran and what runs), so later
+        starts of this pass find that much less. Returns (g CO2e, Wh) that a start its
+        deadline forced is expected to spend in the period, when that is more than what
+        was left, for ``show`` and ``budget``; None otherwise (not forced, no budget, or
+        room for it)."""
         budget, left = self.budget, self._left
-        if not decision.forced or budget is None or left is None or self.mode != "plan":
+        if budget is None or left is None or self.mode != "plan":
             return None
         series = self.feed.series() if self.feed is not None else None
         if series is None:
@@ -207,12 +210,12 @@ class LivePlanner:
         watts = view.model.power_w(gpus, cap) if view.model is not None else gpus * 350.0
         run_s = view.duration_s or self.default_run_s
         end = budget.period_of(now_s)[1]
-        in_period = expected_spend(decision, watts, series, now_s, run_s, end)
-        used = in_period[1] if budget.kind == "energy" else in_period[0]
-        self._left = left - used  # later starts of this plan find that much less
-        if used <= left + 1e-9 * max(1.0, abs(left)):
+        g, wh = expected_spend(decision, watts, series, now_s, run_s, end)
+        used = wh if budget.kind == "energy" else g
+        self._left = left - used  # later starts of this pass find that much less
+        if not decision.forced or used <= left + 1e-9 * max(1.0, abs(left)):
             return None
-        return expected_spend(decision, watts, series, now_s, run_s)
+        return g, wh
 
     def _budget_left(self, snap: Snapshot, state: BudgetState | None) -> float | None:
         """What is left of the period after what ran and what runs to its end (in the
@@ -247,18 +250,22 @@ def expected_load(
     """``Snapshot.expected_load`` from the queue (``store.submitted_since``: the jobs
     submitted over the last ``window_s``), by ``recent_load`` as in ``simulate``: each
     job at its width for its run-time estimate (``known``), else what it ran (started to
-    finished), else its ``--duration``, else the lab's default."""
+    finished), else its ``--duration``, else the lab's default, and at most ``window_s``.
+    A job that ended without ever starting (cancelled or failed while queued) asked for
+    nothing that was run: it is not counted."""
     if first is None or not submitted:
         return 0.0
     demand = 0.0
     for job_id, gpus, duration_s, started, finished in submitted:
+        if started is None and finished is not None:
+            continue
         if job_id in known:
             run_s = known[job_id].run_s
         elif started is not None and finished is not None:
             run_s = max(0.0, (finished - started).total_seconds())
         else:
             run_s = duration_s or default_run_s
-        demand += min(gpus, largest) * run_s
+        demand += min(gpus, largest) * min(run_s, window_s)
     return recent_load(demand, now_s, first.timestamp(), window_s, total_gpus)
 
 

@@ -124,10 +124,12 @@ def remaining_run_s(
 
 def note_forced(session: Session, job_id: int, grams: float, wh: float) -> None:
     """The job's latest attempt started because its deadline forced it against the
-    budget, expected to spend ``grams`` g CO2e and ``wh`` Wh (the first word stays)."""
+    budget, expected to spend ``grams`` g CO2e and ``wh`` Wh in the budget's period: added
+    to what its earlier forced starts (resumes of a stopped attempt) recorded."""
     att = session.exec(
         select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number).desc())
     ).first()
-    if att is not None and att.forced_g is None:
-        att.forced_g, att.forced_wh = grams, wh
+    if att is not None:
+        att.forced_g = (att.forced_g or 0.0) + grams
+        att.forced_wh = (att.forced_wh or 0.0) + wh
         session.add(att)

@@ -108,7 +108,8 @@ class SimDaemon:
         self._min_gpus = (inputs.min_gpus if inputs.min_gpus is not None else jobs.gpus).tolist()
         self._max_gpus = (inputs.max_gpus if inputs.max_gpus is not None else jobs.gpus).tolist()
         self._tables = inputs.tables or [None] * self.n
-        self._gpu_s_cum = np.concatenate(([0.0], np.cumsum(jobs.gpus * jobs.duration_s)))
+        run_s = np.minimum(jobs.duration_s, inputs.max_defer_s)  # at most the load's window
+        self._gpu_s_cum = np.concatenate(([0.0], np.cumsum(jobs.gpus * run_s)))
         self._load_from = 0
         self._priority = jobs.priority.tolist()
         self._deadline = [None if np.isnan(d) else float(d) for d in inputs.deadline_s]

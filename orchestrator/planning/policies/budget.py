@@ -14,7 +14,8 @@ load expected to arrive; each takes its cheapest option that meets its latest fi
   queue may spend of each budget period (``Periods.target``: what is left, less what the
   jobs expected to arrive need). λ is found by bisection on the jobs' choices without
   capacity, then checked (and raised) with it. Where the plan still goes over, the plan
-  without the budget is taken if it spends no more in the period now. A low λ widens
+  without the budget is taken if it spends no more over all the periods it touches and,
+  in the period now, no more than is left (or than the budgeted plan). A low λ widens
   and uncaps jobs to finish sooner; a high one shrinks, caps and defers them into
   low-carbon slots or the next period. That is GreenFlow's rule of spending the budget
   where it buys the most completion time per gram.
@@ -73,10 +74,15 @@ def heuristic(problem: Problem, carried: dict[float, float] | None = None) -> Re
         lambdas = np.minimum(lambdas, LAMBDA_MAX)
         result = greedy(problem, periods.cost(lambdas), periods, lambdas)
     if periods.over(result.carbon_by_period).any():
-        # still over: the plan without the budget, if it spends no more in the period
-        # now (a budget never makes the queue spend more than no budget would)
+        # still over: the plan without the budget, if it spends no more over all the
+        # periods it touches (a budget never makes the queue spend more than no budget)
+        # and, in the period now, within what is left or no more than the budgeted plan
+        # (later periods are replanned before they come)
         free = greedy(problem, problem.obj_cost, periods)
-        if free.carbon_by_period[0] <= result.carbon_by_period[0]:
+        spent, alt = result.carbon_by_period, free.carbon_by_period
+        total = spent.sum()
+        kept = not periods.over(alt, paced=False)[0] or alt[0] <= spent[0] * (1 + 1e-9)
+        if alt.sum() <= total + 1e-6 * max(1.0, total) and kept:
             result = free
     result.periods = periods
     _mark_budget_breaks(problem, periods, result)

@@ -16,13 +16,16 @@ import numpy as np
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.policies.problem import Problem
 
-# Budget kept for the jobs still to arrive in a period, while any are expected: what a
-# full cluster of them would need at the least until arrivals end, times this. Arrivals
-# come in bursts that the recent load does not foresee, and the queue's frugal grams per
-# GPU-second understate theirs. On Philly jobs 69,000-69,299 (256 GPUs, within:24h, half
-# interruptible), a whole-run budget of 200 kg on DE-LU 2023 (no budget: 165 kg, fifo:
-# 292 kg) ended at 236 kg with the recent load x 2 (15 kg of forced starts), 230 kg with
-# a full cluster x 1.5, and 217 kg (18 kg forced: kept) with a full cluster x 2.
+# Budget kept for the jobs still to arrive in a period: the GPU-seconds of the recent
+# load less the queued jobs' share of it (they are the recent arrivals, planned already),
+# times LOAD_HEDGE and at most ARRIVAL_HEDGE full clusters, over the rest of the period,
+# at the grams per GPU-second the queued jobs reach when frugal. Arrivals come in bursts
+# the recent load does not foresee, and the queue's frugal grams per GPU-second
+# understate theirs: on Philly jobs 69,000-69,299 (256 GPUs, within:24h, half
+# interruptible, `benchmarks/planner.py --budgets-only --jobs 300`), the worst adherence
+# over its eight budget runs was 1.024 with these (as with a full cluster x 2 whatever
+# the load), 1.064 with LOAD_HEDGE 4 and 1.164 with the load x 2 and no queue taken off.
+LOAD_HEDGE = 8.0
 ARRIVAL_HEDGE = 2.0
 LAMBDA_MAX = 1e9  # seconds per gram: carbon dominates completion time
 LOG_LAMBDA_MIN = -6.0
@@ -71,10 +74,11 @@ class Periods:
 
     def _expected(self) -> tuple[np.ndarray, np.ndarray]:
         """Per period: the grams of the queued jobs' most frugal options, and what is kept
-        for the jobs expected to arrive in it: while any are expected (the snapshot's
-        expected load), a full cluster of them from now to the period's end or the end of
-        arrivals, at the grams per GPU-second the queued jobs reach when frugal, times
-        ``ARRIVAL_HEDGE``."""
+        for the jobs expected to arrive in it: the snapshot's expected load (a share of
+        the GPUs) less the queued jobs' share of it (submitted within the deferral window,
+        the load's), times ``LOAD_HEDGE`` and at most ``ARRIVAL_HEDGE`` full clusters,
+        from now to the period's end or the end of arrivals, at the grams per GPU-second
+        the queued jobs reach when frugal."""
         p, n = self.problem, len(self.bounds)
         base = self.choose(np.full(n, LAMBDA_MAX))
         snap, state = p.snapshot, self.state
@@ -96,8 +100,15 @@ class Periods:
         rows = np.arange(len(p.jobs))
         gpu_s = float(np.sum(p.gpus[rows, c] * np.where(p.has[rows, c], p.run_s[rows, c], 0)))
         per_gpu_s = float(base.sum()) / gpu_s if gpu_s > 0 else 0.0
-        rate = ARRIVAL_HEDGE * snap.total_gpus * per_gpu_s
-        return base, rate * self.window_s
+        # the queued jobs' share of the load (each at most the window, as it counts them)
+        window = max(snap.max_defer_s, p.slot)
+        submitted = np.array([j.submitted_s for j in p.jobs])
+        run_s = np.minimum(np.where(p.has[rows, c], p.run_s[rows, c], 0.0), window)
+        queued = p.gpus[rows, c] * np.where(submitted >= p.now - window, run_s, 0.0)
+        arriving = max(load - float(queued.sum()) / (window * snap.total_gpus), 0.0)
+        clusters = min(LOAD_HEDGE * arriving, ARRIVAL_HEDGE)
+        expected = clusters * snap.total_gpus * self.window_s  # GPU-seconds
+        return base, per_gpu_s * expected
 
     def _pace(self) -> np.ndarray:
         """What the queued jobs may spend in each period: what is left of it, less what the
