@@ -10,6 +10,7 @@ each restart at ``checkpoint_s`` of the job's run in the slot it restarts in.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 
 import numpy as np
@@ -33,6 +34,18 @@ def runs(mask: np.ndarray) -> list[tuple[int, int]]:
     return list(zip(edges[::2], [b - 1 for b in edges[1::2]], strict=True))
 
 
+def _cum(lengths: np.ndarray) -> np.ndarray:
+    """Sums of ``lengths`` for ``_size``, leaving out the first (partly past) slot, so
+    that the sizes of pieces of whole slots are exact and ties stay ties."""
+    return np.concatenate(([0.0, 0.0], np.cumsum(lengths[1:])))
+
+
+def _size(cum: np.ndarray, lengths: np.ndarray, a: int, b: int) -> float:
+    """The seconds of slots a..b."""
+    size = float(cum[b + 1] - cum[a])
+    return size + float(lengths[0]) if a == 0 else size
+
+
 def settle(
     price: np.ndarray,
     lengths: np.ndarray,
@@ -49,17 +62,40 @@ def settle(
     mask = _lengthen(price, lengths, mask.copy(), run_s, min_len)
     if mask is None:
         return None
-    best = _cost(price, lengths, mask, run_s, min_len, checkpoint_s)
-    while len(runs(mask)) > 1:  # fill the gap whose filling saves most, while any does
+    cum = _cum(lengths)
+    finite = np.isfinite(price)
+    best = _cost(price, lengths, cum, mask, run_s, min_len, checkpoint_s)
+    while True:  # fill the gap whose filling saves most, while any does
         pieces = runs(mask)
+        if len(pieces) <= 1:
+            break
+        end_of = dict(pieces)
+        start_of = {b: a for a, b in pieces}
+        covered = float(lengths[mask].sum())
+        # the edges a shed may drop (one refused for its piece's size stays refused
+        # until that piece loses its other edge, which pushes both again)
+        base = [
+            (-float(price[i]), i)
+            for a, b in pieces
+            for i in {a, b}
+            if _fits(cum, lengths, min_len, a, b, i)
+        ]
+        heapq.heapify(base)
         trials = []
-        for (_, b), (a, _) in itertools.pairwise(pieces):
+        for (first, b), (a, last) in itertools.pairwise(pieces):
+            if not finite[b + 1 : a].all():
+                continue
             trial = mask.copy()
             trial[b + 1 : a] = True
-            if not np.isfinite(price[trial]).all():
-                continue
-            trial = _shed(price, lengths, trial, run_s, min_len)
-            trials.append((_cost(price, lengths, trial, run_s, min_len, checkpoint_s), trial))
+            ends, starts = dict(end_of), dict(start_of)
+            del ends[a], starts[b]
+            ends[first], starts[last] = last, first
+            heap = list(base)
+            heapq.heappush(heap, (-float(price[first]), first))
+            heapq.heappush(heap, (-float(price[last]), last))
+            grown = covered + float(cum[a] - cum[b + 1])
+            _shed(price, lengths, cum, trial, ends, starts, heap, grown, run_s, min_len)
+            trials.append((_cost(price, lengths, cum, trial, run_s, min_len, checkpoint_s), trial))
         if not trials:
             break
         cost, trial = min(trials, key=lambda x: x[0])
@@ -86,7 +122,8 @@ def piece_intervals(
     out = [[float(starts[a]), float(ends[b])] for a, b in runs(mask)]
     surplus = float(lengths[mask].sum()) - run_s
     if surplus > 1e-6:
-        i, at_end = _trim(price, lengths, mask, surplus, min(min_piece_s, run_s))
+        cum = _cum(lengths)
+        i, at_end = _trim(price, lengths, cum, runs(mask), surplus, min(min_piece_s, run_s))
         piece = next(k for k, (a, b) in enumerate(runs(mask)) if a <= i <= b)
         if at_end:
             out[piece][1] -= surplus
@@ -97,62 +134,107 @@ def piece_intervals(
 
 def _lengthen(price, lengths, mask, run_s, min_len):
     """Drop the shortest piece under ``min_len`` and add its time at the cheapest edges of
-    the others, until none is short."""
-    while True:
-        pieces = runs(mask)
-        if len(pieces) <= 1:
-            return mask
-        sizes = [float(lengths[a : b + 1].sum()) for a, b in pieces]
-        short = [k for k, n in enumerate(sizes) if n < min_len - 1e-6]
-        if not short:
-            return mask
-        a, b = pieces[min(short, key=lambda k: (sizes[k], k))]
-        mask[a : b + 1] = False
-        while float(lengths[mask].sum()) < run_s - 1e-6:
-            edge = np.zeros_like(mask)
-            edge[1:] |= mask[:-1]
-            edge[:-1] |= mask[1:]
-            cand = np.flatnonzero(edge & ~mask & np.isfinite(price))
-            if not len(cand):
-                return None
-            mask[int(cand[np.argmin(price[cand])])] = True
+    the others, until none is short. (The pieces are kept up to date as slots come and
+    go; the short pieces and the edge slots wait in heaps, checked when taken.)"""
+    cum = _cum(lengths)
+    finite = np.isfinite(price)
+    n = len(mask)
+    end_of = dict(runs(mask))  # piece start -> its last slot
+    start_of = {b: a for a, b in end_of.items()}
+    edges: list[tuple[float, int]] = []  # (price, slot) next to a piece
+    short: list[tuple[float, int]] = []  # (size, start) of a piece under min_len
 
+    def add_piece(a: int, b: int) -> None:
+        end_of[a], start_of[b] = b, a
+        size = _size(cum, lengths, a, b)
+        if size < min_len - 1e-6:
+            heapq.heappush(short, (size, a))
+        for j in (a - 1, b + 1):
+            if 0 <= j < n and finite[j]:
+                heapq.heappush(edges, (float(price[j]), j))
 
-def _shed(price, lengths, mask, run_s, min_len):
-    """Drop the dearest edge slots while the rest still covers ``run_s`` and no piece
-    falls under ``min_len``. (The pieces are found once and kept up to date: a dropped
-    edge slot shortens its piece, or removes it.)"""
-    mask = mask.copy()
-    pieces = runs(mask)
-    while True:
-        covered = float(lengths[mask].sum())
-        best = None  # ((-price, slot), piece)
-        for k, (a, b) in enumerate(pieces):
-            size = float(lengths[a : b + 1].sum())
-            for i in {a, b}:
-                left = size - float(lengths[i])
-                if covered - lengths[i] >= run_s - 1e-6 and (left >= min_len - 1e-6 or left <= 0):
-                    key = (-float(price[i]), i)
-                    if best is None or key < best[0]:
-                        best = (key, k)
-        if best is None:
-            return mask
-        (_, i), k = best
-        mask[i] = False
-        a, b = pieces[k]
-        if a == b:
-            del pieces[k]
+    for a, b in list(end_of.items()):
+        add_piece(a, b)
+    covered = float(lengths[mask].sum())
+    while len(end_of) > 1:
+        while short:
+            size, a = heapq.heappop(short)
+            if a in end_of and _size(cum, lengths, a, end_of[a]) == size:
+                break
         else:
-            pieces[k] = (a + 1, b) if i == a else (a, b - 1)
+            return mask
+        b = end_of.pop(a)
+        del start_of[b]
+        mask[a : b + 1] = False
+        covered -= size
+        while covered < run_s - 1e-6:
+            while edges:  # the cheapest slot next to the pieces left (lowest index on ties)
+                _, i = heapq.heappop(edges)
+                if not mask[i] and (i - 1 in start_of or i + 1 in end_of):
+                    break
+            else:
+                return None
+            mask[i] = True
+            covered += float(lengths[i])
+            lo, hi = i, i
+            if i - 1 in start_of:
+                lo = start_of.pop(i - 1)
+                del end_of[lo]
+            if i + 1 in end_of:
+                hi = end_of.pop(i + 1)
+                del start_of[hi]
+            add_piece(lo, hi)
+    return mask
 
 
-def _trim(price, lengths, mask, surplus, min_len) -> tuple[int, bool]:
+def _piece(end_of: dict, start_of: dict, i: int) -> tuple[int, int]:
+    """The (first, last) slots of the piece whose edge ``i`` is; (-1, -1) if none's."""
+    if i in end_of:
+        return i, end_of[i]
+    if i in start_of:
+        return start_of[i], i
+    return -1, -1
+
+
+def _fits(cum, lengths, min_len, a: int, b: int, i: int) -> bool:
+    """Whether dropping edge slot ``i`` leaves piece (a, b) at least ``min_len`` (or gone)."""
+    left = _size(cum, lengths, a, b) - float(lengths[i])
+    return left >= min_len - 1e-6 or left <= 0
+
+
+def _shed(price, lengths, cum, mask, end_of, start_of, heap, covered, run_s, min_len) -> None:
+    """Drop the dearest edge slots of ``mask`` (in place) while the rest still covers
+    ``run_s`` and no piece falls under ``min_len``. ``end_of``/``start_of``: its pieces,
+    kept up to date (a dropped edge slot shortens its piece, or removes it); ``heap``: its
+    edge slots as (-price, slot), checked when taken: a piece changes only by losing an
+    edge, whose new edges are pushed, and the cover only shrinks, so a slot refused once
+    stays refused."""
+    shortest = float(lengths.min())
+    while heap and covered - shortest >= run_s - 1e-6:
+        _, i = heapq.heappop(heap)
+        a, b = _piece(end_of, start_of, i)
+        if a < 0:
+            continue  # dropped already, or no longer an edge
+        if not (covered - lengths[i] >= run_s - 1e-6 and _fits(cum, lengths, min_len, a, b, i)):
+            continue
+        mask[i] = False
+        covered -= float(lengths[i])
+        del end_of[a], start_of[b]
+        if a == b:
+            continue
+        a, b = (a + 1, b) if i == a else (a, b - 1)
+        end_of[a], start_of[b] = b, a
+        for j in {a, b}:
+            heapq.heappush(heap, (-float(price[j]), j))
+
+
+def _trim(price, lengths, cum, pieces, surplus, min_len) -> tuple[int, bool]:
     """Where the surplus comes off: the dearest edge slot of a piece that stays at least
     ``min_len`` long (else of the longest piece), never the start of the first slot (now,
     or the job's release); True when at the piece's end."""
     options = []
-    for a, b in runs(mask):
-        size = float(lengths[a : b + 1].sum())
+    for a, b in pieces:
+        size = _size(cum, lengths, a, b)
         ok = size - surplus >= min_len - 1e-6
         options += [(not ok, -float(price[b]), -size, b, True)]
         if a > 0:  # a piece that starts now starts now: a later start would recede on replans
@@ -161,17 +243,17 @@ def _trim(price, lengths, mask, surplus, min_len) -> tuple[int, bool]:
     return i, at_end
 
 
-def _cost(price, lengths, mask, run_s, min_len, checkpoint_s) -> float:
+def _cost(price, lengths, cum, mask, run_s, min_len, checkpoint_s) -> float:
     """The price of ``mask``'s time, its surplus trimmed, and of its restarts; inf when
     the trim leaves a piece (of more than one) shorter than ``min_len``."""
     used = float(np.dot(price[mask], lengths[mask]))
     surplus = float(lengths[mask].sum()) - run_s
     pieces = runs(mask)
     if surplus > 1e-6:
-        i, _ = _trim(price, lengths, mask, surplus, min_len)
+        i, _ = _trim(price, lengths, cum, pieces, surplus, min_len)
         used -= float(price[i]) * surplus
         a, b = next(r for r in pieces if r[0] <= i <= r[1])
-        if len(pieces) > 1 and float(lengths[a : b + 1].sum()) - surplus < min_len - 1e-6:
+        if len(pieces) > 1 and _size(cum, lengths, a, b) - surplus < min_len - 1e-6:
             return np.inf
     restarts = [a for a, _ in pieces[1:]]
     return used + checkpoint_s * float(price[restarts].sum())
