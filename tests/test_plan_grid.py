@@ -4,6 +4,7 @@ suspended are each worth the checkpoint and restart they cost."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import numpy as np
@@ -70,8 +71,9 @@ def test_a_split_that_saves_less_than_a_restart_is_not_made():
     values[0:2], values[2], values[3:5] = 100.0, 105.0, 100.0
     pieces = plan(job(3600.0, True, checkpoint_s=600.0), values, DAY0)
     assert len(pieces) == 1, pieces
-    # where the saving is worth it (the gap is high), it still splits
-    values[2] = 900.0
+    # where the saving is worth it (the gap is high), it still splits, the restart's
+    # 10 min taken after the second low half hour
+    values[2], values[5] = 900.0, 300.0
     assert len(plan(job(3600.0, True, checkpoint_s=600.0), values, DAY0)) == 2
 
 
@@ -125,7 +127,9 @@ def test_the_daemons_planner_starts_on_the_signals_interval_and_carries_the_sett
     st.floats(0.01, 1),
     st.sampled_from([0.0, 300.0, 600.0, 1800.0]),
 )
-def test_settled_pieces_cover_the_run_and_none_is_short(prices, first_s, share, checkpoint_s):
+def test_settled_pieces_cover_the_run_and_its_restarts_and_none_is_short(
+    prices, first_s, share, checkpoint_s
+):
     price = np.asarray(prices)
     lengths = np.full(len(price), Q)
     lengths[0] = first_s  # the first slot, partly past
@@ -142,8 +146,9 @@ def test_settled_pieces_cover_the_run_and_none_is_short(prices, first_s, share, 
         return  # the planner keeps the job in one piece
     mask, cost = settled
     assert np.isfinite(cost) and np.isfinite(price[mask]).all()
-    pieces = piece_intervals(price, lengths, starts, mask, run_s, min_piece_s)
-    assert sum(b - a for a, b in pieces) == pytest.approx(run_s)
+    pieces = piece_intervals(price, lengths, starts, mask, run_s, min_piece_s, checkpoint_s)
+    # each restart loses a checkpoint's worth of run time, which the pieces hold too
+    assert sum(b - a for a, b in pieces) == pytest.approx(run_s + (len(pieces) - 1) * checkpoint_s)
     if len(pieces) > 1:
         assert min(b - a for a, b in pieces) >= min(min_piece_s, run_s) - 1e-6
 
@@ -156,4 +161,34 @@ def test_a_piece_that_can_start_now_is_not_trimmed_at_its_start():
     starts = np.array([0.0, 600.0, 1500.0, 2400.0])
     mask = np.array([True, True, True, False])
     mask, _ = settle(price, lengths, mask, 2370.0, 1800.0, 300.0)
-    assert piece_intervals(price, lengths, starts, mask, 2370.0, 1800.0) == ((0.0, 2370.0),)
+    assert piece_intervals(price, lengths, starts, mask, 2370.0, 1800.0, 300.0) == ((0.0, 2370.0),)
+
+
+def test_pieces_hold_their_restarts_and_end_by_the_deadline():
+    # a 2 h job, restarts costing 30 min, due in 3 h; low at both ends: two 1 h pieces
+    # would leave the restart's 30 min past the deadline
+    values = np.full(96, 900.0)
+    values[0:4], values[8:12] = 100.0, 100.0
+    j = dataclasses.replace(job(7200.0, True, checkpoint_s=1800.0), deadline_s=DAY0 + 3 * 3600)
+    pieces = plan(j, values, DAY0)
+    run_s = 7200.0 if len(pieces) == 1 else sum(b - a for a, b in pieces) - 1800.0
+    assert run_s >= 7200.0 - 1e-6, pieces  # the job's work (at a cap, more) and the restart
+    assert pieces[-1][1] <= DAY0 + 3 * 3600 + 1e-6, pieces
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from([100.0, 300.0, 500.0, 900.0]), min_size=40, max_size=120),
+    st.sampled_from([600.0, 3600.0, 7200.0, 20000.0]),
+    st.sampled_from([1.0, 300.0, 1800.0, 7200.0]),
+    st.floats(0, Q),
+    st.floats(1.0, 4.0),
+)
+def test_planned_pieces_end_by_the_deadline_restarts_included(values, run_s, ck, late_s, slack):
+    now = DAY0 + late_s
+    j = QueuedJob(1, 1, DAY0, duration_s=run_s, deadline_s=now + run_s * slack,
+                  interruptible=True, model=JobModel(run_s, 1, A40), checkpoint_s=ck)  # fmt: skip
+    pieces = plan(j, values, now)
+    if len(pieces) > 1:
+        assert sum(b - a for a, b in pieces) >= run_s + (len(pieces) - 1) * ck - 1e-6, pieces
+    assert pieces[-1][1] <= j.deadline_s + 1e-6, pieces

@@ -331,7 +331,9 @@ def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas, bound=np
         if settled is None:
             continue
         mask, cost = settled
-        intervals = piece_intervals(price, lengths, edges_a, mask, cfg.run_s, shortest_s)
+        intervals = piece_intervals(
+            price, lengths, edges_a, mask, cfg.run_s, shortest_s, job.checkpoint_s
+        )
         if lambdas is not None:  # + completion time: the end of the last piece
             cost += intervals[-1][1] - job.submitted_s
         if best is None or (cost, c) < (best[2], best[0]):

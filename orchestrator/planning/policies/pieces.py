@@ -4,8 +4,9 @@ A job run in pieces checkpoints at the end of each but the last and restarts at 
 of each but the first; a restart loses about ``checkpoint_s`` of run time (saving the state,
 loading it again, warming up). From the slots the cheapest selection took, ``settle`` keeps
 no piece shorter than ``min_piece_s`` (a short piece's slots go to its neighbours' edges),
-fills a gap between two pieces when what the gap saves is less than a restart, and prices
-each restart at ``checkpoint_s`` of the job's run in the slot it restarts in.
+fills a gap between two pieces when what the gap saves is less than a restart, and gives
+each restart ``checkpoint_s`` more of the job's run (``run_needed_s``): the pieces cover the
+job's run time and its restarts', so a job planned in pieces still ends by its deadline.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def _size(cum: np.ndarray, lengths: np.ndarray, a: int, b: int) -> float:
     return size + float(lengths[0]) if a == 0 else size
 
 
+def run_needed_s(run_s: float, checkpoint_s: float, pieces: int) -> float:
+    """The run time a job of ``run_s`` needs in ``pieces`` pieces: each restart loses
+    ``checkpoint_s`` (saving the state, loading it again, warming up)."""
+    return run_s + max(pieces - 1, 0) * checkpoint_s
+
+
 def settle(
     price: np.ndarray,
     lengths: np.ndarray,
@@ -59,7 +66,7 @@ def settle(
     ``run_s``. Returns (mask, cost) with every piece at least ``min(min_piece_s, run_s)``
     long once the surplus is trimmed, or None when the neighbours have no room."""
     min_len = min(min_piece_s, run_s)
-    mask = _lengthen(price, lengths, mask.copy(), run_s, min_len)
+    mask = _lengthen(price, lengths, mask.copy(), run_s, min_len, checkpoint_s)
     if mask is None:
         return None
     cum = _cum(lengths)
@@ -94,7 +101,9 @@ def settle(
             heapq.heappush(heap, (-float(price[first]), first))
             heapq.heappush(heap, (-float(price[last]), last))
             grown = covered + float(cum[a] - cum[b + 1])
-            _shed(price, lengths, cum, trial, ends, starts, heap, grown, run_s, min_len)
+            _shed(
+                price, lengths, cum, trial, ends, starts, heap, grown, run_s, min_len, checkpoint_s
+            )
             trials.append((_cost(price, lengths, cum, trial, run_s, min_len, checkpoint_s), trial))
         if not trials:
             break
@@ -115,12 +124,13 @@ def piece_intervals(
     mask: np.ndarray,
     run_s: float,
     min_piece_s: float,
+    checkpoint_s: float,
 ) -> tuple[tuple[float, float], ...]:
-    """The (start, end) pieces of ``mask``, its surplus over ``run_s`` trimmed where
-    ``_trim`` says."""
+    """The (start, end) pieces of ``mask``, its surplus over the run time they need
+    (``run_needed_s``) trimmed where ``_trim`` says."""
     ends = starts + lengths
     out = [[float(starts[a]), float(ends[b])] for a, b in runs(mask)]
-    surplus = float(lengths[mask].sum()) - run_s
+    surplus = float(lengths[mask].sum()) - run_needed_s(run_s, checkpoint_s, len(out))
     if surplus > 1e-6:
         cum = _cum(lengths)
         i, at_end = _trim(price, lengths, cum, runs(mask), surplus, min(min_piece_s, run_s))
@@ -132,10 +142,11 @@ def piece_intervals(
     return tuple((a, b) for a, b in out)
 
 
-def _lengthen(price, lengths, mask, run_s, min_len):
-    """Drop the shortest piece under ``min_len`` and add its time at the cheapest edges of
-    the others, until none is short. (The pieces are kept up to date as slots come and
-    go; the short pieces and the edge slots wait in heaps, checked when taken.)"""
+def _lengthen(price, lengths, mask, run_s, min_len, checkpoint_s):
+    """Drop the shortest piece under ``min_len`` and add the cheapest edge slots of the
+    others while the pieces cover less than the run time they need, until none is short.
+    (The pieces are kept up to date as slots come and go; the short pieces and the edge
+    slots wait in heaps, checked when taken.)"""
     cum = _cum(lengths)
     finite = np.isfinite(price)
     n = len(mask)
@@ -156,18 +167,18 @@ def _lengthen(price, lengths, mask, run_s, min_len):
     for a, b in list(end_of.items()):
         add_piece(a, b)
     covered = float(lengths[mask].sum())
-    while len(end_of) > 1:
-        while short:
+    while True:
+        dropped = False
+        while len(end_of) > 1 and short:
             size, a = heapq.heappop(short)
             if a in end_of and _size(cum, lengths, a, end_of[a]) == size:
+                b = end_of.pop(a)
+                del start_of[b]
+                mask[a : b + 1] = False
+                covered -= size
+                dropped = True
                 break
-        else:
-            return mask
-        b = end_of.pop(a)
-        del start_of[b]
-        mask[a : b + 1] = False
-        covered -= size
-        while covered < run_s - 1e-6:
+        while covered < run_needed_s(run_s, checkpoint_s, len(end_of)) - 1e-6:
             while edges:  # the cheapest slot next to the pieces left (lowest index on ties)
                 _, i = heapq.heappop(edges)
                 if not mask[i] and (i - 1 in start_of or i + 1 in end_of):
@@ -184,7 +195,8 @@ def _lengthen(price, lengths, mask, run_s, min_len):
                 hi = end_of.pop(i + 1)
                 del start_of[hi]
             add_piece(lo, hi)
-    return mask
+        if not dropped:
+            return mask
 
 
 def _piece(end_of: dict, start_of: dict, i: int) -> tuple[int, int]:
@@ -202,28 +214,47 @@ def _fits(cum, lengths, min_len, a: int, b: int, i: int) -> bool:
     return left >= min_len - 1e-6 or left <= 0
 
 
-def _shed(price, lengths, cum, mask, end_of, start_of, heap, covered, run_s, min_len) -> None:
-    """Drop the dearest edge slots of ``mask`` (in place) while the rest still covers
-    ``run_s`` and no piece falls under ``min_len``. ``end_of``/``start_of``: its pieces,
-    kept up to date (a dropped edge slot shortens its piece, or removes it); ``heap``: its
-    edge slots as (-price, slot), checked when taken: a piece changes only by losing an
-    edge, whose new edges are pushed, and the cover only shrinks, so a slot refused once
-    stays refused."""
+def _shed(
+    price, lengths, cum, mask, end_of, start_of, heap, covered, run_s, min_len, checkpoint_s
+) -> None:
+    """Drop the dearest edge slots of ``mask`` (in place) while the rest still covers the
+    run time its pieces need and no piece falls under ``min_len``. ``end_of``/``start_of``:
+    its pieces, kept up to date (a dropped edge slot shortens its piece, or removes it);
+    ``heap``: its edge slots as (-price, slot), checked when taken: a piece changes only by
+    losing an edge, whose new edges are pushed, and the cover only shrinks, so a slot
+    refused once stays refused, unless a piece is gone: then the run time needed shrinks
+    too, and the slots refused for the cover are taken again."""
     shortest = float(lengths.min())
-    while heap and covered - shortest >= run_s - 1e-6:
-        _, i = heapq.heappop(heap)
+    refused: list[tuple[float, int]] = []  # for the cover
+    singles = sum(a == b for a, b in end_of.items())  # pieces of one slot, which may go
+    while heap:
+        # the least run time needed once one more slot is dropped
+        fewest = len(end_of) - 1 - (singles > 0)
+        if covered - shortest < run_s + max(fewest, 0) * checkpoint_s - 1e-6:
+            break
+        entry = heapq.heappop(heap)
+        i = entry[1]
         a, b = _piece(end_of, start_of, i)
         if a < 0:
             continue  # dropped already, or no longer an edge
-        if not (covered - lengths[i] >= run_s - 1e-6 and _fits(cum, lengths, min_len, a, b, i)):
+        if not _fits(cum, lengths, min_len, a, b, i):
+            continue
+        need = run_s + max(len(end_of) - 1 - (a == b), 0) * checkpoint_s
+        if covered - lengths[i] < need - 1e-6:
+            refused.append(entry)
             continue
         mask[i] = False
         covered -= float(lengths[i])
         del end_of[a], start_of[b]
         if a == b:
+            singles -= 1
+            for entry in refused if checkpoint_s > 0 else ():
+                heapq.heappush(heap, entry)
+            refused.clear()
             continue
         a, b = (a + 1, b) if i == a else (a, b - 1)
         end_of[a], start_of[b] = b, a
+        singles += a == b
         for j in {a, b}:
             heapq.heappush(heap, (-float(price[j]), j))
 
@@ -244,16 +275,16 @@ def _trim(price, lengths, cum, pieces, surplus, min_len) -> tuple[int, bool]:
 
 
 def _cost(price, lengths, cum, mask, run_s, min_len, checkpoint_s) -> float:
-    """The price of ``mask``'s time, its surplus trimmed, and of its restarts; inf when
-    the trim leaves a piece (of more than one) shorter than ``min_len``."""
+    """The price of ``mask``'s time, its surplus over the run time its pieces need (the
+    job's and the restarts') trimmed; inf when the trim leaves a piece (of more than one)
+    shorter than ``min_len``."""
     used = float(np.dot(price[mask], lengths[mask]))
-    surplus = float(lengths[mask].sum()) - run_s
     pieces = runs(mask)
+    surplus = float(lengths[mask].sum()) - run_needed_s(run_s, checkpoint_s, len(pieces))
     if surplus > 1e-6:
         i, _ = _trim(price, lengths, cum, pieces, surplus, min_len)
         used -= float(price[i]) * surplus
         a, b = next(r for r in pieces if r[0] <= i <= r[1])
         if len(pieces) > 1 and _size(cum, lengths, a, b) - surplus < min_len - 1e-6:
             return np.inf
-    restarts = [a for a, _ in pieces[1:]]
-    return used + checkpoint_s * float(price[restarts].sum())
+    return used
