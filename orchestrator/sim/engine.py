@@ -308,6 +308,8 @@ class SimDaemon:
         cap = decision.piece_config(piece)[1]
         width = width_of(job, decision, now)
         model = self._model(i)
+        if self.done[i] > 0:  # resumed from a checkpoint: it loses checkpoint_s of run
+            self.done[i] = max(0.0, self.done[i] - job.checkpoint_s * model.throughput(width, cap))
         self._attempt_id += 1
         att_id = self._attempt_id
         work = Workload(
@@ -363,8 +365,8 @@ class SimDaemon:
 
     def _requeue(self, att: _Attempt, now: float) -> None:
         i = att.job.id
-        remaining = self._duration[i] * (1.0 - self.done[i])
-        job = self._queued(i, remaining)
+        job = self._queued(i, self._duration[i] * (1.0 - self.done[i]))
+        job = replace(job, duration_s=job.duration_s + job.checkpoint_s)  # + restart's loss
         d = att.decision
         keep = [k for k, (a, _) in enumerate(d.intervals or ()) if a >= now - 1e-6]
         rest = tuple(d.intervals[k] for k in keep)

@@ -24,6 +24,7 @@ from orchestrator.planning.policies.base import (
     QueuedJob,
     Snapshot,
 )
+from orchestrator.planning.policies.pieces import run_needed_s
 
 
 class Fifo(Policy):
@@ -66,8 +67,16 @@ class LowestSlots(LowestWindow):
         finish = job.latest_finish_s(snapshot.max_defer_s)
         if finish - now <= run:
             return Decision(now)
-        intervals = lowest_slots(snapshot.forecast, now, finish, run, snapshot.now_s)
-        return Decision(intervals[0][0], intervals)
+        # the pieces hold the job's run and each restart's (``pieces.run_needed_s``)
+        need = run
+        while True:
+            intervals = lowest_slots(snapshot.forecast, now, finish, need, snapshot.now_s)
+            more = run_needed_s(run, job.checkpoint_s, len(intervals))
+            if more <= need + 1e-6:
+                return Decision(intervals[0][0], intervals)
+            if finish - now <= more:
+                return Decision(now)
+            need = more
 
 
 def lowest_window_start(
