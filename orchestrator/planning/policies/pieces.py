@@ -178,7 +178,11 @@ def _lengthen(price, lengths, mask, run_s, min_len, checkpoint_s):
                 covered -= size
                 dropped = True
                 break
-        while covered < run_needed_s(run_s, checkpoint_s, len(end_of)) - 1e-6:
+        # while short pieces go, the job's run; then its restarts' too (counted before,
+        # the restarts of pieces about to go would pull in slots no piece needs)
+        while (
+            covered < (run_s if dropped else run_needed_s(run_s, checkpoint_s, len(end_of))) - 1e-6
+        ):
             while edges:  # the cheapest slot next to the pieces left (lowest index on ties)
                 _, i = heapq.heappop(edges)
                 if not mask[i] and (i - 1 in start_of or i + 1 in end_of):
