@@ -234,7 +234,7 @@ def _shed(
     while heap:
         # the least run time needed once one more slot is dropped
         fewest = len(end_of) - 1 - (singles > 0)
-        if covered - shortest < run_s + max(fewest, 0) * checkpoint_s - 1e-6:
+        if covered - shortest < run_s + (fewest if fewest > 0 else 0) * checkpoint_s - 1e-6:
             break
         entry = heapq.heappop(heap)
         i = entry[1]
@@ -256,11 +256,13 @@ def _shed(
                 heapq.heappush(heap, entry)
             refused.clear()
             continue
-        a, b = (a + 1, b) if i == a else (a, b - 1)
+        # its new edge; the other is in the heap still, or was refused: by the cover (then
+        # in ``refused``) or by its piece's size, which only shrank, unless to one slot:
+        # then the new edge is that slot
+        a, b, new = (a + 1, b, a + 1) if i == a else (a, b - 1, b - 1)
         end_of[a], start_of[b] = b, a
         singles += a == b
-        for j in {a, b}:
-            heapq.heappush(heap, (-float(price[j]), j))
+        heapq.heappush(heap, (-float(price[new]), new))
 
 
 def _trim(price, lengths, cum, pieces, surplus, min_len) -> tuple[int, bool]:
