@@ -203,15 +203,6 @@ def _lengthen(price, lengths, mask, run_s, min_len, checkpoint_s):
             return mask
 
 
-def _piece(end_of: dict, start_of: dict, i: int) -> tuple[int, int]:
-    """The (first, last) slots of the piece whose edge ``i`` is; (-1, -1) if none's."""
-    if i in end_of:
-        return i, end_of[i]
-    if i in start_of:
-        return start_of[i], i
-    return -1, -1
-
-
 def _fits(cum, lengths, min_len, a: int, b: int, i: int) -> bool:
     """Whether dropping edge slot ``i`` leaves piece (a, b) at least ``min_len`` (or gone)."""
     left = _size(cum, lengths, a, b) - float(lengths[i])
@@ -231,6 +222,7 @@ def _shed(
     shortest = float(lengths.min())
     refused: list[tuple[float, int]] = []  # for the cover
     singles = sum(a == b for a, b in end_of.items())  # pieces of one slot, which may go
+    sums, secs, first_s = cum.tolist(), lengths.tolist(), float(lengths[0])  # (fast to read)
     while heap:
         # the least run time needed once one more slot is dropped
         fewest = len(end_of) - 1 - (singles > 0)
@@ -238,13 +230,17 @@ def _shed(
             break
         entry = heapq.heappop(heap)
         i = entry[1]
-        a, b = _piece(end_of, start_of, i)
-        if a < 0:
+        if i in end_of:  # (its piece, and _fits inlined)
+            a, b = i, end_of[i]
+        elif i in start_of:
+            a, b = start_of[i], i
+        else:
             continue  # dropped already, or no longer an edge
-        if not _fits(cum, lengths, min_len, a, b, i):
+        left = sums[b + 1] - sums[a] + (first_s if a == 0 else 0.0) - secs[i]
+        if not (left >= min_len - 1e-6 or left <= 0):
             continue
-        need = run_s + max(len(end_of) - 1 - (a == b), 0) * checkpoint_s
-        if covered - lengths[i] < need - 1e-6:
+        drops = len(end_of) - 1 - (a == b)
+        if covered - secs[i] < run_s + (drops if drops > 0 else 0) * checkpoint_s - 1e-6:
             refused.append(entry)
             continue
         mask[i] = False
