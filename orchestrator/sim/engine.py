@@ -200,7 +200,8 @@ class SimDaemon:
         if not self._held:
             return [], {}, {}
         held = [self._queued(i, self._duration[i]) for i in self._held]
-        ends = {a.job.id: a.end_s for a in self._running.values()}
+        # a job running in pieces ends with its plan's last piece, not the current one
+        ends = {a.job.id: max(c.end_s for c in held_pieces(a, now)) for a in self._running.values()}
         return held, {i: list(self._after[i]) for i in self._held}, ends
 
     def plan(self, now: float) -> Scheduler:
