@@ -1,5 +1,6 @@
 """A job's own checkpoint cost (``submit --checkpoint-cost``): stored, shown, planned with
-(else the lab's ``daemon.checkpoint_cost``), bounded like the lab's."""
+(else the lab's ``daemon.checkpoint_cost``), bounded like the lab's; and ``simulate
+--checkpoint-cost`` for the interruptible jobs of a what-if run."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from orchestrator.errors import SpecError
+from orchestrator.sim.runner import simulate
+from orchestrator.sim.scenario import Scenario
+from tests.conftest import ROOT
 
 
 def test_submit_stores_and_shows_the_jobs_own_cost(cli):
@@ -69,3 +73,36 @@ def test_the_daemons_planner_plans_with_the_jobs_own_cost_else_the_labs():
     scheduler = planner.schedule(now, [job(1, 1200.0), job(2, None), job(3, 0.0)], {}, [], 8, 8, 0)
     costs = {view.id: view.checkpoint_s for view, _ in scheduler.planned()}
     assert costs == {1: 1200.0, 2: 420.0, 3: 0.0}
+
+
+def _whatif(**jobs) -> Scenario:
+    return Scenario.model_validate(
+        {
+            "policies": ["fifo", "budget"],
+            "jobs": {"source": "synthetic:count=150&days=14", "interruptible": 0.5, **jobs},
+            "grid": {"source": "synthetic:mean=300&days=21&solar=0.35&weekly=0.1&noise=0.08"},
+            "cluster": {"gpus": 32},
+        }
+    )
+
+
+def test_simulate_plans_with_the_scenarios_checkpoint_cost():
+    free = simulate(_whatif(checkpoint_cost="0"), ROOT)
+    dear = simulate(_whatif(checkpoint_cost="1d"), ROOT)
+    assert simulate(_whatif(), ROOT).inputs.checkpoint_s == 300.0  # the default, 5m
+    assert free.to_json()["scenario"]["checkpoint_s"] == 0.0
+    assert dear.to_json()["scenario"]["checkpoint_s"] == 86400.0
+    # a restart that costs a day of run time is never worth it; a free one often is
+    assert dear.results["budget"]["suspensions"] == 0
+    assert free.results["budget"]["suspensions"] > 0
+
+
+@pytest.mark.backends("sqlite")
+def test_simulate_flag_is_echoed_and_bounded(cli):
+    example = str(ROOT / "examples" / "whatif.toml")
+    args = ("simulate", example, "--policy", "fifo", "--max-jobs", "30", "--json")
+    data = cli.json(*args, "--checkpoint-cost", "10m")
+    assert data["scenario"]["checkpoint_s"] == 600.0
+    proc = cli.run(*args, "--checkpoint-cost", "2d", check=False)
+    assert proc.returncode == 2 and "checkpoint cost '2d'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
