@@ -250,6 +250,7 @@ class SimDaemon:
             min_gpus=self._min_gpus[i],
             max_gpus=self._max_gpus[i],
             model=self._model(i),
+            checkpoint_s=self.inputs.checkpoint_s,
         )
 
     def _context(self, now: float) -> dict:
