@@ -20,7 +20,7 @@ With a grid signal the daemon plans each job in time. Without
 (--within 12h: up to 12 h less its run time); --now (or --within 0)
 starts it as soon as GPUs are free. Its run time is --duration, else
 measured from its progress reports (GRIDSHIFT_PROGRESS_FILE), else
-that of earlier runs of its --name, else the lab's default_duration
+that of your earlier runs of its --name, else the lab's default_duration
 (4h unless configured). The id goes to stdout; what the daemon will
 do with the job, to stderr.
 
