@@ -18,6 +18,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -177,12 +178,12 @@ class GridSettings(BaseModel):
     carbon_aware: ProviderSettings = Field(default_factory=ProviderSettings)
 
 
-def _duration(value: str | None) -> str | None:
+def _duration(value: str | None, checkpoint: bool = False) -> str | None:
     if value is not None:
-        from orchestrator.timeparse import parse_duration_s
+        from orchestrator.timeparse import parse_checkpoint_s, parse_duration_s
 
         try:
-            parse_duration_s(value)
+            (parse_checkpoint_s if checkpoint else parse_duration_s)(value)
         except Exception as exc:
             raise ValueError(str(exc)) from None
     return value
@@ -206,7 +207,9 @@ class DaemonSettings(BaseModel):
         "and no earlier run of its name; 1m to 7d",
     )
     checkpoint_cost: str = Field(
-        default="5m", description="run time a suspension (checkpoint, restart) costs a job"
+        default="5m",
+        description="run time a suspension (checkpoint, restart) costs a job without its "
+        "own --checkpoint-cost; 0 to 1d",
     )
     objective: str = "carbon"
     suspend: Literal["signal", "stop"] = "signal"
@@ -241,12 +244,12 @@ class DaemonSettings(BaseModel):
         "discovery",
         "lease",
         "default_duration",
-        "checkpoint_cost",
+        "checkpoint_cost",  # 0 to 1d (timeparse.parse_checkpoint_s)
         mode="after",
     )
     @classmethod
-    def _durations(cls, value: str | None) -> str | None:
-        return _duration(value)
+    def _durations(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _duration(value, checkpoint=info.field_name == "checkpoint_cost")
 
     @field_validator("slot", mode="after")
     @classmethod
@@ -294,10 +297,12 @@ class DaemonSettings(BaseModel):
         return value
 
     def seconds(self, name: str) -> float | None:
-        from orchestrator.timeparse import parse_duration_s
+        from orchestrator.timeparse import parse_checkpoint_s, parse_duration_s
 
         value = getattr(self, name)
-        return None if value is None else parse_duration_s(value)
+        if value is None:
+            return None
+        return parse_checkpoint_s(value) if name == "checkpoint_cost" else parse_duration_s(value)
 
 
 class Settings(BaseSettings):

@@ -17,14 +17,22 @@ MAX_DURATION_TEXT = "one year (365d)"
 #: A deadline given as a date may lie further out (a "some time this decade" date), but
 #: not without bound: ten years.
 MAX_DEADLINE_S = 10 * 365 * 86400.0
+#: The largest checkpoint cost, per job or the lab's: one day.
+MAX_CHECKPOINT_S = 86400.0
+MAX_CHECKPOINT_TEXT = "one day (1d)"
 
 
 def parse_duration_s(text: str) -> float:
     """Seconds in a duration such as ``45s``, ``90m``, ``2h30m``, ``1.5h``, ``1d12h``, ``1w``.
     A unit is required on every number; the total is more than zero and at most
     ``MAX_DURATION_S`` (one year)."""
+    return check_seconds(_total_s(text), text)
+
+
+def _total_s(text: str, what: str = "duration") -> float:
+    """The seconds ``text`` adds up to, unchecked; a SpecError if it is not a duration."""
     if not isinstance(text, str):
-        raise SpecError(f"invalid duration {text!r}: use e.g. 45s, 90m, 2h30m, 1.5h or 1d")
+        raise SpecError(f"invalid {what} {text!r}: use e.g. 45s, 90m, 2h30m, 1.5h or 1d")
     cleaned = text.strip().lower().replace(" ", "")
     pos, total = 0, 0.0
     for match in _PART.finditer(cleaned):
@@ -33,8 +41,24 @@ def parse_duration_s(text: str) -> float:
         total += float(match.group(1)) * _UNITS_S[match.group(2)]
         pos = match.end()
     if not cleaned or pos != len(cleaned):
-        raise SpecError(f"invalid duration {text!r}: use e.g. 45s, 90m, 2h30m, 1.5h or 1d")
-    return check_seconds(total, text)
+        raise SpecError(f"invalid {what} {text!r}: use e.g. 45s, 90m, 2h30m, 1.5h or 1d")
+    return total
+
+
+def parse_checkpoint_s(value: str | float) -> float:
+    """A checkpoint cost (the run time a suspension and restart cost a job): a duration
+    as text (``10m``; ``0`` or ``0s``: free) or a number of seconds, from zero to
+    ``MAX_CHECKPOINT_S`` (one day; a larger cost would silently stop all splitting)."""
+    given = value
+    if isinstance(value, str):
+        value = 0.0 if value.strip() == "0" else _total_s(value, "checkpoint cost")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(f"invalid checkpoint cost {_shown(given)}: use e.g. 5m, 90s or 0")
+    if not math.isfinite(value) or not 0 <= value <= MAX_CHECKPOINT_S:
+        raise SpecError(
+            f"invalid checkpoint cost {_shown(given)}: it must be 0 to {MAX_CHECKPOINT_TEXT}"
+        )
+    return float(value)
 
 
 def check_seconds(seconds: float, given: object = None) -> float:

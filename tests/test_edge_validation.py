@@ -79,6 +79,19 @@ FLAGS = {
     "env value with NUL": (["--env", "K=a\x00b"], "NUL byte"),
     "workdir with NUL": (["--workdir", "/tmp\x00x"], "null byte"),
     "name not UTF-8": (["--name", "caf\udce9"], "not valid UTF-8"),
+    "checkpoint cost over a day": (["--interruptible", "--checkpoint-cost", "2d"], "0 to one day"),
+    "checkpoint cost of 400 nines": (
+        ["--interruptible", "--checkpoint-cost", NINES + "s"],
+        "0 to one day",
+    ),
+    "checkpoint cost not a duration": (
+        ["--interruptible", "--checkpoint-cost", "soon"],
+        "invalid checkpoint cost",
+    ),
+    "checkpoint cost without --interruptible": (
+        ["--checkpoint-cost", "10m"],
+        "--interruptible jobs only",
+    ),
 }
 
 
@@ -479,6 +492,9 @@ def _row(**changes):
         ({"gpus_min": 3}, "GPUs 3-2"),
         ({"priority": 2**70}, "64-bit"),
         ({"deadline": datetime(9999, 12, 31, tzinfo=UTC)}, "more than ten years"),
+        ({"checkpoint_s": math.inf}, "checkpoint cost inf s"),
+        ({"checkpoint_s": -1.0}, "checkpoint cost -1.0 s"),
+        ({"checkpoint_s": 365 * 86400.0}, "0 to one day"),
     ],
 )
 def test_a_stored_row_out_of_bounds_is_named(changes, words):
@@ -492,3 +508,4 @@ def test_a_stored_row_within_bounds_passes():
 
     assert stored_job_problem(_row()) is None
     assert stored_job_problem(_row(duration_s=None, deadline=None, gpus_min=0)) is None
+    assert stored_job_problem(_row(interruptible=True, checkpoint_s=0.0)) is None

@@ -277,3 +277,28 @@ def test_a_running_jobs_later_pieces_hold_their_gpus_in_the_planners_view():
             for c in sim._context(now + 60.0)["committed"]]  # fmt: skip
     assert held == [(60.0, 3600.0, 2, 500.0), (7200.0, 9000.0, 2, 400.0),
                     (1e4, 2e4, 4, 900.0)]  # fmt: skip
+
+
+def test_a_dependant_is_planned_from_its_dependencys_last_piece():
+    # planned ahead, a dependant starts no earlier than the end of its dependency's plan:
+    # the end of the piece it runs in now let it start while the pieces after still held
+    # the GPUs
+    from executors.base import Handle
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.planning.policies.base import Decision, QueuedJob
+    from orchestrator.sim.engine import SimDaemon, _Attempt
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.runner import make_forecaster
+
+    inputs = prepare(_scenario(gpus=8, count=5), Path("."))
+    sim = SimDaemon(inputs, resolve_policy("budget"), make_forecaster("perfect", inputs, 0))
+    now = float(inputs.jobs.submit_s[0])
+    pieces = ((now, now + 3600.0), (now + 7200.0, now + 9000.0))
+    decision = Decision(now, pieces)
+    job = QueuedJob(id=0, gpus=2, submitted_s=now, duration_s=5400.0, interruptible=True)
+    sim._running[1] = _Attempt(job, ("job", 0), Handle(1, ""), decision, None, 2, 500.0,
+                               now + 3600.0)  # fmt: skip
+    sim._held = [1]
+    sim._after = {1: [0]}
+    _held, after, ends = sim._ahead(now + 60.0)
+    assert after == {1: [0]} and ends == {0: now + 9000.0}

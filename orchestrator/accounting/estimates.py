@@ -14,6 +14,7 @@ planner (``planning.snapshot.RunEstimate``), which never reads the database."""
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from orchestrator.planning.snapshot import RunEstimate
 from orchestrator.queue.models import Attempt, Calibration, Gpu, Job
 from orchestrator.timeparse import MAX_DURATION_S, format_duration
 
+log = logging.getLogger(__name__)
 HISTORY_RUNS = 5  # the latest completed runs an estimate is the median of
 MIN_SHARE = 0.01  # a progress report under 1 % done says too little to extrapolate
 NAMED_LOOKBACK = 50  # the latest completed runs of a name searched for its width
@@ -81,13 +83,20 @@ def estimates(
     history = (history or History()).lookup(session, unknown) if unknown else {}
     for job in jobs:
         model = models[job.id]
-        if job.duration_s:
-            est = RunEstimate(job.duration_s, "duration", "from --duration")
-        else:
-            est = _from_progress(ran.get(job.id, []), now) or _from_history(job, history, model)
+        try:
+            if job.duration_s:
+                est = RunEstimate(job.duration_s, "duration", "from --duration")
+            else:
+                est = _from_progress(ran.get(job.id, []), now) or _from_history(job, history, model)
+            power_w = _power_of(powers, job, model)
+        except (ArithmeticError, ValueError, TypeError, KeyError) as exc:
+            # one job's records (its runs, its name's calibration) that cannot be
+            # computed with make that job's estimate the default, for the daemon,
+            # `plan`, `submit` and `show` alike: never an error for everyone
+            log.warning("job %s: no run-time estimate from its records (%s)", job.id, exc)
+            est, power_w = None, None
         if est is None:
             est = RunEstimate(default_s, "default", "by the lab default (default_duration)")
-        power_w = _power_of(powers, job, model)
         # what a job reports is untrusted: 1 % done after a month must not make a
         # 100-month plan (the planner's horizon follows the jobs' ends)
         out[job.id] = RunEstimate(min(est.run_s, MAX_DURATION_S), est.source, est.note, power_w)

@@ -45,6 +45,14 @@ def simulate(
         float | None,
         Opt("--interruptible", help="Share of jobs that may be suspended (0-1).", min=0, max=1),
     ] = None,
+    checkpoint_cost: Annotated[
+        str | None,
+        Opt(
+            "--checkpoint-cost",
+            help="Run time the planners count a suspension to cost each interruptible "
+            "job, e.g. 10m (0 to 1d; default 5m); the replay does not lose it.",
+        ),
+    ] = None,
     seed: Annotated[int | None, Opt("--seed", help="Seed for synthetic data and noise.")] = None,
     skip_jobs: Annotated[
         int | None, Opt("--skip-jobs", help="Leave out the first N jobs in arrival order.", min=0)
@@ -107,6 +115,7 @@ def simulate(
     put(None, "time_limit", time_limit)
     put("jobs", "deadline_rule", deadline_rule)
     put("jobs", "interruptible", interruptible)
+    put("jobs", "checkpoint_cost", checkpoint_cost)
     put("grid", "source", resolve_path(grid, cwd) if grid else None)
     put("grid", "price", resolve_path(price, cwd) if price else None)
     if gpus is not None:

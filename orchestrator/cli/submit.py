@@ -20,7 +20,7 @@ With a grid signal the daemon plans each job in time. Without
 (--within 12h: up to 12 h less its run time); --now (or --within 0)
 starts it as soon as GPUs are free. Its run time is --duration, else
 measured from its progress reports (GRIDSHIFT_PROGRESS_FILE), else
-that of earlier runs of its --name, else the lab's default_duration
+that of your earlier runs of its --name, else the lab's default_duration
 (4h unless configured). The id goes to stdout; what the daemon will
 do with the job, to stderr.
 
@@ -60,6 +60,14 @@ def submit(
             "--interruptible", help="The job checkpoints on SIGTERM and may be suspended."
         ),
     ] = False,
+    checkpoint_cost: Annotated[
+        str | None,
+        typer.Option(
+            help="Only with --interruptible: the run time one checkpoint and restart cost "
+            "this job, e.g. 10m (0 to 1d; default: the lab's daemon.checkpoint_cost, 5m "
+            "unless configured). It is suspended only where the carbon saved pays for it."
+        ),
+    ] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
     after: Annotated[
         list[str] | None, typer.Option(help="Run only after job ID completed; repeat or give 3,4.")
@@ -105,6 +113,7 @@ def submit(
     request: dict = {"cwd": cwd, "env": dict(os.environ)}
     if file is not None:
         given = [command, name, duration, deadline, within, after, label, workdir, env]
+        given += [checkpoint_cost]
         if any(given) or gpus != "1" or priority or interruptible or now:
             raise SpecError(
                 "with --file, give the job options inside the file, one JSON object per line"
@@ -119,6 +128,7 @@ def submit(
             "deadline": deadline,
             "within": within,
             "interruptible": interruptible,
+            "checkpoint_cost": checkpoint_cost,
             "priority": priority,
             "after": _split_ids(after or []),
             "labels": label or [],

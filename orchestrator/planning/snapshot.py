@@ -86,6 +86,13 @@ def estimate_of(inp: PlanInputs, job) -> RunEstimate | None:
     return None
 
 
+def _checkpoint_s(job, lab_s: float) -> float:
+    """The run time a suspension costs the job: its own (``--checkpoint-cost``), else the
+    lab's (``daemon.checkpoint_cost``)."""
+    own = getattr(job, "checkpoint_s", None)
+    return lab_s if own is None else own
+
+
 def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
     jobs = []
     left = inp.remaining_s or {}
@@ -105,7 +112,7 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
                 min_gpus=min(job.gpus_min, width),
                 max_gpus=width,
                 model=model_for(job, inp.curve, duration, est),
-                checkpoint_s=inp.checkpoint_s,
+                checkpoint_s=_checkpoint_s(job, inp.checkpoint_s),
             )
         )
     committed = []

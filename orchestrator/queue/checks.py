@@ -83,13 +83,24 @@ def stored_job_problem(job: Any) -> str | None:
     every value on the way in, but a database may predate those checks or be edited by
     hand: the daemon believes no row it did not check (an infinite duration, a deadline
     in the year 9999 or a width of 2**40 would stop or swamp every pass)."""
-    from orchestrator.timeparse import MAX_DEADLINE_S, MAX_DURATION_S, MAX_DURATION_TEXT
+    from orchestrator.timeparse import (
+        MAX_CHECKPOINT_S,
+        MAX_CHECKPOINT_TEXT,
+        MAX_DEADLINE_S,
+        MAX_DURATION_S,
+        MAX_DURATION_TEXT,
+    )
 
     d = job.duration_s
     if d is not None and not (isinstance(d, int | float) and 0 < d <= MAX_DURATION_S):
         return (
             f"duration {shown(d)} s: a duration is longer than zero and at most {MAX_DURATION_TEXT}"
         )
+    c = getattr(job, "checkpoint_s", None)
+    if c is not None and not (
+        isinstance(c, int | float) and not isinstance(c, bool) and 0 <= c <= MAX_CHECKPOINT_S
+    ):
+        return f"checkpoint cost {shown(c)} s: it is 0 to {MAX_CHECKPOINT_TEXT}"
     lo, hi = job.gpus_min, job.gpus_max
     if not (isinstance(lo, int) and isinstance(hi, int) and 0 <= lo <= hi <= MAX_GPUS):
         return f"GPUs {shown(lo)}-{shown(hi)} are not a range within 0-{MAX_GPUS}"

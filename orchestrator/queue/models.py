@@ -49,6 +49,7 @@ class Job(SQLModel, table=True):
     duration_s: float | None = None  # expected run time at full width and full power
     deadline: datetime | None = _utc()
     interruptible: bool = False
+    checkpoint_s: float | None = None  # run time a suspension costs it; None: the lab's
     priority: int = 0
     labels: list[str] = _json(list)
     submitted_at: datetime = _utc(nullable=False, index=True)  # the recent load: by time

@@ -2,7 +2,8 @@
 
 Sweep lines (JSONL) carry the same fields as the options: ``name``, ``gpus`` (``2`` or
 ``"2-8"``), ``duration`` (``"2h30m"``, or a number of seconds), ``deadline`` (ISO 8601) or
-``within`` (as ``duration``), ``interruptible`` (true or false), ``priority`` (an
+``within`` (as ``duration``), ``interruptible`` (true or false), ``checkpoint_cost``
+(as ``duration``, 0 to one day; an interruptible job's only), ``priority`` (an
 integer), ``after`` (an id or a list), ``label``/``labels``, ``workdir``, ``env`` (an
 object of strings, or a list of ``"K=V"``) and ``command`` (a list of arguments; a string
 is split like a shell would split words, never run by a shell). Types are JSON's, kept
@@ -25,7 +26,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from orchestrator.errors import SpecError
 from orchestrator.queue import checks
-from orchestrator.timeparse import check_seconds, format_duration, parse_deadline, parse_duration_s
+from orchestrator.timeparse import (
+    check_seconds,
+    format_duration,
+    parse_checkpoint_s,
+    parse_deadline,
+    parse_duration_s,
+)
 
 _GPUS = re.compile(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$", re.ASCII)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -44,6 +51,7 @@ SWEEP_FIELDS = frozenset(
         "deadline",
         "within",
         "interruptible",
+        "checkpoint_cost",
         "priority",
         "after",
         "label",
@@ -65,6 +73,7 @@ class JobSpec(BaseModel):
     duration_s: float | None = None
     deadline: datetime | None = None
     interruptible: bool = False
+    checkpoint_s: float | None = None  # run time a suspension costs it; None: the lab's
     priority: int = 0
     after: list[int] = Field(default_factory=list)
     labels: list[str] = Field(default_factory=list)
@@ -172,6 +181,8 @@ def build_spec(
     if not isinstance(labels, list):
         raise SpecError(f"labels must be a string or a list of strings, not {checks.shown(labels)}")
     name = raw.get("name")
+    interruptible = checks.boolean(_given(raw, "interruptible", False), "interruptible")
+    checkpoint_s = _checkpoint(raw.get("checkpoint_cost"), interruptible)
     env = dict(base_env)
     env.update(parse_env(_given(raw, "env", {})))
     try:
@@ -182,7 +193,8 @@ def build_spec(
             gpus_max=gpus_max,
             duration_s=duration_s,
             deadline=deadline,
-            interruptible=checks.boolean(_given(raw, "interruptible", False), "interruptible"),
+            interruptible=interruptible,
+            checkpoint_s=checkpoint_s,
             priority=checks.integer(_given(raw, "priority", 0), "priority"),
             after=[checks.job_id(a, "after") for a in after],
             labels=[checks.text(label, "label", limit=256) for label in labels],
@@ -226,6 +238,18 @@ def _duration(value: Any) -> float | None:
     if isinstance(value, str):
         return parse_duration_s(value)
     return check_seconds(checks.number(value, "duration"), value)
+
+
+def _checkpoint(value: Any, interruptible: bool) -> float | None:
+    """The run time a suspension costs the job (``--checkpoint-cost``); None: not given.
+    Only an interruptible job is ever suspended: the option on another is a mistake."""
+    if value is None:
+        return None
+    if not interruptible:
+        raise SpecError(
+            "--checkpoint-cost is for --interruptible jobs only (no other job is suspended)"
+        )
+    return parse_checkpoint_s(value)
 
 
 def _deadline(raw: dict[str, Any], now: datetime) -> datetime | None:

@@ -61,6 +61,7 @@ def insert_jobs(
             duration_s=spec.duration_s,
             deadline=spec.deadline,
             interruptible=spec.interruptible,
+            checkpoint_s=spec.checkpoint_s,
             priority=spec.priority,
             labels=spec.labels,
             submitted_at=now,

@@ -200,7 +200,8 @@ class SimDaemon:
         if not self._held:
             return [], {}, {}
         held = [self._queued(i, self._duration[i]) for i in self._held]
-        ends = {a.job.id: a.end_s for a in self._running.values()}
+        # a job running in pieces ends with its plan's last piece, not the current one
+        ends = {a.job.id: max(c.end_s for c in held_pieces(a, now)) for a in self._running.values()}
         return held, {i: list(self._after[i]) for i in self._held}, ends
 
     def plan(self, now: float) -> Scheduler:
@@ -249,6 +250,7 @@ class SimDaemon:
             min_gpus=self._min_gpus[i],
             max_gpus=self._max_gpus[i],
             model=self._model(i),
+            checkpoint_s=self.inputs.checkpoint_s,
         )
 
     def _context(self, now: float) -> dict:
@@ -308,10 +310,9 @@ class SimDaemon:
         cap = decision.piece_config(piece)[1]
         width = width_of(job, decision, now)
         model = self._model(i)
-        if self.done[i] > 0:  # resumed from a checkpoint: it loses checkpoint_s of run
+        if self.done[i] > 0:  # resumed from a checkpoint: loses checkpoint_s (_requeue adds it)
             self.done[i] = max(0.0, self.done[i] - job.checkpoint_s * model.throughput(width, cap))
-        self._attempt_id += 1
-        att_id = self._attempt_id
+        self._attempt_id = att_id = self._attempt_id + 1
         work = Workload(
             work=1.0,
             done=float(self.done[i]),
@@ -365,8 +366,7 @@ class SimDaemon:
 
     def _requeue(self, att: _Attempt, now: float) -> None:
         i = att.job.id
-        job = self._queued(i, self._duration[i] * (1.0 - self.done[i]))
-        job = replace(job, duration_s=job.duration_s + job.checkpoint_s)  # + restart's loss
+        job = self._queued(i, self._duration[i] * (1.0 - self.done[i]) + self.inputs.checkpoint_s)
         d = att.decision
         keep = [k for k, (a, _) in enumerate(d.intervals or ()) if a >= now - 1e-6]
         rest = tuple(d.intervals[k] for k in keep)

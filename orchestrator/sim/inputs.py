@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.errors import GridDataError, SpecError
+from orchestrator.planning.policies.base import DEFAULT_CHECKPOINT_S
 from orchestrator.sim.deadlines import DeadlineRule
 from orchestrator.sim.elastic import elastic_ranges, scaling_tables
 from orchestrator.sim.scenario import ClusterConfig, Scenario, resolve_path
 from orchestrator.sim.traces import TraceJobs, read_trace, shift_onto
-from orchestrator.timeparse import parse_duration_s, zone_info
+from orchestrator.timeparse import parse_checkpoint_s, parse_duration_s, zone_info
 from placement.topology import ClusterTopology, NodeTopology
 
 MARGIN_S = 30 * 86400  # the signal is continued this far past the last deadline
@@ -42,6 +43,7 @@ class SimInputs:
     objective: str = "carbon"
     power_limit_w: float | None = None
     slot_s: float = 900.0
+    checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs an interruptible job
     time_limit_s: float | None = None  # None: optimal stops on a node limit (deterministic)
     notes: list[str] = field(default_factory=list)
 
@@ -149,6 +151,7 @@ def _planning(scenario: Scenario, has_price: bool) -> dict:
         "objective": objective,
         "power_limit_w": scenario.power_limit_w,
         "slot_s": parse_duration_s(scenario.slot),
+        "checkpoint_s": parse_checkpoint_s(scenario.jobs.checkpoint_cost),
         "time_limit_s": (
             parse_duration_s(scenario.time_limit) if scenario.time_limit is not None else None
         ),

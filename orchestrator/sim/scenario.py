@@ -17,6 +17,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     skip_jobs = 0                     # ... after leaving out this many
     deadline_rule = "within:24h"      # none | within:D | next-workday | semi-weekly
     interruptible = 0.3               # share of jobs that may be suspended
+    checkpoint_cost = "5m"            # run time a suspension costs each of those (0 to 1d)
     elastic = 0.2                     # share that may run on half to double their GPUs
 
     [grid]
@@ -94,8 +95,20 @@ class JobsConfig(BaseModel):
     skip_jobs: int = Field(default=0, ge=0)  # leave out the first N in arrival order
     deadline_rule: str = "within:24h"
     interruptible: float = Field(default=0.0, ge=0.0, le=1.0)
+    checkpoint_cost: str = "5m"  # run time a suspension costs an interruptible job
     elastic: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run on ½-2× GPUs
     scaling: str | None = None  # folder of ElasticFlow tables (default: the shared data's)
+
+    @field_validator("checkpoint_cost")
+    @classmethod
+    def _checkpoint_cost(cls, value: str) -> str:
+        from orchestrator.timeparse import parse_checkpoint_s
+
+        try:
+            parse_checkpoint_s(value)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
+        return value
 
 
 class GridConfig(BaseModel):
