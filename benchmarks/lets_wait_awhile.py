@@ -117,6 +117,7 @@ def carbon(grid: str, jobs: Path, rule: str, policy: str, forecast: str, seed: i
                 "source": str(jobs),
                 "deadline_rule": rule,
                 "interruptible": 1.0 if policy == "lowest-slots" else 0.0,
+                "checkpoint_cost": "0",  # the study's suspensions cost nothing
             },
             "grid": {"source": grid, "start": "2020-01-01T00:00:00"},
             "cluster": {"gpus": 4096},

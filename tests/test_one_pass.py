@@ -64,7 +64,9 @@ def _inputs(tmp_path, slot: str):
     scenario = Scenario.model_validate(
         {
             "policies": ["fifo"],
-            "jobs": {"source": str(trace)},
+            # a resumed attempt's lost run time is the replay's model of a real job (the
+            # live side runs fake jobs that lose nothing): the decisions are compared
+            "jobs": {"source": str(trace), "checkpoint_cost": "0"},
             "grid": {"source": GRID},
             "cluster": {"gpus": GPUS, "gpus_per_node": GPUS},
             "slot": slot,

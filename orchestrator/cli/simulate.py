@@ -50,7 +50,7 @@ def simulate(
         Opt(
             "--checkpoint-cost",
             help="Run time the planners count a suspension to cost each interruptible "
-            "job, e.g. 10m (0 to 1d; default 5m); the replay does not lose it.",
+            "job, e.g. 10m (0 to 1d; default 5m); each resumed attempt loses it.",
         ),
     ] = None,
     seed: Annotated[int | None, Opt("--seed", help="Seed for synthetic data and noise.")] = None,
