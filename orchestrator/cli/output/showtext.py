@@ -125,7 +125,8 @@ def show(d: dict[str, Any]) -> None:
     say("history", "bold")
     for e in d["events"]:
         reason = f"  ({e['reason']})" if e["reason"] else ""
-        say(f"  {when(e['at'])}  {e['from'] or '-'} → {e['to']}{reason}")
+        moved = f"{e['from']} → {e['to']}" if e["from"] else e["to"]
+        say(f"  {when(e['at'])}  {moved}{reason}")
 
 
 def _run(r: dict[str, Any]) -> str:
