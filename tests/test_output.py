@@ -125,3 +125,18 @@ def test_show_prints_only_fields_with_a_value_rounded(cli):
         assert len(number.replace(".", "").lstrip("0")) <= 3, number
     assert not re.search(r":\d\d\.\d{6}", text), "times to the second"
     assert data["energy_kwh"] > 0 and "gpu_ids" in data and "deadline" in data  # every key
+
+
+def test_cron_nodes_budget_and_report_piped_at_80_columns_are_whole(cli, tmp_path):
+    long = ["python", "nightly.py", "--data", "/data/a/very/long/path/to/the/nightly/shard"]
+    cli.run("submit", "--cron", "0 2 * * *", "--window", "8h", "--", *long)
+    crons = _run(cli, "cron", "ls")
+    assert " ".join(long) in crons and "…" not in crons
+    nodes = json.loads(_run(cli, "nodes", "--json"))
+    text = _run(cli, "nodes")
+    for value in (nodes[0]["name"], nodes[0]["executor"], str(nodes[0]["gpus"]), "fake"):
+        assert value in text.splitlines()[1]
+    report = _run(cli, "report")
+    assert "AT SUBMISSION kg" in report and "…" not in report
+    budget = _run(cli, "budget", "--budget", "1kg/day").splitlines()
+    assert "spent" in budget[0] and "period from" in budget[0]  # one line, not wrapped at 80

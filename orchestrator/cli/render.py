@@ -81,4 +81,5 @@ def console():
         def render_str(self, text: str, **kwargs):
             return super().render_str(printable(text), **kwargs)
 
-    return _Console(highlight=False)
+    # piped or redirected: one line per message, never wrapped at 80 columns
+    return _Console(highlight=False, soft_wrap=not sys.stdout.isatty())
