@@ -139,6 +139,9 @@ def test_filters_by_state_user_and_label(queue):
     _set(db, c, state="failed")
     assert set(_ls(ctx)) == {a, b}
     assert set(_ls(ctx, states=["failed"])) == {c}  # a finished state needs no --all
+    assert handle(ctx, ROOT_CALLER, "ls", {"states": ["queued"]})["hidden"] == 0
+    assert handle(ctx, ROOT_CALLER, "ls", {"users": ["alice"]})["hidden"] == 0
+    assert handle(ctx, ROOT_CALLER, "ls", {"users": ["bob"]})["hidden"] == 1
     assert set(_ls(ctx, states=["queued,failed"])) == {a, b, c}
     assert set(_ls(ctx, users=["bob"], all=True)) == {b, c}
     assert set(_ls(ctx, labels=["exp1"])) == {a, b}

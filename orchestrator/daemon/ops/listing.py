@@ -40,7 +40,7 @@ def ls(ctx: OpContext, caller: Caller, args: Args) -> dict:
         jobs = [j for j in jobs if (not states or j.state in states)]
         jobs = [j for j in jobs if (not users or j.user in users)]
         deps = store.dependencies(session, [j.id for j in jobs])
-        hidden = 0 if show_all else _hidden(session, users)
+        hidden = 0 if show_all or states else _hidden(session, users)
         reports = store.latest_progress(session, [j.id for j in jobs if j.attempts])
         ran = runtimes(session, jobs, now)
         open_deps = unfinished(session, deps)
