@@ -97,7 +97,7 @@ def render(
 ) -> str:
     """The table as text, one line per row after the header (no trailing newline)."""
     tty = terminal() if tty is None else tty
-    cells = [[printable("" if c is None else str(c)) for c in row] for row in rows]
+    cells = [[_clean(c) for c in row] for row in rows]
     widths = [max([len(col.name)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
     shown = list(range(len(columns)))
     left_out: list[str] = []
@@ -150,6 +150,12 @@ def _fit(columns: Sequence[Col], widths: list[int], room: int):
         widths[i] -= cut
         excess -= cut
     return shown, widths, left_out
+
+
+def _clean(value: object) -> str:
+    """A cell with its control characters escaped (plain ASCII needs no regex: fast)."""
+    text = "" if value is None else str(value)
+    return text if text.isascii() and text.isprintable() else printable(text)
 
 
 def _cut(text: str, size: int) -> str:
