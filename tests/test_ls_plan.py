@@ -51,6 +51,30 @@ def _set(db, job_id: int, **fields) -> None:
         session.add(job)
 
 
+def _note(kind: str, policy: str = "fifo") -> str:
+    """The daemon's own words (``daemon.guard._why``) for a job that is due but finds no
+    GPUs (``busy``), one shifted to a greener hour (``green``), or one planned later at
+    the same intensity (``flat``)."""
+    from types import SimpleNamespace as NS
+
+    from orchestrator.daemon.guard import _why
+    from orchestrator.planning.policies.base import Decision
+
+    now_s = T0.timestamp()
+
+    class Series:
+        def integral(self, a: float, b: float) -> float:
+            green = kind == "green" and a >= now_s + 3600
+            return (100.0 if green else 300.0) * (b - a)
+
+    planner = NS(mode="plan", mode_reason=None, policy=NS(name=policy))
+    feed = NS(series=lambda: Series())
+    view = NS(id=1)
+    decision = Decision(start_s=now_s + 5 * 3600, end_s=now_s + 7 * 3600)
+    blocked = view if kind == "busy" else None
+    return _why(planner, feed, view, decision, T0, blocked)
+
+
 def _ls(ctx, caller=ROOT_CALLER, **args) -> dict[int, dict]:
     return {j["id"]: j for j in handle(ctx, caller, "ls", args)["jobs"]}
 
@@ -64,10 +88,9 @@ def test_plan_says_why_each_job_waits(queue):
     planned = _submit(db, tmp)
     at = T0 + timedelta(hours=5)
     # the daemon's notes (daemon.guard.note_plans) for a job due and one shifted
-    _set(db, busy, plan_note="due; waiting for GPUs", planned_start=T0)
-    _set(db, green, planned_start=at, plan_note="waiting for lower carbon: starts 14:00:00 UTC;"
-         " 180 g/kWh over its run (now: 320)")  # fmt: skip
-    _set(db, planned, planned_start=at, plan_note="planned for 14:00:00 UTC by fifo")
+    _set(db, busy, plan_note=_note("busy"), planned_start=T0)
+    _set(db, green, planned_start=at, plan_note=_note("green"))
+    _set(db, planned, planned_start=at, plan_note=_note("flat"))
     jobs = _ls(ctx)
     assert [jobs[i]["wait_reason"] for i in (first, after, busy, green, planned)] == [
         None, "dependency", "capacity", "low carbon", "planned"]  # fmt: skip
@@ -83,8 +106,7 @@ def test_plan_says_why_each_job_waits(queue):
 def test_plan_names_the_budget_when_the_daemon_has_one(queue):
     ctx, db, tmp = queue
     job = _submit(db, tmp)
-    _set(db, job, planned_start=T0 + timedelta(hours=3),
-         plan_note="planned for 12:00:00 UTC by budget (250 g/kWh over its run)")  # fmt: skip
+    _set(db, job, planned_start=T0 + timedelta(hours=3), plan_note=_note("flat", "budget"))
     assert _ls(ctx)[job]["wait_reason"] == "planned"
     ctx.settings.daemon.budget = "20kg/day"
     assert _ls(ctx)[job]["wait_reason"] == "budget"
