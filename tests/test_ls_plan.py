@@ -113,7 +113,9 @@ def test_plan_names_the_budget_when_the_daemon_has_one(queue):
     assert plan(_ls(ctx)[job]).startswith("budget ")
 
 
-def test_a_requeued_job_shows_its_request_not_its_old_gpus_nor_exit_code(queue):
+def test_a_requeued_job_shows_its_request_not_its_old_gpus_nor_exit_code(queue, capsys):
+    from orchestrator.cli.output.showtext import show
+
     ctx, db, tmp = queue
     job = _submit(db, tmp, gpus="2-4")
     _set(db, job, node="vm", gpu_ids=[1, 2, 3], exit_code=0, attempts=1)  # ran, suspended, requeued
@@ -121,6 +123,10 @@ def test_a_requeued_job_shows_its_request_not_its_old_gpus_nor_exit_code(queue):
     assert data["gpus"] == 4 and gpus(data) == "2-4"
     row = ls_row(data)
     assert row[4] == "2-4" and row[8] == "", row
+    capsys.readouterr()
+    show(handle(ctx, ROOT_CALLER, "show", {"job_id": job}))
+    text = capsys.readouterr().out
+    assert "2-4 (asks for)" in text and "exit code" not in text and "GPU 1" not in text
     _set(db, job, state="running", exit_code=None)
     assert gpus(_ls(ctx)[job]) == "3"  # a count, never GPU ids
 

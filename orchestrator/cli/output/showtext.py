@@ -9,7 +9,7 @@ import math
 import shlex
 from typing import Any
 
-from orchestrator.cli.output.jobtext import gpus, plan, when
+from orchestrator.cli.output.jobtext import FINAL, gpus, plan, when
 from orchestrator.cli.output.tables import paint, say
 
 Pairs = list[tuple[str, str]]
@@ -63,13 +63,14 @@ def _times(d: dict[str, Any]) -> Pairs:
     from orchestrator.timeparse import format_duration
 
     progress, runtime = d["progress"], d.get("runtime_s")
+    final = d["state"] in FINAL  # a requeued job keeps its last attempt's code: not shown
     return [
         ("state", d["state"] + (f" ({d['reason']})" if d["reason"] else "")),
         ("submitted", when(d["submitted_at"])),
         ("started", when(d["started_at"]) if d["started_at"] else None),
         ("finished", when(d["finished_at"]) if d["finished_at"] else None),
         ("runtime", None if runtime is None else f"{format_duration(runtime)} (not suspended)"),
-        ("exit code", str(d["exit_code"]) if d["exit_code"] is not None else None),
+        ("exit code", str(d["exit_code"]) if d["exit_code"] is not None and final else None),
         ("attempts", str(d["attempts"]) if d["attempts"] else None),
         (
             "progress",
