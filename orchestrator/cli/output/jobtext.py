@@ -106,5 +106,5 @@ def ls_row(j: dict[str, Any]) -> list[str]:
         when(j["submitted_at"]),
         "" if runtime is None else format_duration(runtime),
         "" if j["exit_code"] is None or j["state"] not in FINAL else str(j["exit_code"]),
-        command_text(j["command"], width=10**9),
+        command_text(j["command"]),
     ]
