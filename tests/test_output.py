@@ -33,7 +33,7 @@ def _shown(text: str) -> list[str]:
     return [ANSI.sub("", line) for line in text.splitlines()]
 
 
-def test_plain_tables_are_whole_and_a_terminal_drops_columns_in_order():
+def test_plain_tables_are_whole_and_a_terminal_drops_columns_in_order(monkeypatch):
     cols = [Col("ID", right=True), Col("NAME", drop=1), Col("WHEN", drop=2), Col("N", right=True),
             Col("TEXT", free=True)]  # fmt: skip
     rows = [["123456", "a-name", "2026-03-02 09:00:00", "3.14159", "x" * 120]]
@@ -45,6 +45,9 @@ def test_plain_tables_are_whole_and_a_terminal_drops_columns_in_order():
     assert max(len(line) for line in narrow[:2]) <= 60
     tiny = _shown(render(cols, rows, tty=True, room=20))
     assert tiny[0].split() == ["ID", "N", "TEXT"] and "123456" in tiny[1] and "3.14159" in tiny[1]
+    assert "\x1b[1m" in render(cols, rows, tty=True, room=60)
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert "\x1b" not in render(cols, rows, tty=True, room=60)
 
 
 def test_ls_piped_at_80_columns_holds_every_value_of_its_json(cli, tmp_path):

@@ -63,9 +63,10 @@ def width() -> int:
     return shutil.get_terminal_size((80, 24)).columns
 
 
-def paint(text: str, style: str | None) -> str:
-    """``text`` in a colour or ``bold``/``dim`` (space-separated), on a terminal only."""
-    if not style or not colours():
+def paint(text: str, style: str | None, on: bool | None = None) -> str:
+    """``text`` in a colour or ``bold``/``dim`` (space-separated), on a terminal only
+    (``on``: whether colours are on, where the caller knows)."""
+    if not style or not (colours() if on is None else on):
         return text
     codes = ";".join(SGR[s] for s in style.split() if s in SGR)
     return f"\x1b[{codes}m{text}\x1b[0m" if codes else text
@@ -105,18 +106,20 @@ def render(
         room = width() if room is None else room
         shown, widths, left_out = _fit(columns, widths, room)
     styles = styles or {}
+    on = tty and "NO_COLOR" not in os.environ
     head = [(columns[i].name, i) for i in shown]
-    lines = [_line(columns, head, widths, lambda _i, _t: "bold")]
-    for row in cells:
-        picked = [(_cut(row[i], widths[i]), i) for i in shown]
+    lines = [_line(columns, head, widths, lambda _i, _t: "bold", on)]
+    for row in cells:  # only free text is ever cut, and only on a terminal
+        picked = [(_cut(row[i], widths[i]) if columns[i].free else row[i], i) for i in shown]
         lines.append(
-            _line(columns, picked, widths, lambda i, t: styles[i](t) if i in styles else None)
+            _line(columns, picked, widths, lambda i, t: styles[i](t) if i in styles else None, on)
         )
     if left_out:
         lines.append(
             paint(
                 f"(left out at this width: {', '.join(left_out)}; a pipe or --json shows all)",
                 "dim",
+                on,
             )
         )
     return "\n".join(lines)
@@ -162,14 +165,14 @@ def _cut(text: str, size: int) -> str:
     return text if len(text) <= size else text[: size - 1] + ELLIPSIS
 
 
-def _line(columns, picked, widths, style_of) -> str:
+def _line(columns, picked, widths, style_of, on: bool) -> str:
     out = []
     for n, (text, i) in enumerate(picked):
         last = n == len(picked) - 1
         pad = widths[i] - len(text)
         if columns[i].right:
-            text_out = " " * pad + paint(text, style_of(i, text))
+            text_out = " " * pad + paint(text, style_of(i, text), on)
         else:
-            text_out = paint(text, style_of(i, text)) + ("" if last else " " * pad)
+            text_out = paint(text, style_of(i, text), on) + ("" if last else " " * pad)
         out.append(text_out)
     return GAP.join(out).rstrip()
