@@ -14,7 +14,7 @@ from orchestrator.daemon.ops.base import Caller, OpContext
 from orchestrator.errors import GridshiftError
 from orchestrator.queue import store
 from orchestrator.queue.db import Database
-from orchestrator.queue.models import Attempt, AttemptEvent, Job
+from orchestrator.queue.models import Attempt, AttemptEvent, Health, Job
 from orchestrator.queue.ownership import User
 from orchestrator.queue.spec import build_spec
 from orchestrator.settings import Settings
@@ -108,7 +108,8 @@ def test_plan_names_the_budget_when_the_daemon_has_one(queue):
     job = _submit(db, tmp)
     _set(db, job, planned_start=T0 + timedelta(hours=3), plan_note=_note("flat", "budget"))
     assert _ls(ctx)[job]["wait_reason"] == "planned"
-    ctx.settings.daemon.budget = "20kg/day"
+    with db.write() as session:  # a daemon started with --budget says so in its health row
+        session.add(Health(pid=1, started_at=T0, last_tick=T0, data={"budget": {"budget": "1kg"}}))
     assert _ls(ctx)[job]["wait_reason"] == "budget"
     assert plan(_ls(ctx)[job]).startswith("budget ")
 

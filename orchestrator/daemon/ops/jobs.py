@@ -100,7 +100,7 @@ def show(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
     job_id = _job_id(args)
     with ctx.db.read() as session:
-        from orchestrator.daemon.ops.listing import runtimes, unfinished
+        from orchestrator.daemon.ops.listing import has_budget, runtimes, unfinished
 
         job = store.get_job(session, job_id)
         _check_owner(ctx, caller, job)
@@ -110,7 +110,7 @@ def show(ctx: OpContext, caller: Caller, args: Args) -> dict:
             store.latest_progress(session, [job_id]).get(job_id),
             waits_for=unfinished(session, deps).get(job_id),
             runtime_s=runtimes(session, [job], utc_now()).get(job_id),
-            budgeted=bool(ctx.settings.daemon.budget),
+            budgeted=has_budget(session, ctx.settings),
         )  # fmt: skip
         events = store.events(session, job_id)
         runs = store.attempts(session, job_id)

@@ -44,7 +44,7 @@ def ls(ctx: OpContext, caller: Caller, args: Args) -> dict:
         reports = store.latest_progress(session, [j.id for j in jobs if j.attempts])
         ran = runtimes(session, jobs, now)
         open_deps = unfinished(session, deps)
-    budgeted = bool(ctx.settings.daemon.budget)
+        budgeted = has_budget(session, ctx.settings)
     out = []
     for j in jobs:
         data = job_dict(
@@ -57,6 +57,17 @@ def ls(ctx: OpContext, caller: Caller, args: Args) -> dict:
             continue
         out.append(data)
     return {"jobs": out, "hidden": 0 if labels else hidden}
+
+
+def has_budget(session, settings) -> bool:
+    """Whether the daemon plans against a budget: its config, or the ``--budget`` it
+    runs with (its last word in the health row)."""
+    from orchestrator.queue.models import Health
+
+    if settings.daemon.budget:
+        return True
+    health = session.get(Health, 1)
+    return bool(health and (health.data or {}).get("budget"))
 
 
 def _hidden(session, users: list[str]) -> int:
