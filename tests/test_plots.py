@@ -81,3 +81,79 @@ def test_simulate_plots_draw_each_missed_deadline(outcome):
     assert "deadline misses" in bar_ax.get_ylabel()
     heights = [p.get_height() for p in bar_ax.patches]
     assert heights == [outcome.results[n]["deadline_misses"] for n in outcome.results]
+
+
+# -- report --plot and show --plot ---------------------------------------------------
+
+
+def _ran_one_job(cli) -> int:
+    """One job run to completion under fake GPUs drawing 300 W, sampled every 0.2 s, on a
+    synthetic signal that covers today."""
+    from datetime import UTC, datetime, timedelta
+
+    day = (datetime.now(UTC) - timedelta(days=1)).date().isoformat()
+    cli.env["GRIDSHIFT_GRID__SOURCE"] = f'["synthetic:start={day}&days=3&step=15m"]'
+    cli.env["GRIDSHIFT_FAKE_GPU_POWER_W"] = "300"
+    cli.env["GRIDSHIFT_DAEMON__POWER_SAMPLE"] = "0.2s"
+    job_id = cli.submit("--now", "--name", "tiny", "--gpus", "2", "--", "sleep", "1.5")
+    cli.run_until_idle()
+    return job_id
+
+
+def test_show_and_report_plot_a_job_that_ran(cli, tmp_path):
+    from orchestrator.accounting.plots import report_figure
+
+    job_id = _ran_one_job(cli)
+    assert cli.json("show", str(job_id))["state"] == "completed"
+    shown = cli.run("show", str(job_id), "--plot", str(tmp_path / "job.png"))
+    assert (tmp_path / "job.png").read_bytes()[:8] == PNG, shown.stderr
+    made = cli.run("report", "--plot", str(tmp_path / "report.png"))
+    assert (tmp_path / "report.png").read_bytes()[:8] == PNG, made.stderr
+    data = cli.json("report")
+    assert data["first_submitted_at"] and data["last_finished_at"]
+    text = _texts(report_figure(data))
+    year = data["first_submitted_at"][:4]
+    assert f"jobs submitted from {year}-" in text and "saving against running at" in text
+    assert "1 job" in text
+
+
+def test_show_plot_of_a_job_that_never_ran_is_one_line(cli, tmp_path):
+    job_id = cli.submit("--within", "24h", "--", "true")
+    proc = cli.run("show", str(job_id), "--plot", str(tmp_path / "x.png"), check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().count("\n") == 0 and "has not run yet" in proc.stderr
+    assert not (tmp_path / "x.png").exists()
+
+
+def test_job_figure_shades_the_run_by_carbon_and_shows_the_suspension():
+    from datetime import UTC
+
+    from orchestrator.accounting.plots import job_figure
+
+    t0 = 1_700_000_000.0  # 2023-11-14 22:13 UTC
+    data = {
+        "job": 7,
+        "name": "resnet",
+        "state": "completed",
+        "runs": [
+            {"attempt": 1, "start_s": t0, "end_s": t0 + 1800, "modelled_w": 600.0,
+             "samples": [], "gpus": 2, "cap": None, "state": "suspended",
+             "energy_modelled": True},
+            {"attempt": 2, "start_s": t0 + 5400, "end_s": t0 + 7200, "modelled_w": None,
+             "samples": [[t0 + 5400 + 60 * i, 500.0 + i] for i in range(30)], "gpus": 2,
+             "cap": 0.6, "state": "completed", "energy_modelled": False},
+        ],
+        "events": [{"at": "2023-11-14T22:43:20+00:00", "to": "suspended", "reason": "plan"}],
+        "carbon": {"source": "synthetic:", "zone": "SYN", "unit": "g/kWh",
+                   "start_s": t0 - 3600, "step_s": 900.0,
+                   "values": [200.0 + 10 * i for i in range(16)]},
+    }  # fmt: skip
+    fig = job_figure(data, UTC)
+    text = _texts(fig)
+    assert "job 7 (resnet), completed" in text and "2 attempts" in text
+    assert "time (UTC), 2023-11-14 22:13" in text and "suspended" in text
+    assert "carbon intensity (g/kWh)" in text  # the colour bar
+    power = fig.axes[1]
+    bars = [p for p in power.patches if p.get_height() > 0]
+    colours = {p.get_facecolor() for p in bars}
+    assert len(colours) > 3  # the area takes the colour of each slot's carbon
