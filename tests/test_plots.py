@@ -157,3 +157,34 @@ def test_job_figure_shades_the_run_by_carbon_and_shows_the_suspension():
     bars = [p for p in power.patches if p.get_height() > 0]
     colours = {p.get_facecolor() for p in bars}
     assert len(colours) > 3  # the area takes the colour of each slot's carbon
+
+
+def test_job_power_is_its_owners_alone(tmp_path, db_url):
+    """In a shared queue another member may not draw your job (its power is what
+    ``show`` in full would tell them)."""
+    from datetime import UTC, datetime
+
+    from orchestrator.daemon.ops import handle
+    from orchestrator.daemon.ops.base import Caller, OpContext
+    from orchestrator.errors import PermissionDenied, SpecError
+    from orchestrator.queue import store
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.ownership import User
+    from orchestrator.queue.spec import build_spec
+    from orchestrator.settings import Settings
+
+    home = tmp_path / "home"
+    home.mkdir()
+    db = Database(db_url)
+    db.ensure_schema()
+    now = datetime.now(UTC)
+    spec = build_spec({"command": ["true"], "workdir": str(tmp_path)}, now=now,
+                      cwd=str(tmp_path), base_env={})  # fmt: skip
+    (job,) = store.submit(db, [spec], user=User("alice", 1001), now=now, largest_node_gpus=2)
+    settings = Settings(home=home, fake_gpus=2, database_url=db_url)
+    ctx = OpContext(settings, open_db=lambda: db, daemon_running=lambda: True, owner_uid=0)
+    with pytest.raises(PermissionDenied):
+        handle(ctx, Caller("bob", 1002), "job_power", {"job_id": job.id})
+    with pytest.raises(SpecError, match="has not run yet"):
+        handle(ctx, Caller("alice", 1001), "job_power", {"job_id": job.id})
+    db.dispose()
