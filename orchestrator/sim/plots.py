@@ -103,12 +103,12 @@ def missed(outcome: Outcome, name: str) -> np.ndarray:
 
 
 def _draw_misses(ax, outcome: Outcome, names: list[str], colours: dict) -> None:
+    labels = []
     for row, name in enumerate(names):
         due = missed(outcome, name)
-        label = f"{name}: {len(due)}"
+        labels.append(f"{name}: {len(due)}")
         ax.scatter(_dates(due), np.full(len(due), row), marker="x", s=18, c=colours[name])
-        ax.annotate(label, (0, row), xycoords=("axes fraction", "data"), fontsize=8, va="center")
-    ax.set_yticks(range(len(names)), [f"{n}  " for n in names], fontsize=8)
+    ax.set_yticks(range(len(names)), labels, fontsize=8)
     ax.set_ylim(-0.7, len(names) - 0.3)
     ax.set_ylabel("missed\ndeadlines")
 
