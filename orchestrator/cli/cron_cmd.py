@@ -21,7 +21,7 @@ def cron_ls(
 ) -> None:
     """List the cron templates, with their next occurrence and last job, and why any is
     disabled or paused."""
-    from orchestrator.cli.render import print_json
+    from orchestrator.cli.render import command_text, print_json
     from orchestrator.timeparse import format_duration
 
     data = context.get(ctx).call("cron_ls", {})
@@ -43,7 +43,7 @@ def cron_ls(
         command = d["command"]
         rows.append([
             str(d["id"]), d["cron"], format_duration(d["window_s"]), when(d["next_occurrence"]),
-            str(d["jobs"]), d["user"], " ".join(command) if isinstance(command, list) else command,
+            str(d["jobs"]), d["user"], command_text(command) if isinstance(command, list) else command,
         ])  # fmt: skip
     table(columns, rows)
     for d in data:
