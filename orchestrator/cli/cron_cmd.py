@@ -41,9 +41,10 @@ def cron_ls(
     rows = []
     for d in data:
         command = d["command"]
+        command = command_text(command) if isinstance(command, list) else command
         rows.append([
             str(d["id"]), d["cron"], format_duration(d["window_s"]), when(d["next_occurrence"]),
-            str(d["jobs"]), d["user"], command_text(command) if isinstance(command, list) else command,
+            str(d["jobs"]), d["user"], command,
         ])  # fmt: skip
     table(columns, rows)
     for d in data:
