@@ -187,3 +187,33 @@ def test_job_power_is_its_owners_alone(tmp_path, db_url):
     with pytest.raises(SpecError, match="has not run yet"):
         handle(ctx, Caller("alice", 1001), "job_power", {"job_id": job.id})
     db.dispose()
+
+
+def test_job_power_streams_a_large_power_log(tmp_path):
+    """A long job's power log is read a chunk at a time and thinned as it goes: what is
+    held stays bounded whatever the log's size, and the mean power stays exact."""
+    import tracemalloc
+
+    from executors import runfiles
+    from orchestrator.daemon.ops import jobpower
+
+    lines = 250_000  # ~7 MB: one sample a second for 2.9 days, 150 W throughout
+    t0 = 1_700_000_000
+    text = "".join(f"{t0 + i} {150.0 * i:.1f}\n" for i in range(lines))
+    (tmp_path / runfiles.POWER).write_text(text)
+    del text
+    tracemalloc.start()
+    try:
+        out = jobpower._measured(tmp_path, t0 + 10, t0 + lines - 10)
+        _, peak_b = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert 0 < len(out) <= jobpower.MAX_POINTS
+    assert all(abs(w - 150.0) < 1e-6 for _, w in out)
+    assert out[0][0] <= t0 + 10 and out[-1][0] > t0 + lines - 1000  # the whole run
+    assert peak_b < 24 << 20, peak_b  # ~15 MiB (a chunk); every sample held: ~52 MiB
+    kept = jobpower.Thinned(t0, t0 + lines)
+    for i in range(0, lines, 1000):
+        kept.add([(t0 + j, 150.0 * j) for j in range(i, i + 1000)])
+    assert kept.peak <= 2 * jobpower.MAX_POINTS + 1
+    assert kept.points()[-1] == (t0 + lines - 1, 150.0 * (lines - 1))
