@@ -88,6 +88,12 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
     return _CONTROL.sub(_escape, text)
 
 
+def drawn(value: object) -> str:
+    """User text as a figure draws it literally: control characters written out, and
+    ``$`` escaped so matplotlib never reads ``$...$`` as mathtext (``cost $5 and $6``)."""
+    return printable(str(value)).replace("$", "\\$")
+
+
 class LogHygiene(logging.Filter):
     """On a handler: each record's final message, traceback and stack redacted and
     escaped (one line per record: a name holding a newline cannot forge another)."""
