@@ -182,3 +182,19 @@ def test_no_spec_json_outlives_its_attempt(cli):
     run = Path(cli.db_rows(f"SELECT run_dir FROM attempt WHERE job_id = {job}")[0][0])
     assert cli.json("show", str(job))["state"] == "completed"
     assert run.is_dir() and not (run / "spec.json").exists(), sorted(os.listdir(run))
+
+
+@pytest.mark.backends("sqlite")  # PostgreSQL's sequences never go back; SQLite's ids did
+def test_ids_are_never_reused_after_clean_so_the_ledger_keeps_every_run(cli):
+    first = cli.submit("--gpus", "1", "--", "sleep", "0.3")
+    cli.run_until_idle()
+    time.sleep(1.1)
+    assert _clean(cli, "--older-than", "1s")["jobs"] == [first]
+    second = cli.submit("--gpus", "1", "--", "sleep", "0.3")
+    cli.run_until_idle()
+    assert second > first
+    rows = cli.db_rows("SELECT job_id, attempt_id, energy_j FROM usage ORDER BY job_id")
+    assert [r[0] for r in rows] == [first, second] and rows[0][1] < rows[1][1]
+    assert all(r[2] > 10 for r in rows)  # 0.3 s each on a fake GPU: joules counted
+    spent_wh = cli.json("budget", "--budget", "1kWh/day")["spent_g"]  # Wh, in this unit
+    assert spent_wh == pytest.approx(sum(r[2] for r in rows) / 3600, abs=2e-3)

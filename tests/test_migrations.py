@@ -122,7 +122,7 @@ def _fill(url: str) -> None:
         ])  # fmt: skip
         conn.execute(insert(tables["calibration"]), row(
             "calibration", name="train-1", gpus=2, throughput_per_s=12.5,
-            power_w_per_gpu=310.0, samples=3, updated_at=T0,
+            power_w_per_gpu=310.0, samples=3, updated_at=T0, gpu_model="A100", uid=1001,
         ))  # fmt: skip
         conn.execute(insert(tables["health"]), row(
             "health", id=1, pid=4242, started_at=T0, last_tick=T0, data={"passes": 7}
@@ -166,6 +166,16 @@ def _columns(url: str) -> dict[str, set[str]]:
         out = {t: {c["name"] for c in found.get_columns(t)} for t in names}
     engine.dispose()
     return out
+
+
+def _autoincrement(url: str) -> set[str]:
+    """The SQLite tables whose ids are never reused (AUTOINCREMENT)."""
+    engine = _engine(url)
+    with engine.connect() as conn:
+        sql = "SELECT name FROM sqlite_master WHERE type = 'table' AND sql LIKE '%AUTOINCREMENT%'"
+        names = set(conn.execute(text(sql)).scalars())
+    engine.dispose()
+    return names
 
 
 def _db_status(cli) -> dict:
@@ -244,6 +254,8 @@ def test_the_migrations_build_what_the_models_say(cli):
         context = MigrationContext.configure(conn, opts={"compare_type": True})
         assert compare_metadata(context, SQLModel.metadata) == []
     db.dispose()
+    if cli.backend == "sqlite":  # which autogenerate does not compare
+        assert _autoincrement(cli.db_url) == {"job", "attempt"}
 
 
 @pytest.mark.parametrize("made_by", ["pre20", "d6c7ef1"])
@@ -301,6 +313,38 @@ def test_a_new_database_is_created_at_head(cli):
         version = conn.execute(text(f"SELECT version_num FROM {schema.VERSION_TABLE}"))
         assert version.scalars().all() == [schema.head()]
     engine.dispose()
+    if cli.backend == "sqlite":  # ids the usage ledger, logs and run directories outlive
+        assert _autoincrement(cli.db_url) == {"job", "attempt"}
+
+
+@pytest.mark.backends("sqlite")  # PostgreSQL's sequences never went back: 0006 does nothing
+def test_a_0005_database_whose_newest_job_was_cleaned_never_gives_its_ids_again(cli):
+    from alembic import command
+
+    db = Database(cli.db_url)
+    with db._writer.begin() as conn:
+        command.upgrade(schema._config(conn), "0005")
+    db.dispose()
+    _fill(cli.db_url)  # jobs 1-12, their attempts 101-1202 and usage
+    engine = _engine(cli.db_url)
+    with engine.begin() as conn:  # job 12 cleaned before the upgrade: its usage kept
+        for table in ("attemptevent", "attempt", "event"):
+            conn.execute(text(f"DELETE FROM {table} WHERE job_id = 12"))
+        conn.execute(text("DELETE FROM job WHERE id = 12"))
+    engine.dispose()
+    before = _dump(cli.db_url)
+    assert max(r["job_id"] for r in before["usage"]) == 12 > max(r["id"] for r in before["job"])
+
+    proc = cli.run("ls", check=False)
+    assert proc.returncode == 2 and "revision 0005" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "gridshift db upgrade" in proc.stderr
+    assert _db_status(cli)["state"] == "older"
+    cli.run("db", "upgrade")
+    assert _db_status(cli)["current"] == schema.head() and _dump(cli.db_url) == before
+    assert _autoincrement(cli.db_url) == {"job", "attempt"}
+    assert cli.submit("--", "true") == 13  # above every id the ledger names
+    seq = dict(cli.db_rows("SELECT name, seq FROM sqlite_sequence"))
+    assert seq == {"job": 13, "attempt": 1202}
 
 
 @pytest.mark.backends("sqlite")

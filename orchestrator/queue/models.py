@@ -34,7 +34,15 @@ def _json(default_factory) -> Any:
     return Field(default_factory=default_factory, sa_column=Column(JSON, nullable=False))
 
 
+# Ids other rows (the usage ledger) and files (logs, run directories) outlive: never reused.
+# SQLite reuses the highest rowid once it is deleted unless the table says AUTOINCREMENT;
+# PostgreSQL's sequences never go back.
+_IDS_NEVER_REUSED = {"sqlite_autoincrement": True}
+
+
 class Job(SQLModel, table=True):
+    __table_args__ = _IDS_NEVER_REUSED
+
     id: int | None = Field(default=None, primary_key=True)
     name: str | None = None
     state: str = Field(index=True)
@@ -76,6 +84,8 @@ class Dependency(SQLModel, table=True):
 
 class Attempt(SQLModel, table=True):
     """One try at running a job; its states are ``queue.attempts.AttemptState``."""
+
+    __table_args__ = _IDS_NEVER_REUSED
 
     id: int | None = Field(default=None, primary_key=True)
     job_id: int = Field(foreign_key="job.id", index=True)
