@@ -3,6 +3,7 @@ line on stderr and exit code 2 (user mistake) or 1 (failure), never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -28,8 +29,18 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help as written: rich markup would eat "[daemon]", "[[nodes]]"
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="gridshift: a carbon-aware GPU job queue for deep-learning training.",
 )
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from orchestrator import __version__
+
+        typer.echo(f"gridshift {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
@@ -43,6 +54,15 @@ def _root(
             dir_okay=False,
         ),
     ] = None,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print gridshift's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
 ) -> None:
     context.get(ctx).config_path = config
 
@@ -74,6 +94,8 @@ def _fail(message: str, code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``gridshift`` command: the everyday verbs through the fast path when it
+    understands the command line (``orchestrator.cli.fast``), else the full typer one."""
     import logging
 
     from orchestrator.errors import GridshiftError, boundary
@@ -84,10 +106,15 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).addHandler(logging.NullHandler())
     for name in ("httpx", "httpcore"):  # their INFO lines carry full URLs, tokens and all
         logging.getLogger(name).setLevel(logging.WARNING)
-    command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else list(argv)
+    run = None
+    if not os.environ.get("GRIDSHIFT_NO_FAST"):
+        from orchestrator.cli.fast.run import plan
+
+        run = plan(app, args)
     try:
         with boundary():
-            result = command.main(args=argv, prog_name="gridshift", standalone_mode=False)
+            result = run() if run is not None else _full(args)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
@@ -102,3 +129,20 @@ def main(argv: list[str] | None = None) -> None:
     except GridshiftError as exc:
         _fail(str(exc), exc.exit_code)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _full(args: list[str]):
+    command = typer.main.get_command(app)
+    _tidy_help(command)
+    return command.main(args=args, prog_name="gridshift", standalone_mode=False)
+
+
+def _tidy_help(command) -> None:
+    """Help as a terminal shows it: the docstrings' ``literal`` quoting (reStructuredText)
+    shown as the bare word."""
+    for item in (command, *getattr(command, "params", ())):
+        for attr in ("help", "short_help"):
+            if isinstance(text := getattr(item, attr, None), str):
+                setattr(item, attr, text.replace("``", ""))
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)

@@ -75,7 +75,7 @@ class CliContext:
         from orchestrator.daemon.ops.base import Caller, OpContext
 
         def running() -> bool:
-            from orchestrator.daemon.service import daemon_running
+            from orchestrator.daemon.lease import daemon_running
 
             return daemon_running(self.settings, self.db)
 

@@ -36,8 +36,9 @@ def submit(
     gpus: Annotated[
         str,
         typer.Option(
-            help="GPUs: a count (2) or a range the job can run "
-            "at (2-8; it runs at the maximum for now)."
+            help="GPUs: a count (2; 0 for none) or a range the job can run at (2-8): "
+            "with a grid signal the planner picks the width, without one it runs at "
+            "the maximum (capped to the largest node)."
         ),
     ] = "1",
     duration: Annotated[
