@@ -35,12 +35,13 @@ app = typer.Typer(
 )
 
 
-def _print_version(value: bool) -> None:
+def _print_version(value: bool) -> bool:
     if value:
         from orchestrator import __version__
 
         typer.echo(f"gridshift {__version__}")
         raise typer.Exit()
+    return value  # what the root callback gets (and the fast path gives it)
 
 
 @app.callback()

@@ -107,7 +107,8 @@ def _param(name: str, hint, info) -> Param | None:
     if isinstance(info, ArgumentInfo):
         return None if kind is bool or info.callback or info.is_eager else param
     decls = tuple(info.param_decls or ())
-    if info.callback is not None:  # only an eager flag, off by default: --version
+    # only an eager flag, off by default, whose callback gives back what it got: --version
+    if info.callback is not None:
         if not (info.is_eager and kind is bool and default is False):
             return None
         param.eager = True
@@ -125,8 +126,7 @@ def _plain(info: ParameterInfo) -> bool:
     """Whether every setting of ``info`` is one this parser mirrors."""
     fresh = type(info)()
     return all(
-        key in NEUTRAL or value == getattr(fresh, key, None)
-        for key, value in vars(info).items()
+        key in NEUTRAL or value == getattr(fresh, key, None) for key, value in vars(info).items()
     )
 
 
