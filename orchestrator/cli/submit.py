@@ -71,15 +71,18 @@ def submit(
     ] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
     after: Annotated[
-        list[str] | None, typer.Option(help="Run only after job ID completed; repeat or give 3,4.")
+        list[str] | None,
+        typer.Option(metavar="ID", help="Run only after job ID completed; repeat or give 3,4."),
     ] = None,
-    label: Annotated[list[str] | None, typer.Option(help="A label (repeatable).")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option(metavar="LABEL", help="A label (repeatable).")
+    ] = None,
     workdir: Annotated[
         Path | None, typer.Option(help="Working directory (default: the current one).")
     ] = None,
     env: Annotated[
         list[str] | None,
-        typer.Option(help="KEY=VALUE added to the job's environment (repeatable)."),
+        typer.Option(metavar="KEY=VALUE", help="Added to the job's environment (repeatable)."),
     ] = None,
     file: Annotated[
         Path | None,
