@@ -285,5 +285,5 @@ def test_help_reads_as_written(capsys):
 def test_submit_gpus_help_says_what_the_planner_does(capsys):
     text = _help("submit", capsys=capsys)
     assert "with a grid signal the planner picks the width" in text
-    assert "--after ID" in text and "--env KEY=VALUE" in text and "<list[str]>" not in text
+    assert "--after ID" in text and "--env KEY=VALUE" in text and "--label LABEL" in text
     assert "runs at the maximum for now" not in text
