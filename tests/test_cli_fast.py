@@ -42,6 +42,8 @@ TAKEN = [
     ["submit", "--file", "jobs.jsonl"],
     ["submit", "--cron", "0 2 * * *", "--window", "8h", "--", "sh", "-c", "x"],
     ["submit", "--name", "--gpus", "--", "true"],  # a value that looks like an option
+    ["submit", "--name", "--", "true"],
+    ["submit", "--name", "", "--env=", "--", ""],
     ["submit"],
 ]
 FALLS_BACK = [
