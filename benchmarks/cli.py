@@ -122,10 +122,18 @@ def main() -> None:
 
 
 def _kill_jobs(home: Path) -> None:
-    """The jobs the daemon left running (the blocker), by their process groups."""
-    for record in home.glob("run/attempt-*/job.json"):
+    """The jobs the daemon left running (the blocker), by their process groups; then a
+    moment for their monitors to write what they exited with (before the home goes)."""
+    records = list(home.glob("run/attempt-*/job.json"))
+    for record in records:
         with contextlib.suppress(OSError, ValueError, KeyError):
             os.killpg(json.loads(record.read_text())["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not all(
+        (r.parent / "exit.json").exists() for r in records
+    ):
+        time.sleep(0.1)
+    time.sleep(0.2)
 
 
 def _rounded(value):
