@@ -22,6 +22,8 @@ from orchestrator.cli.plan import plan
 from orchestrator.cli.simulate import simulate
 from orchestrator.cli.submit import HELP as SUBMIT_HELP
 from orchestrator.cli.submit import submit
+from orchestrator.cli.verbs.change import edit, hold, release, restart
+from orchestrator.cli.verbs.wait import wait
 
 app = typer.Typer(
     name="gridshift",
@@ -53,6 +55,11 @@ app.command()(show)
 app.command()(cancel)
 app.command()(clean)
 app.command()(logs)
+app.command()(wait)
+app.command()(restart)
+app.command()(hold)
+app.command()(release)
+app.command()(edit)
 app.command()(nodes)
 app.command()(daemon)
 app.command()(simulate)

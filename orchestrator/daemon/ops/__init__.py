@@ -17,7 +17,15 @@ Handler = Callable[["OpContext", "Caller", "Args"], Any]
 
 
 def _handlers() -> dict[str, Handler]:
-    from orchestrator.daemon.ops import accounts, cluster, crons, jobs, planops, retention
+    from orchestrator.daemon.ops import (
+        accounts,
+        cluster,
+        crons,
+        jobs,
+        planops,
+        retention,
+        verbs,
+    )
 
     return {
         "ping": lambda ctx, caller, args: {"pid": os.getpid()},
@@ -34,6 +42,11 @@ def _handlers() -> dict[str, Handler]:
         "plan": planops.plan,
         "nodes": cluster.nodes,
         "clean": retention.clean,
+        "hold": verbs.hold,
+        "release": verbs.release,
+        "restart": verbs.restart,
+        "edit": verbs.edit,
+        "states": verbs.states,
     }
 
 
