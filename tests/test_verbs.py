@@ -97,6 +97,12 @@ def test_edit_refuses_bad_values_in_one_line_and_restart_says_what_it_copies(cli
     assert gs(cli, "restart", str(job)).stdout == f"job {job + 1}: restart of job {job}\n"
     proc = gs(cli, "edit", "99999999999999999999", "--priority", "1")
     assert proc.code == 2 and "out of range" in proc.stderr
+    first = submit(cli, "--", "true")
+    chain = [first, submit(cli, "--after", str(first), "--", "true")]
+    chain.append(submit(cli, "--after", str(chain[1]), "--", "true"))
+    gs(cli, "hold", str(first))
+    cli.run_until_idle(timeout=30)  # a held job, and those that wait on it, keep none busy
+    assert [cli.job_state(i) for i in chain] == ["held", "queued", "queued"]
 
 
 def test_logs_tail_and_wait_exit_codes(cli):

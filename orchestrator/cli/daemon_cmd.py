@@ -46,7 +46,12 @@ def daemon(
         Opt(min=0.05, max=3600, help="Seconds between passes (default: daemon_interval_s, 1)."),
     ] = None,
     until_idle: Annotated[
-        bool, Opt("--until-idle", help="Exit once nothing is queued or running.")
+        bool,
+        Opt(
+            "--until-idle",
+            help="Exit once nothing is queued or running (held jobs and those waiting on "
+            "them aside).",
+        ),
     ] = False,
 ) -> None:
     """Run queued jobs on free GPUs, at the times, widths and power caps the plan picks.

@@ -10,7 +10,13 @@ from typing import Any
 from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S
 from orchestrator.queue.states import JobState
 
-UNFINISHED = (JobState.QUEUED, JobState.PLANNED, JobState.RUNNING, JobState.SUSPENDED)
+UNFINISHED = (
+    JobState.QUEUED,
+    JobState.HELD,
+    JobState.PLANNED,
+    JobState.RUNNING,
+    JobState.SUSPENDED,
+)
 
 
 def defers(settings) -> bool:
