@@ -166,29 +166,7 @@ def _num(value, digits: int) -> str:
 
 
 def _plot(data: dict, path: Path) -> None:
-    import matplotlib
+    """Bars per user and per label, titled with the period and the saving."""
+    from orchestrator.accounting.plots import report_figure, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from orchestrator.errors import SpecError
-
-    groups = [("user", data["by_user"]), ("label", data["by_label"])]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, (title, rows) in zip(axes, groups, strict=True):
-        names = list(rows)
-        actual = [rows[n]["carbon_kg"] or 0.0 for n in names]
-        base = [rows[n]["carbon_at_submission_kg"] or 0.0 for n in names]
-        x = range(len(names))
-        ax.bar([i - 0.2 for i in x], base, width=0.4, label="at submission", color="#bbbbbb")
-        ax.bar([i + 0.2 for i in x], actual, width=0.4, label="as run", color="#2a9d8f")
-        ax.set_xticks(list(x), names, rotation=30, ha="right")
-        ax.set_title(f"kg CO2e by {title}")
-        ax.legend()
-    fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"cannot write the plot {path}: {exc}") from None
-    finally:
-        plt.close(fig)
+    save(report_figure(data), path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -103,11 +104,23 @@ def show(
     ctx: typer.Context,
     job_id: Annotated[int, typer.Argument(help="The job id.", show_default=False)],
     as_json: Annotated[bool, JSON_OPT] = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot",
+            help="Also draw the job's power and the grid's carbon over its run (PNG, SVG, PDF).",
+            dir_okay=False,
+        ),
+    ] = None,
 ) -> None:
     """Show one job: its spec, state, times, exit code, energy and its history."""
     from orchestrator.cli.render import console, print_json, safe
 
     c = context.get(ctx)
+    if plot is not None:
+        from orchestrator.accounting.plots import job_figure, save
+
+        save(job_figure(c.call("job_power", {"job_id": job_id})), plot)
     data = c.call("show", {"job_id": job_id})
     if as_json:
         print_json(data)
