@@ -94,11 +94,7 @@ def budget(
         + ("" if projected is None else f", {projected / 1e3:.3f} {unit} projected")
         + f" (period from {(data['period_start'] or 'the start')[:16]})"
     )
-    for p in data["periods"]:
-        over = f"  [red]over by {p['over_g'] / 1e3:.3f} {unit}[/]" if p["over_g"] else ""
-        if p.get("forced_g"):
-            over += f" ({p['forced_g'] / 1e3:.3f} {unit} forced by deadlines)"
-        out.print(f"  {(p['period_start'] or 'run')[:10]}  {p['spent_g'] / 1e3:10.3f} {unit}{over}")
+    _periods(data["periods"], unit)
     for f in data.get("forced") or []:
         out.print(
             f"  [yellow]forced[/] job {f['job']} ({safe(f['user'])}) at {f['at'][:16]}: "
@@ -135,30 +131,39 @@ def report(
     _print_report(data, plot)
 
 
+def _periods(periods: list[dict], unit: str) -> None:
+    """Past periods, one row each (``cli.output.tables``)."""
+    from orchestrator.cli.output.tables import Col, num, table
+
+    if not periods:
+        return
+    kg = [Col("PERIOD"), Col(f"SPENT {unit}", right=True), Col(f"OVER {unit}", right=True),
+          Col(f"FORCED {unit}", right=True, drop=1)]  # fmt: skip
+    table(kg, [[(p["period_start"] or "run")[:10], num(p["spent_g"] / 1e3, 3),
+                num(p["over_g"] / 1e3, 3) if p["over_g"] else "-",
+                num(p["forced_g"] / 1e3, 3) if p.get("forced_g") else "-"] for p in periods],
+          styles={2: lambda text: None if text == "-" else "red"})  # fmt: skip
+
+
 def _print_report(data: dict, plot) -> None:
-    from rich.table import Table
+    from orchestrator.cli.output.tables import Col, num, say, table
 
-    from orchestrator.cli.render import console, safe
-
-    out = console()
     for title, rows in (("user", data["by_user"]), ("label", data["by_label"])):
-        table = Table(box=None, pad_edge=False, title=f"by {title}", title_justify="left")
-        for name in (title.upper(), "JOBS", "kWh", "kg CO2e", "COST", "AT SUBMISSION kg", "SAVED"):
-            table.add_column(name, justify="left" if name == title.upper() else "right")
-        for key, r in [*rows.items(), ("total", data["total"])]:
-            table.add_row(
-                safe(key),
-                str(r["jobs"]),
-                f"{r['energy_kwh']:.3f}" + ("*" if r["modelled_jobs"] else ""),
-                _num(r["carbon_kg"], 3),
-                _num(r["cost"], 2),
-                _num(r["carbon_at_submission_kg"], 3),
-                "-" if r["saving_pct"] is None else f"{r['saving_pct']:.0f}%",
-            )
-        out.print(table)
-    out.print("[dim]* includes modelled energy (GPUs without energy counters)[/]")
+        say(f"by {title}", "bold")
+        columns = (
+            Col(title.upper()), Col("JOBS", right=True), Col("kWh", right=True),
+            Col("kg CO2e", right=True), Col("COST", right=True, drop=2),
+            Col("AT SUBMISSION kg", right=True, drop=1), Col("SAVED", right=True),
+        )  # fmt: skip
+        table(columns, [
+            [key, str(r["jobs"]), num(r["energy_kwh"], 3) + ("*" if r["modelled_jobs"] else ""),
+             num(r["carbon_kg"], 3), num(r["cost"], 2), num(r["carbon_at_submission_kg"], 3),
+             num(r["saving_pct"], 0, "%")]
+            for key, r in [*rows.items(), ("total", data["total"])]
+        ])  # fmt: skip
+    say("* includes modelled energy (GPUs without energy counters)", "dim")
     if plot is not None:
-        out.print(f"plot written to {plot}")
+        say(f"plot written to {plot}")
 
 
 def _num(value, digits: int) -> str:

@@ -40,7 +40,7 @@ def sources(
 ) -> None:
     """List the grid sources and whether each has its credentials (never their values)."""
     from grid.registry import CREDENTIALS, DEFAULT_BASE_URLS
-    from orchestrator.cli.render import console, print_json
+    from orchestrator.cli.render import print_json
     from orchestrator.signals.redact import redact
     from orchestrator.signals.sources import provider_configs
 
@@ -61,12 +61,18 @@ def sources(
     if as_json:
         print_json(rows)
         return
-    out = console()
-    for r in rows:
-        state = "[green]ready[/]" if r["ready"] else f"[yellow]needs {', '.join(r['needs'])}[/]"
-        out.print(
-            f"[bold]{r['name']:<16}[/]{state:<30} {r['description']}", no_wrap=True, crop=True
-        )
+    from orchestrator.cli.output.tables import Col, table
+
+    columns = (Col("NAME"), Col("READY"), Col("DESCRIPTION", free=True), Col("BASE URL", drop=1))
+    table(
+        columns,
+        [[r["name"], _ready(r), r["description"], r["base_url"] or "-"] for r in rows],
+        styles={1: lambda text: "green" if text == "yes" else "yellow"},
+    )
+
+
+def _ready(row: dict) -> str:
+    return "yes" if row["ready"] else f"needs {', '.join(row['needs'])}"
 
 
 def _when(text: str | None) -> datetime | None:
