@@ -74,7 +74,10 @@ class HealthWriter:
                 "age_s": None if age is None else round(age, 1),
                 "g_per_kwh": _round(feed.now_value(now)),
                 "error": feed.last_error,
+                "failing_since": _iso(feed.failing_since),
+                "trace_end": _iso(_trace_end(feed.chain)) if feed.last_error else None,
             }
+        data["settings"] = effective_settings(daemon)
         if planner is not None and planner.budget is not None:
             from orchestrator.accounting.meter import spent_g
 
@@ -89,6 +92,39 @@ class HealthWriter:
                 "remaining_g": round(max(0.0, planner.budget.grams - spent), 3),
             }
         return data
+
+
+def effective_settings(daemon) -> dict:
+    """What the daemon runs with (its options over the config file's), for ``budget``,
+    ``report`` and ``status`` to default to: grid and price sources, budget, policy."""
+    cfg = daemon.settings.daemon
+    return {
+        "grid": list(cfg.grid or daemon.settings.grid.source or []),
+        "price": cfg.price,
+        "budget": cfg.budget,
+        "policy": daemon.policy_name,
+        "objective": cfg.objective,
+    }
+
+
+def _trace_end(chain) -> datetime | None:
+    """Where the recorded traces of a chain end, when none is replayed: a daemon reading
+    a trace past its end has no signal, and ``status`` says since when."""
+    from grid.sources.base import FileSource
+
+    ends = []
+    for source in getattr(chain, "sources", []):
+        if not isinstance(source, FileSource) or source.replay:
+            return None
+        try:
+            ends.append(source.load().end)
+        except Exception:  # a file that cannot be read: the error says so already
+            return None
+    return max((e for e in ends if e is not None), default=None)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
 
 
 def _round(value: float | None) -> float | None:
