@@ -99,6 +99,7 @@ def submit(
 ) -> None:
     from orchestrator.cli.render import print_json
     from orchestrator.errors import SpecError
+    from orchestrator.timeparse import aware_text
 
     c = context.get(ctx)
     cwd = os.getcwd()
@@ -125,7 +126,7 @@ def submit(
             "name": name,
             "gpus": gpus,
             "duration": duration,
-            "deadline": deadline,
+            "deadline": aware_text(deadline),  # naive: the user's zone, not the daemon's
             "within": within,
             "interruptible": interruptible,
             "checkpoint_cost": checkpoint_cost,
@@ -211,13 +212,10 @@ def _read_sweep(path: Path, cwd: str) -> dict:
 
 
 def _print_cron(made: dict, as_json: bool) -> None:
-    from datetime import datetime
-
-    from orchestrator.cli.render import print_json
+    from orchestrator.cli.render import local_time, print_json
 
     if as_json:
         print_json(made)
         return
-    upcoming = made["next"] and datetime.fromisoformat(made["next"]).astimezone()
-    when = f"{upcoming:%Y-%m-%d %H:%M:%S %Z}" if upcoming else "none"
+    when = local_time(made["next"]) if made["next"] else "none"
     typer.echo(f"cron template {made['cron_id']}; next occurrence {when}")
