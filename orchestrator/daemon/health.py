@@ -11,6 +11,7 @@ from sqlmodel import col, func, select
 from orchestrator.queue.attempts import ON_GPU, AttemptState, values
 from orchestrator.queue.models import Attempt, Health, Job
 from orchestrator.queue.states import JobState
+from orchestrator.signals.feed import trace_end
 
 WRITE_EVERY_S = 1.0
 
@@ -75,7 +76,7 @@ class HealthWriter:
                 "g_per_kwh": _round(feed.now_value(now)),
                 "error": feed.last_error,
                 "failing_since": _iso(feed.failing_since),
-                "trace_end": _iso(_trace_end(feed.chain)) if feed.last_error else None,
+                "trace_end": _iso(trace_end(feed.chain)) if feed.last_error else None,
             }
         data["settings"] = effective_settings(daemon)
         if planner is not None and planner.budget is not None:
@@ -105,22 +106,6 @@ def effective_settings(daemon) -> dict:
         "policy": daemon.policy_name,
         "objective": cfg.objective,
     }
-
-
-def _trace_end(chain) -> datetime | None:
-    """Where the recorded traces of a chain end, when none is replayed: a daemon reading
-    a trace past its end has no signal, and ``status`` says since when."""
-    from grid.sources.base import FileSource
-
-    ends = []
-    for source in getattr(chain, "sources", []):
-        if not isinstance(source, FileSource) or source.replay:
-            return None
-        try:
-            ends.append(source.load().end)
-        except Exception:  # a file that cannot be read: the error says so already
-            return None
-    return max((e for e in ends if e is not None), default=None)
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -98,6 +98,22 @@ class Tape:
         return s is not None and s.start_s <= t0 and t1 <= s.end_s
 
 
+def trace_end(chain) -> datetime | None:
+    """Where the recorded traces of a chain end, when none is replayed: a daemon reading
+    a trace past its end has no signal, and ``status`` says since when."""
+    from grid.sources.base import FileSource
+
+    ends = []
+    for source in getattr(chain, "sources", []):
+        if not isinstance(source, FileSource) or source.replay:
+            return None
+        try:
+            ends.append(source.load().end)
+        except Exception:  # a file that cannot be read: the error says so already
+            return None
+    return max((e for e in ends if e is not None), default=None)
+
+
 class SignalFeed:
     """One quantity (carbon or price) from one source chain."""
 
@@ -153,7 +169,14 @@ class SignalFeed:
             self._merge(past.between(low, high), now_s)
         signal = signal.between(low, high)
         if signal.end is None or signal.end <= now or not self._merge(signal, now_s):
-            self.failed(f"{self.chain.spec}: no known value in the forecast from now on")
+            ended = trace_end(self.chain)
+            if ended is not None and ended <= now:
+                self.failed(
+                    f"{self.chain.spec}: the trace ends at {ended.isoformat()}, "
+                    f"{(now - ended).days} days ago (replay it live: ?replay=now)"
+                )
+            else:
+                self.failed(f"{self.chain.spec}: no known value in the forecast from now on")
             return False
         fetched = now - timedelta(seconds=signal.meta.stale_s or 0.0)
         if self.fresh_at is None or fetched > self.fresh_at:
