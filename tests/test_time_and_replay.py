@@ -154,3 +154,15 @@ def test_naive_times_are_local_and_every_time_printed_carries_its_zone(cli, tmp_
     crons = cli.run("cron", "ls").stdout
     assert "cron expressions read in Europe/Berlin" in crons, crons
     assert re.search(r"\d{4}-\d\d-\d\d 03:00 CES?T", crons), crons
+
+
+def test_a_scenarios_naive_grid_range_is_in_its_timezone():
+    from orchestrator.sim.inputs import _utc
+    from orchestrator.sim.scenario import Scenario
+
+    berlin = Scenario(timezone=BERLIN)
+    naive = datetime(2023, 7, 1, 12, 0)
+    assert _utc(naive, berlin) == datetime(2023, 7, 1, 10, 0, tzinfo=UTC)  # CEST
+    assert _utc(naive, Scenario()) == datetime(2023, 7, 1, 12, 0, tzinfo=UTC)  # UTC default
+    aware = datetime(2023, 7, 1, 12, 0, tzinfo=UTC)
+    assert _utc(aware, berlin) == aware
