@@ -154,11 +154,16 @@ def submit(
 def _say_outlook(jobs: list[dict]) -> None:
     """What the daemon will do with each job, on stderr (stdout holds the ids alone, for
     scripts: ``id=$(gridshift submit ...)``); ten jobs at most."""
-    from orchestrator.cli.render import printable
+    from orchestrator.cli.render import local_time, printable
 
     for job in jobs[:10]:
-        if job.get("outlook"):
-            typer.echo(f"job {job['id']}: {printable(job['outlook'])}", err=True)
+        said = job.get("outlook")
+        if said and job.get("may_wait_until") and said.startswith("may wait until "):
+            # the time in this shell's zone (or --utc), not the daemon's
+            rest = said.partition(" for low carbon")[2]
+            said = f"may wait until {local_time(job['may_wait_until'])} for low carbon{rest}"
+        if said:
+            typer.echo(f"job {job['id']}: {printable(said)}", err=True)
     if len(jobs) > 10:
         typer.echo(f"(and {len(jobs) - 10} more jobs; gridshift plan shows them all)", err=True)
 
