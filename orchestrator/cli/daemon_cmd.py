@@ -121,14 +121,23 @@ def _log_to_stderr(log_format: str = "auto") -> None:
             console=Console(stderr=True),
             show_path=False,
             markup=False,
-            log_time_format="[%Y-%m-%d %X]",
+            log_time_format=_rich_time,
         )
-        handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+        handler.setFormatter(logging.Formatter("%(message)s"))
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(LineFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[guard(handler)])
     logging.captureWarnings(True)
+
+
+def _rich_time(moment):
+    """The time of a record on a terminal: the convention's (date, zone; ``--utc``)."""
+    from rich.text import Text
+
+    from orchestrator.timeparse import format_time
+
+    return Text(format_time(moment.astimezone(), seconds=True))
 
 
 db_app = typer.Typer(
