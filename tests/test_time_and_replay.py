@@ -166,3 +166,31 @@ def test_a_scenarios_naive_grid_range_is_in_its_timezone():
     assert _utc(naive, Scenario()) == datetime(2023, 7, 1, 12, 0, tzinfo=UTC)  # UTC default
     aware = datetime(2023, 7, 1, 12, 0, tzinfo=UTC)
     assert _utc(aware, berlin) == aware
+
+
+def test_a_failing_source_is_dated_and_status_says_since_when(monkeypatch):
+    from grid.errors import GridDataError
+    from orchestrator.cli.accounts import signal_lines
+    from orchestrator.signals.feed import SignalFeed
+
+    class Down:
+        spec, sources, errors = "uk", [], []
+
+        def forecast(self, issued_at, horizon):
+            raise GridDataError("uk: cannot be reached")
+
+    monkeypatch.setenv("TZ", "UTC")
+    feed = SignalFeed(Down(), horizon_s=86400, lookback_s=3600)
+    first = datetime(2026, 11, 24, 6, 40, tzinfo=UTC)
+    assert not feed.refresh(first) and feed.failing_since == first
+    assert not feed.refresh(first + timedelta(minutes=5)) and feed.failing_since == first
+    sig = {"source": "uk", "age_s": None, "g_per_kwh": None, "error": feed.last_error,
+           "failing_since": first.isoformat(), "trace_end": None}  # fmt: skip
+    monkeypatch.setenv("GRIDSHIFT_UTC", "1")
+    lines = signal_lines(sig, first + timedelta(hours=1))
+    assert "has been failing since 2026-11-24 06:40 UTC" in lines[0], lines
+    assert "cannot be reached" in lines[1] and "None" not in " ".join(lines)
+    fresh = signal_lines({**sig, "error": None, "failing_since": None}, first)
+    assert fresh == ["uk: no signal yet (no fetch has answered yet)"]
+    feed.recovered([], "uk")
+    assert feed.failing_since is None and feed.last_error is None
