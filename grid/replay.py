@@ -18,6 +18,7 @@ from grid.signal import Signal
 
 WEEK_S = 7 * 86400
 MODES = ("now",)
+DEFAULT_SIDE_S = 4 * WEEK_S  # a range without a bound: up to four weeks either side of now
 
 
 def replay_mode(options: dict[str, str], where: str) -> bool:
@@ -53,8 +54,8 @@ def period_s(base: Signal, where: str) -> int:
 def replayed(
     base: Signal, start: datetime | None, end: datetime | None, where: str, now: datetime
 ) -> Signal:
-    """The replayed signal over ``[start, end)``; a missing bound: one period before or
-    after ``now``."""
+    """The replayed signal over ``[start, end)``; a missing bound: four weeks (at most one
+    period) before or after ``now``."""
     import numpy as np
     import pandas as pd
 
@@ -62,8 +63,9 @@ def replayed(
     period = period_s(base, where)
     origin = base.start
     assert origin is not None
-    end = end or now + timedelta(seconds=period)
-    start = start or now - timedelta(seconds=period)
+    side = timedelta(seconds=min(period, DEFAULT_SIDE_S))
+    end = end or now + side
+    start = start or now - side
     k0 = math.floor((start - origin).total_seconds() / res)
     k1 = math.ceil((end - origin).total_seconds() / res)
     if k1 - k0 > MAX_POINTS:
