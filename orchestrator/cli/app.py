@@ -45,7 +45,18 @@ def _root(
             dir_okay=False,
         ),
     ] = None,
+    utc: Annotated[
+        bool,
+        typer.Option(
+            "--utc",
+            help="Print every time in UTC (default: the local zone; also GRIDSHIFT_UTC=1).",
+        ),
+    ] = False,
 ) -> None:
+    from orchestrator.timeparse import show_utc
+
+    if utc:
+        show_utc(True)
     context.get(ctx).config_path = config
 
 
