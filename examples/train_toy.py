@@ -5,6 +5,11 @@ was given, reports progress to gridshift (the two lines below, in any training l
 checkpoints to --checkpoint when it receives SIGTERM, then exits 0: gridshift requeues a
 job that may be suspended with its progress, and the next run continues where it stopped.
 
+The checkpoint is the job's own: by default it lives under ``~/.cache/gridshift-toy/``,
+named by the job's id and its queue (the folder of its run directories), so a resumed
+attempt of the same job finds it and any other job, in this queue or a new one, starts
+from epoch 0. It is removed when training finishes.
+
     gridshift submit --gpus 2 --within 12h --duration 10m --interruptible \\
         -- python examples/train_toy.py --epochs 600
 """
@@ -12,6 +17,7 @@ job that may be suspended with its progress, and the next run continues where it
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import signal
@@ -34,12 +40,26 @@ def report(done: int, total: int) -> None:
         Path(path).write_text(f"{done} {total}")
 
 
+def default_checkpoint() -> Path:
+    """This job's checkpoint: one per job and queue, kept across its attempts (each
+    attempt has a run directory of its own; their common folder names the queue)."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gridshift-toy"
+    progress = os.environ.get("GRIDSHIFT_PROGRESS_FILE")
+    job = os.environ.get("GRIDSHIFT_JOB_ID")
+    if not (progress and job):  # run by hand: one checkpoint per working directory
+        key = hashlib.sha256(str(Path.cwd()).encode()).hexdigest()[:12]
+        return cache / f"by-hand-{key}.json"
+    queue = hashlib.sha256(str(Path(progress).resolve().parent.parent).encode()).hexdigest()
+    return cache / f"{queue[:12]}-job{int(job)}.json"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--epoch-seconds", type=float, default=1.0)
-    parser.add_argument("--checkpoint", type=Path, default=Path("toy-checkpoint.json"))
+    parser.add_argument("--checkpoint", type=Path, default=None, help="default: per job")
     args = parser.parse_args()
+    args.checkpoint = args.checkpoint or default_checkpoint()
     signal.signal(signal.SIGTERM, _on_sigterm)
     start = json.loads(args.checkpoint.read_text())["epoch"] if args.checkpoint.exists() else 0
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
@@ -53,6 +73,7 @@ def main() -> None:
         while time.monotonic() < until and not stop:
             time.sleep(min(0.05, max(0.0, until - time.monotonic())))
         if stop:  # the epoch in progress is lost; the finished ones are kept
+            args.checkpoint.parent.mkdir(parents=True, exist_ok=True)
             args.checkpoint.write_text(json.dumps({"epoch": epoch}))
             print(f"SIGTERM: checkpointed after {epoch} epochs", flush=True)
             sys.exit(0)

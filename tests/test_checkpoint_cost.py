@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,7 +21,7 @@ def test_submit_stores_and_shows_the_jobs_own_cost(cli):
     plain = cli.json("submit", "--interruptible", "--", "true")  # the lab's cost
     assert cli.json("show", str(plain["id"]))["checkpoint_s"] is None
     text = cli.run("show", str(made["id"])).stdout
-    assert "checkpoint_s" in text and "600" in text
+    assert re.search(r"checkpoint\s+10m", text), text  # show prints durations, --json seconds
 
 
 @pytest.mark.parametrize(

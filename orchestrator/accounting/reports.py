@@ -68,8 +68,12 @@ def report(session: Session, since: datetime | None, carbon=None, price=None) ->
         row = _job_figures(job, ran.get(job.id, 0.0), carbon)
         for bucket in (by_user[job.user], total, *(by_label[lb] for lb in job.labels or ["-"])):
             _add(bucket, row)
+    finished = [j.finished_at for j in jobs if j.finished_at]
     return {
         "since": _iso(since.timestamp()) if since else None,
+        # the period the jobs cover: the first one's submission to the last one's end
+        "first_submitted_at": _iso(min(j.submitted_at for j in jobs).timestamp()) if jobs else None,
+        "last_finished_at": _iso(max(finished).timestamp()) if finished else None,
         "total": _finish(total),
         "by_user": {k: _finish(v) for k, v in sorted(by_user.items())},
         "by_label": {k: _finish(v) for k, v in sorted(by_label.items())},

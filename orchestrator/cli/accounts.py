@@ -17,7 +17,7 @@ STALE_TICK_S = 30.0  # a daemon whose last pass is older than this is reported s
 def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> None:
     """The daemon's health: last pass, grid signal and its age, the fallback in force,
     running jobs, power and the budget."""
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     from orchestrator.cli.render import console, local_time, print_json, safe
     from orchestrator.signals.redact import redact
@@ -37,10 +37,10 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
     running = state == "running"
     if running and age is not None and age > STALE_TICK_S:
         state = f"running, but its last pass was {age:.0f}s ago"
-    last = local_time(datetime.fromisoformat(data["last_tick"]) if data["last_tick"] else None)
+    last = local_time(data["last_tick"], seconds=True)
     out.print(f"[bold]daemon[/]     {state} (pid {made['pid']}, last pass {last})")
     for node, since in (data["nodes_unreachable"] or {}).items():
-        out.print(f"[bold]node[/]       [red]{safe(node)} unreachable[/] since {since}")
+        out.print(f"[bold]node[/]       [red]{safe(node)} unreachable[/] since {local_time(since)}")
     mode = data["mode"] or "plan"
     line = safe(data["policy"]) + ("" if mode == "plan" else f" [red]→ {mode} fallback[/]")
     out.print(f"[bold]policy[/]     {line}")
@@ -48,11 +48,8 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
         out.print(f"             {safe(redact(data['fallback_reason']))}")
     sig = data["signal"]
     if sig:
-        age_s = "-" if sig["age_s"] is None else f"{sig['age_s'] / 60:.1f} min old"
-        source = safe(sig["source"])
-        out.print(f"[bold]signal[/]     {source}: {sig['g_per_kwh']} g/kWh ({age_s})")
-        if sig["error"]:
-            out.print(f"             [yellow]{safe(redact(sig['error']))}[/]")
+        for n, line in enumerate(signal_lines(sig, datetime.now(UTC))):
+            out.print(("[bold]signal[/]     " if n == 0 else "             ") + line)
     out.print(
         f"[bold]jobs[/]       {data['running_jobs']} running on {data['running_gpus']} GPUs "
         f"({data['power_w']} W), {data['stopped_jobs']} stopped, {data['queued_jobs']} queued"
@@ -68,6 +65,43 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
         )
 
 
+def signal_lines(sig: dict, now) -> list[str]:
+    """The status of the grid signal in words (rich markup): its value and age, or why
+    there is none: a trace that ended (and replay), a source failing since when, or no
+    fetch yet. Never ``None g/kWh``."""
+    from orchestrator.cli.render import local_time, safe
+    from orchestrator.signals.redact import redact
+
+    source = safe(sig["source"])
+    error = sig.get("error") and safe(redact(sig["error"]))
+    since = sig.get("failing_since")
+    if sig.get("g_per_kwh") is not None:
+        age = "" if sig["age_s"] is None else f" ({sig['age_s'] / 60:.1f} min old)"
+        lines = [f"{source}: {sig['g_per_kwh']:.0f} g/kWh{age}"]
+        if error:
+            failing = f"failing since {local_time(since)}: " if since else ""
+            lines.append(f"[yellow]{failing}{error}[/]")
+        return lines
+    end = sig.get("trace_end")
+    if end:
+        from datetime import datetime
+
+        days = (now - datetime.fromisoformat(end)).total_seconds() / 86400
+        if days > 0:
+            return [
+                f"{source}: [red]no signal[/]: the trace ends at {local_time(end)} "
+                f"({days:.0f} days ago); replay it live with ?replay=now "
+                "(shifted by whole weeks to now, looped)"
+            ]
+    if error:
+        failing = f"failing since {local_time(since)}" if since else "failing"
+        return [
+            f"{source}: [red]no signal[/]: the source has been {failing}",
+            f"[yellow]{error}[/]",
+        ]
+    return [f"{source}: no signal yet (no fetch has answered yet)"]
+
+
 def budget(
     ctx: typer.Context,
     amount: Annotated[
@@ -78,7 +112,7 @@ def budget(
 ) -> None:
     """The carbon budget: spent and left this period, projected at the present rate, and
     past periods."""
-    from orchestrator.cli.render import console, print_json, safe
+    from orchestrator.cli.render import console, local_time, print_json, safe
 
     c = context.get(ctx)
     data = c.call("budget", {"budget": amount, "periods": periods})
@@ -87,21 +121,18 @@ def budget(
         return
     out = console()
     projected = data["projected_g"]
+    start = local_time(data["period_start"]) if data["period_start"] else "the start"
     unit = data.get("unit", "kg")
     out.print(
         f"[bold]{data['budget']}[/]: {data['spent_g'] / 1e3:.3f} {unit} spent, "
         f"{data['remaining_g'] / 1e3:.3f} {unit} left"
         + ("" if projected is None else f", {projected / 1e3:.3f} {unit} projected")
-        + f" (period from {(data['period_start'] or 'the start')[:16]})"
+        + f" (period from {start})"
     )
-    for p in data["periods"]:
-        over = f"  [red]over by {p['over_g'] / 1e3:.3f} {unit}[/]" if p["over_g"] else ""
-        if p.get("forced_g"):
-            over += f" ({p['forced_g'] / 1e3:.3f} {unit} forced by deadlines)"
-        out.print(f"  {(p['period_start'] or 'run')[:10]}  {p['spent_g'] / 1e3:10.3f} {unit}{over}")
+    _periods(data["periods"], unit)
     for f in data.get("forced") or []:
         out.print(
-            f"  [yellow]forced[/] job {f['job']} ({safe(f['user'])}) at {f['at'][:16]}: "
+            f"  [yellow]forced[/] job {f['job']} ({safe(f['user'])}) at {local_time(f['at'])}: "
             f"{f['g'] / 1e3:.3f} {unit} expected, started by its deadline beyond the budget"
         )
 
@@ -124,7 +155,13 @@ def report(
     running each job when it was submitted."""
     from orchestrator.cli.plan import absolute_source
     from orchestrator.cli.render import print_json
+    from orchestrator.errors import GridshiftError
+    from orchestrator.timeparse import aware_text, parse_duration_s
 
+    try:  # a duration (7d) goes as it is; a date is read in this shell's zone
+        parse_duration_s(since or "")
+    except GridshiftError:
+        since = aware_text(since)
     c = context.get(ctx)
     data = c.call("report", {"since": since, "grid": absolute_source(grid)})
     if plot is not None:
@@ -135,30 +172,41 @@ def report(
     _print_report(data, plot)
 
 
+def _periods(periods: list[dict], unit: str) -> None:
+    """Past periods, one row each (``cli.output.tables``)."""
+    from orchestrator.cli.output.tables import Col, num, table
+    from orchestrator.cli.render import local_time
+
+    if not periods:
+        return
+    kg = [Col("PERIOD"), Col(f"SPENT {unit}", right=True), Col(f"OVER {unit}", right=True),
+          Col(f"FORCED {unit}", right=True, drop=1)]  # fmt: skip
+    start = {id(p): local_time(p["period_start"]) if p["period_start"] else "run" for p in periods}
+    table(kg, [[start[id(p)], num(p["spent_g"] / 1e3, 3),
+                num(p["over_g"] / 1e3, 3) if p["over_g"] else "-",
+                num(p["forced_g"] / 1e3, 3) if p.get("forced_g") else "-"] for p in periods],
+          styles={2: lambda text: None if text == "-" else "red"})  # fmt: skip
+
+
 def _print_report(data: dict, plot) -> None:
-    from rich.table import Table
+    from orchestrator.cli.output.tables import Col, num, say, table
 
-    from orchestrator.cli.render import console, safe
-
-    out = console()
     for title, rows in (("user", data["by_user"]), ("label", data["by_label"])):
-        table = Table(box=None, pad_edge=False, title=f"by {title}", title_justify="left")
-        for name in (title.upper(), "JOBS", "kWh", "kg CO2e", "COST", "AT SUBMISSION kg", "SAVED"):
-            table.add_column(name, justify="left" if name == title.upper() else "right")
-        for key, r in [*rows.items(), ("total", data["total"])]:
-            table.add_row(
-                safe(key),
-                str(r["jobs"]),
-                f"{r['energy_kwh']:.3f}" + ("*" if r["modelled_jobs"] else ""),
-                _num(r["carbon_kg"], 3),
-                _num(r["cost"], 2),
-                _num(r["carbon_at_submission_kg"], 3),
-                "-" if r["saving_pct"] is None else f"{r['saving_pct']:.0f}%",
-            )
-        out.print(table)
-    out.print("[dim]* includes modelled energy (GPUs without energy counters)[/]")
+        say(f"by {title}", "bold")
+        columns = (
+            Col(title.upper()), Col("JOBS", right=True), Col("kWh", right=True),
+            Col("kg CO2e", right=True), Col("COST", right=True, drop=2),
+            Col("AT SUBMISSION kg", right=True, drop=1), Col("SAVED", right=True),
+        )  # fmt: skip
+        table(columns, [
+            [key, str(r["jobs"]), num(r["energy_kwh"], 3) + ("*" if r["modelled_jobs"] else ""),
+             num(r["carbon_kg"], 3), num(r["cost"], 2), num(r["carbon_at_submission_kg"], 3),
+             num(r["saving_pct"], 0, "%")]
+            for key, r in [*rows.items(), ("total", data["total"])]
+        ])  # fmt: skip
+    say("* includes modelled energy (GPUs without energy counters)", "dim")
     if plot is not None:
-        out.print(f"plot written to {plot}")
+        say(f"plot written to {plot}")
 
 
 def _num(value, digits: int) -> str:
@@ -166,29 +214,7 @@ def _num(value, digits: int) -> str:
 
 
 def _plot(data: dict, path: Path) -> None:
-    import matplotlib
+    """Bars per user and per label, titled with the period and the saving."""
+    from orchestrator.accounting.plots import report_figure, save
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from orchestrator.errors import SpecError
-
-    groups = [("user", data["by_user"]), ("label", data["by_label"])]
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, (title, rows) in zip(axes, groups, strict=True):
-        names = list(rows)
-        actual = [rows[n]["carbon_kg"] or 0.0 for n in names]
-        base = [rows[n]["carbon_at_submission_kg"] or 0.0 for n in names]
-        x = range(len(names))
-        ax.bar([i - 0.2 for i in x], base, width=0.4, label="at submission", color="#bbbbbb")
-        ax.bar([i + 0.2 for i in x], actual, width=0.4, label="as run", color="#2a9d8f")
-        ax.set_xticks(list(x), names, rotation=30, ha="right")
-        ax.set_title(f"kg CO2e by {title}")
-        ax.legend()
-    fig.tight_layout()
-    try:
-        fig.savefig(path)
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"cannot write the plot {path}: {exc}") from None
-    finally:
-        plt.close(fig)
+    save(report_figure(data), path)

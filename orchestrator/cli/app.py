@@ -23,6 +23,8 @@ from orchestrator.cli.plan import plan
 from orchestrator.cli.simulate import simulate
 from orchestrator.cli.submit import HELP as SUBMIT_HELP
 from orchestrator.cli.submit import submit
+from orchestrator.cli.verbs.change import edit, hold, release, restart
+from orchestrator.cli.verbs.wait import wait
 
 app = typer.Typer(
     name="gridshift",
@@ -55,6 +57,13 @@ def _root(
             dir_okay=False,
         ),
     ] = None,
+    utc: Annotated[
+        bool,
+        typer.Option(
+            "--utc",
+            help="Print every time in UTC (default: the local zone; also GRIDSHIFT_UTC=1).",
+        ),
+    ] = False,
     version: Annotated[
         bool,
         typer.Option(
@@ -65,6 +74,10 @@ def _root(
         ),
     ] = False,
 ) -> None:
+    from orchestrator.timeparse import show_utc
+
+    if utc:
+        show_utc(True)
     context.get(ctx).config_path = config
 
 
@@ -74,6 +87,11 @@ app.command()(show)
 app.command()(cancel)
 app.command()(clean)
 app.command()(logs)
+app.command()(wait)
+app.command()(restart)
+app.command()(hold)
+app.command()(release)
+app.command()(edit)
 app.command()(nodes)
 app.command()(daemon)
 app.command()(simulate)

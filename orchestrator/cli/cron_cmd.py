@@ -21,36 +21,37 @@ def cron_ls(
 ) -> None:
     """List the cron templates, with their next occurrence and last job, and why any is
     disabled or paused."""
-    from orchestrator.cli.render import console, print_json, safe
+    from orchestrator.cli.render import print_json
     from orchestrator.timeparse import format_duration
 
     data = context.get(ctx).call("cron_ls", {})
     if as_json:
         print_json(data)
         return
-    from rich.table import Table
+    from orchestrator.cli.output.jobtext import when
+    from orchestrator.cli.output.tables import Col, say, table
 
     if not data:
-        console().print("no cron templates")
+        say("no cron templates")
         return
-    table = Table(box=None, pad_edge=False)
-    for name in ("ID", "CRON", "WINDOW", "NEXT", "JOBS", "USER", "COMMAND"):
-        table.add_column(name)
+    columns = (
+        Col("ID", right=True), Col("CRON"), Col("WINDOW", drop=2), Col("NEXT"),
+        Col("JOBS", right=True, drop=1), Col("USER", drop=3), Col("COMMAND", free=True),
+    )  # fmt: skip
+    rows = []
     for d in data:
         command = d["command"]
-        table.add_row(
-            str(d["id"]),
-            safe(d["cron"]),
-            format_duration(d["window_s"]),
-            (d["next_occurrence"] or "-")[:19],
-            str(d["jobs"]),
-            safe(d["user"]),
-            safe(" ".join(command) if isinstance(command, list) else command),
-        )
-    console().print(table)
+        rows.append([
+            str(d["id"]), d["cron"], format_duration(d["window_s"]), when(d["next_occurrence"]),
+            str(d["jobs"]), d["user"], " ".join(command) if isinstance(command, list) else command,
+        ])  # fmt: skip
+    table(columns, rows)
+    zones = sorted({d["zone"] for d in data if d.get("zone")})
+    if zones:  # where the daemon reads the expressions' clock times
+        say(f"cron expressions read in {', '.join(zones)} (the daemon's zone)")
     for d in data:
         if d.get("fault"):  # disabled or paused, and why
-            console().print(f"cron template {d['id']} {safe(d['fault'])}")
+            say(f"cron template {d['id']} {d['fault']}")
 
 
 @cron_app.command("rm")

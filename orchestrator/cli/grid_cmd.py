@@ -18,7 +18,7 @@ SOURCE_OPT = typer.Option(
     "entsoe:DE-LU, carbon-aware:LOCATION or csv:PATH[?column=...]. Repeat for a "
     "fallback chain (default: grid.source).",
 )
-TIME_HELP = "ISO 8601 date or time; without an offset it is UTC, as grid data is."
+TIME_HELP = "ISO 8601 date or time; without an offset it is local time."
 SPARK = "▁▂▃▄▅▆▇█"
 
 DESCRIPTIONS = {
@@ -40,7 +40,7 @@ def sources(
 ) -> None:
     """List the grid sources and whether each has its credentials (never their values)."""
     from grid.registry import CREDENTIALS, DEFAULT_BASE_URLS
-    from orchestrator.cli.render import console, print_json
+    from orchestrator.cli.render import print_json
     from orchestrator.signals.redact import redact
     from orchestrator.signals.sources import provider_configs
 
@@ -61,26 +61,25 @@ def sources(
     if as_json:
         print_json(rows)
         return
-    out = console()
-    for r in rows:
-        state = "[green]ready[/]" if r["ready"] else f"[yellow]needs {', '.join(r['needs'])}[/]"
-        out.print(
-            f"[bold]{r['name']:<16}[/]{state:<30} {r['description']}", no_wrap=True, crop=True
-        )
+    from orchestrator.cli.output.tables import Col, table
+
+    columns = (Col("NAME"), Col("READY"), Col("DESCRIPTION", free=True), Col("BASE URL", drop=1))
+    table(
+        columns,
+        [[r["name"], _ready(r), r["description"], r["base_url"] or "-"] for r in rows],
+        styles={1: lambda text: "green" if text == "yes" else "yellow"},
+    )
+
+
+def _ready(row: dict) -> str:
+    return "yes" if row["ready"] else f"needs {', '.join(row['needs'])}"
 
 
 def _when(text: str | None) -> datetime | None:
-    from grid.sources.base import parse_time
-    from orchestrator.errors import SpecError
+    """A --start or --end: ISO 8601, naive read in the local zone (as every time typed)."""
+    from orchestrator.timeparse import parse_time
 
-    if text is None:
-        return None
-    try:
-        return parse_time(text)
-    except ValueError:
-        raise SpecError(
-            f"invalid time {text!r}: use ISO 8601, e.g. 2023-06-01 or 2023-06-01T12:00Z"
-        ) from None
+    return None if text is None else parse_time(text)
 
 
 def _range(chain, start, end) -> tuple[datetime | None, datetime | None]:
@@ -123,10 +122,13 @@ def fetch(
     end: Annotated[str | None, typer.Option(help=TIME_HELP)] = None,
 ) -> None:
     """Fetch a range into the cache (default: the last 24 hours)."""
+    from orchestrator.cli.render import local_time
+
     _chain, signal = _load(ctx, source, start, end, False, "24h")
     s = signal.summary()
     typer.echo(
-        f"{s['points']} points from {signal.meta.source}, {s['start']} to {s['end']}"
+        f"{s['points']} points from {signal.meta.source}, {local_time(s['start'])} to "
+        f"{local_time(s['end'])}"
         f" ({s['filled']} filled)"
     )
 
@@ -147,7 +149,7 @@ def show(
     series: Annotated[bool, typer.Option("--series", help="With --json: every point.")] = False,
 ) -> None:
     """Summarise a signal: range, resolution, mean/min/max, greenest windows, sparkline."""
-    from orchestrator.cli.render import console, print_json
+    from orchestrator.cli.render import console, local_time, print_json
     from orchestrator.timeparse import parse_duration_s
 
     window_s = int(parse_duration_s(window))
@@ -167,7 +169,8 @@ def show(
         f"{' ' + meta.basis if meta.basis else ''}  {meta.unit}"
     )
     out.print(
-        f"{summary['start']} → {summary['end']}  every {meta.resolution_s // 60} min, "
+        f"{local_time(summary['start'])} → {local_time(summary['end'])}  "
+        f"every {meta.resolution_s // 60} min, "
         f"{summary['points']} points"
     )
     out.print(f"mean {summary['mean']}  min {summary['min']}  max {summary['max']}")
@@ -182,8 +185,7 @@ def show(
         )
     out.print(sparkline(signal.values.tolist(), max(10, out.width - 2)))
     for when, mean in signal.greenest_windows(window_s):
-        local = when.astimezone().strftime("%Y-%m-%d %H:%M %Z")
-        out.print(f"  greenest {window}: {when.isoformat()} ({local})  mean {mean:.1f}")
+        out.print(f"  greenest {window}: {local_time(when)}  mean {mean:.1f}")
 
 
 def sparkline(values: list[float], width: int) -> str:

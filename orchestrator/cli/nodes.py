@@ -18,41 +18,35 @@ def nodes(
 ) -> None:
     """List nodes and GPUs: local GPUs detected through NVML (or faked), SSH servers' as
     the daemon last discovered them (``--refresh``: asked now), with their power limits."""
-    from orchestrator.cli.render import console, print_json, safe
+    from orchestrator.cli.render import print_json
 
     data = context.get(ctx).call("nodes", {"refresh": refresh})
     if as_json:
         print_json(data)
         return
-    from rich.table import Table
+    from orchestrator.cli.output.tables import Col, say, table
 
-    table = Table(box=None, header_style="bold")
-    for column in ("NODE", "EXECUTOR", "GPUS", "FREE", "MODEL", "LIMITS W", "SOURCE", "HOST",
-                   "STATE", "JOBS"):  # fmt: skip
-        table.add_column(column)
+    columns = (
+        Col("NODE"), Col("EXECUTOR", drop=3), Col("GPUS", right=True), Col("FREE", right=True),
+        Col("MODEL", drop=4), Col("LIMITS W", drop=5), Col("SOURCE", drop=6),
+        Col("HOST", drop=2), Col("STATE", free=True), Col("JOBS", drop=1),
+    )  # fmt: skip
+    rows = []
     for d in data:
         jobs = sorted({g["job_id"] for g in d["gpu_list"] if g["job_id"] is not None})
         limits = sorted({g["power_limit_w"] for g in d["gpu_list"] if g["power_limit_w"]})
         state = {True: "up", False: "down", None: "-"}[d["reachable"]]
         if d["error"]:
             state = f"down: {d['error']}"
-        table.add_row(
-            safe(d["name"]),
-            d["executor"],
-            str(d["gpus"]),
-            str(d["gpus_free"]),
-            safe(d["gpu_model"] or "-"),
-            ",".join(f"{w:.0f}" for w in limits) or "-",
-            safe(d["gpu_source"]),
-            safe(d["host"] or "-"),
-            safe(state),
-            ",".join(map(str, jobs)) or "-",
-        )
-    console().print(table)
+        rows.append([
+            d["name"], d["executor"], str(d["gpus"]), str(d["gpus_free"]), d["gpu_model"] or "-",
+            ",".join(f"{w:.0f}" for w in limits) or "-", d["gpu_source"], d["host"] or "-",
+            state, ",".join(map(str, jobs)) or "-",
+        ])  # fmt: skip
+    table(columns, rows)
     for d in data:
         if d["shared_account"]:
-            console().print(
+            say(
                 f"note: node {d['name']} runs every user's jobs as one account: they share "
-                'one trust domain there (user = "{user}" runs each as its submitter)',
-                markup=False,
+                'one trust domain there (user = "{user}" runs each as its submitter)'
             )

@@ -26,7 +26,8 @@ def plan(
     objective: Annotated[str, Opt("--objective", help="carbon, cost or mix:W.")] = "carbon",
     slot: Annotated[str, Opt("--slot", help="Planning slot, e.g. 15m.")] = "15m",
     at: Annotated[
-        str | None, Opt("--at", help="Plan as of this time (ISO, UTC if naive), not now.")
+        str | None,
+        Opt("--at", help="Plan as of this time (ISO, local if naive), not now."),
     ] = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON (stable keys).")] = False,
     submit: Annotated[
@@ -41,8 +42,9 @@ def plan(
     """Plan the queued jobs: start, GPUs, power cap, and expected energy, carbon and cost
     against running each now at full power."""
     from orchestrator.cli.render import print_json
+    from orchestrator.timeparse import aware_text
 
-    grid, price = absolute_source(grid), absolute_source(price)
+    grid, price, at = absolute_source(grid), absolute_source(price), aware_text(at)
     args = {"policy": policy, "grid": grid, "price": price, "budget": budget,
             "objective": objective, "slot": slot, "at": at, "submit": submit}  # fmt: skip
     data = context.get(ctx).call("plan", args)
@@ -65,63 +67,69 @@ def absolute_source(spec: str | None) -> str | None:
     return f"csv:{path}{sep}{options}"
 
 
-def _table(data: dict) -> None:
-    from rich.table import Table
+def _columns():
+    """``plan``'s columns; a narrow terminal leaves out SAVING, NOW kg, NAME, CAP, kWh
+    first."""
+    from orchestrator.cli.output.tables import Col
 
-    from orchestrator.cli.render import console, safe
+    return (
+        Col("ID", right=True),
+        Col("NAME", drop=3),
+        Col("START"),
+        Col("WAIT h", right=True),
+        Col("GPUS", right=True),
+        Col("CAP", right=True, drop=4),
+        Col("kWh", right=True, drop=5),
+        Col("kg CO2e", right=True),
+        Col("NOW kg", right=True, drop=2),
+        Col("SAVING", right=True, drop=1),
+    )
+
+
+def _table(data: dict) -> None:
+    from orchestrator.cli.output.jobtext import when
+    from orchestrator.cli.output.tables import num, say, table
     from orchestrator.timeparse import format_duration
 
-    out = console()
-    head = f"[bold]{safe(data['policy'])}[/] plan at {data['now'][:16]} for {data['gpus']} GPUs"
+    head = f"{data['policy']} plan at {when(data['now'])} for {data['gpus']} GPUs"
     if data["budget"]:
         head += f", budget {data['budget']} (none spent yet: accounting comes with the daemon)"
-    out.print(head)
+    say(head, "bold")
     if not data["jobs"]:
-        out.print("no queued jobs")
+        say("no queued jobs")
         return
-    table = Table(box=None, pad_edge=False)
-    for col in (
-        "ID",
-        "NAME",
-        "START",
-        "WAIT h",
-        "GPUS",
-        "CAP",
-        "kWh",
-        "kg CO2e",
-        "NOW kg",
-        "SAVING",
-    ):
-        table.add_column(col, justify="left" if col in ("NAME", "START") else "right")
+    rows = []
     for r in data["jobs"]:
         now = r["now_full_power"] or {}
-        saving = "-" if r["carbon_saving_pct"] is None else f"{r['carbon_saving_pct']:.0f}%"
-        table.add_row(
-            str(r["id"]),
-            safe(r["name"] or ""),
-            r["start"][:16] + (" *" if r["forced"] else "") + (" ⋯" if r["intervals"] else ""),
-            f"{r['wait_h']:.1f}",
-            str(r["gpus"]),
-            f"{100 * r['cap']:.0f}%",
-            "-" if r["energy_kwh"] is None else f"{r['energy_kwh']:.2f}",
-            "-" if r["carbon_kg"] is None else f"{r['carbon_kg']:.3f}",
-            "-" if not now else f"{now['carbon_kg']:.3f}",
-            saving,
+        rows.append(
+            [
+                str(r["id"]),
+                r["name"] or "",
+                when(r["start"]) + (" *" if r["forced"] else "") + (" ⋯" if r["intervals"] else ""),
+                num(r["wait_h"], 1),
+                str(r["gpus"]),
+                num(100 * r["cap"], 0, "%"),
+                num(r["energy_kwh"], 2),
+                num(r["carbon_kg"], 3),
+                num(now.get("carbon_kg"), 3),
+                num(r["carbon_saving_pct"], 0, "%"),
+            ]
         )
-    out.print(table)
-    out.print(
-        "[dim]CAP: power cap, share of the GPU's maximum limit; NOW: the job started now at"
-        " full power; * started by its deadline; ⋯ runs in pieces (--json lists them)[/]"
+    table(_columns(), rows)
+    say(
+        "CAP: power cap, share of the GPU's maximum limit; NOW: the job started now at"
+        " full power; * started by its deadline; ⋯ runs in pieces (--json lists them)",
+        "dim",
     )
     for r in data["jobs"]:
         if r.get("after"):
             waits = ", ".join(str(a) for a in r["after"])
-            out.print(f"[dim]job {r['id']}: after job {waits} (starts when it has ended)[/]")
+            say(f"job {r['id']}: after job {waits} (starts when it has ended)", "dim")
         if r.get("estimate_source") not in (None, "duration"):
             run = format_duration(r["estimate_s"])
-            out.print(f"[dim]job {r['id']}: run time {run} {safe(r['estimate_note'])}[/]")
+            say(f"job {r['id']}: run time {run} {r['estimate_note']}", "dim")
     if any(not r["estimated"] for r in data["jobs"]):
-        out.print("[dim]jobs that use no GPU have no model: they start now[/]")
+        say("jobs that use no GPU have no model: they start now", "dim")
     for s in data.get("submitted", []):
         slurm = f" (Slurm job {s['slurm_job_id']})" if s.get("slurm_job_id") else ""
-        out.print(f"job {s['id']}: {safe(s['action'])}{slurm}, start {s['start'][:19]}")
+        say(f"job {s['id']}: {s['action']}{slurm}, start {when(s['start'])}")

@@ -1,4 +1,4 @@
-"""Jobs and nodes as JSON objects (stable keys) and as rich tables.
+"""JSON output (stable keys) and text helpers; every table is ``cli.output.tables``'s.
 
 Human output shows what users typed (names, labels, commands, reasons) with control
 characters escaped (``\\x1b``): ``console()`` escapes every string it renders, ``safe``
@@ -18,8 +18,13 @@ from orchestrator.daemon.ops.views import JOB_KEYS, iso, job_dict, progress_of  
 from orchestrator.signals.redact import printable
 
 
-def local_time(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+def local_time(value: datetime | str | None, *, seconds: bool = False) -> str:
+    """Every time the CLI prints, with its zone: local (``2026-11-24 07:40 CET``), or UTC
+    with ``--utc`` or ``GRIDSHIFT_UTC=1``. ``value``: a datetime (naive: UTC) or ISO
+    text as the ops return it; None: ``-``."""
+    from orchestrator.timeparse import format_time
+
+    return format_time(value, seconds=seconds)
 
 
 def print_json(data: Any) -> None:
@@ -55,21 +60,11 @@ def safe(value: Any) -> str:
     return escape(printable(str(value)))
 
 
-def command_text(command: list[str], width: int = 120) -> str:
+def command_text(command: list[str], width: int | None = None) -> str:
+    """A command as a shell would read it, escaped; cut to ``width`` only where asked
+    (a table cuts its free text itself, on a terminal only)."""
     text = printable(shlex.join(command))
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-STATE_STYLE = {
-    "queued": "cyan",
-    "planned": "blue",
-    "running": "green",
-    "suspended": "yellow",
-    "completed": "bright_black",
-    "failed": "red",
-    "cancelled": "magenta",
-    "lost": "red",
-}
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def console():
@@ -81,4 +76,5 @@ def console():
         def render_str(self, text: str, **kwargs):
             return super().render_str(printable(text), **kwargs)
 
-    return _Console(highlight=False)
+    # piped or redirected: one line per message, never wrapped at 80 columns
+    return _Console(highlight=False, soft_wrap=not sys.stdout.isatty())

@@ -103,6 +103,7 @@ def submit(
 ) -> None:
     from orchestrator.cli.render import print_json
     from orchestrator.errors import SpecError
+    from orchestrator.timeparse import aware_text
 
     c = context.get(ctx)
     cwd = os.getcwd()
@@ -129,7 +130,7 @@ def submit(
             "name": name,
             "gpus": gpus,
             "duration": duration,
-            "deadline": deadline,
+            "deadline": aware_text(deadline),  # naive: the user's zone, not the daemon's
             "within": within,
             "interruptible": interruptible,
             "checkpoint_cost": checkpoint_cost,
@@ -157,11 +158,16 @@ def submit(
 def _say_outlook(jobs: list[dict]) -> None:
     """What the daemon will do with each job, on stderr (stdout holds the ids alone, for
     scripts: ``id=$(gridshift submit ...)``); ten jobs at most."""
-    from orchestrator.cli.render import printable
+    from orchestrator.cli.render import local_time, printable
 
     for job in jobs[:10]:
-        if job.get("outlook"):
-            typer.echo(f"job {job['id']}: {printable(job['outlook'])}", err=True)
+        said = job.get("outlook")
+        if said and job.get("may_wait_until") and said.startswith("may wait until "):
+            # the time in this shell's zone (or --utc), not the daemon's
+            rest = said.partition(" for low carbon")[2]
+            said = f"may wait until {local_time(job['may_wait_until'])} for low carbon{rest}"
+        if said:
+            typer.echo(f"job {job['id']}: {printable(said)}", err=True)
     if len(jobs) > 10:
         typer.echo(f"(and {len(jobs) - 10} more jobs; gridshift plan shows them all)", err=True)
 
@@ -215,13 +221,10 @@ def _read_sweep(path: Path, cwd: str) -> dict:
 
 
 def _print_cron(made: dict, as_json: bool) -> None:
-    from datetime import datetime
-
-    from orchestrator.cli.render import print_json
+    from orchestrator.cli.render import local_time, print_json
 
     if as_json:
         print_json(made)
         return
-    upcoming = made["next"] and datetime.fromisoformat(made["next"]).astimezone()
-    when = f"{upcoming:%Y-%m-%d %H:%M:%S %Z}" if upcoming else "none"
+    when = local_time(made["next"]) if made["next"] else "none"
     typer.echo(f"cron template {made['cron_id']}; next occurrence {when}")

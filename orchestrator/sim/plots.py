@@ -1,32 +1,74 @@
-"""PNG plots of a what-if run (matplotlib, no display needed):
+"""PNG plots of a what-if run (matplotlib's Agg backend through ``Figure``: no display,
+no global pyplot state):
 
-- ``carbon_power.png``: the carbon signal over the run, and the cluster's power draw per
-  policy beneath it, so one sees each policy move work into the troughs;
-- ``carbon_vs_jct.png``: carbon and average job completion time per policy, side by side.
+- ``carbon_power.png``: the carbon signal over the run, the cluster's power draw per
+  policy beneath it, so one sees each policy move work into the troughs, and each job
+  that missed its deadline as a mark at that deadline, one row per policy (the price of
+  shifting);
+- ``carbon_vs_jct.png``: carbon, average job completion time and deadline misses per
+  policy, side by side.
+
+Time axes are in the scenario's ``timezone`` and say which (and the year) in their label;
+each title names the scenario: its deadline rule, forecast, job trace, grid and budget.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.metrics import power_timeline
 from orchestrator.sim.runner import Outcome
 
 
 def write_plots(outcome: Outcome, folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    """Draw the figures and write them into ``folder`` (made if missing)."""
     folder.mkdir(parents=True, exist_ok=True)
-    inputs = outcome.inputs
     paths = []
+    for name, fig in figures(outcome).items():
+        paths.append(folder / f"{name}.png")
+        fig.savefig(paths[-1], dpi=110)
+    return paths
 
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 6), sharex=True, height_ratios=(1, 2))
+
+def figures(outcome: Outcome) -> dict:
+    """The figures by file stem (``matplotlib.figure.Figure``; tests inspect them)."""
+    return {"carbon_power": _carbon_power(outcome), "carbon_vs_jct": _carbon_vs_jct(outcome)}
+
+
+def scenario_line(inputs: SimInputs) -> str:
+    """The scenario in one line: rule, forecast, trace, grid, budget."""
+    s = inputs.scenario
+    trace = Path(s.jobs.source).name if not s.jobs.source.startswith("synthetic") else "synthetic"
+    parts = [
+        f"rule {s.jobs.deadline_rule}",
+        f"forecast {s.forecast}",
+        f"jobs {trace} ({len(inputs.jobs)})",
+        f"grid {inputs.signal_label}",
+        f"budget {s.budget or 'none'}",
+    ]
+    if s.jobs.interruptible:
+        parts.insert(1, f"{s.jobs.interruptible:.0%} interruptible")
+    return ", ".join(parts)
+
+
+def time_label(start_s: float, end_s: float, zone: tzinfo) -> str:
+    """``time (Europe/Berlin), 2023-01-02 to 2023-01-16``: the zone and the years."""
+    a, b = (datetime.fromtimestamp(t, UTC).astimezone(zone) for t in (start_s, end_s))
+    return f"time ({_zone_name(zone)}), {a:%Y-%m-%d} to {b:%Y-%m-%d}"
+
+
+def _carbon_power(outcome: Outcome):
+    from matplotlib.figure import Figure
+
+    inputs = outcome.inputs
+    zone = _zone(inputs)
+    fig = Figure(figsize=(12, 7))
+    top, middle, bottom = fig.subplots(3, 1, sharex=True, height_ratios=(1, 2, 0.8))
     end = max(float(r.finish_s.max()) for r in outcome.runs.values())
     start = float(inputs.jobs.submit_s.min())
     carbon = inputs.carbon
@@ -34,36 +76,89 @@ def write_plots(outcome: Outcome, folder: Path) -> list[Path]:
     slots = carbon.start_s + np.arange(first, last + 1) * carbon.step_s
     top.step(_dates(slots), carbon.values[first : last + 1], where="post", color="0.3", lw=0.8)
     top.set_ylabel(f"carbon\n{inputs.signal_label}")
-    top.set_title(f"{inputs.scenario.name}: carbon intensity and cluster power")
+    top.set_title(f"{inputs.scenario.name}: carbon intensity, cluster power, deadline misses")
+    fig.suptitle(scenario_line(inputs), fontsize=9, y=0.995)
     step = max(carbon.step_s, (end - start) / 2000)
+    names = list(outcome.runs)
+    colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
     for name, run in outcome.runs.items():
         t, watts = power_timeline(inputs, run, step)
-        bottom.step(_dates(t), watts / 1000, where="post", lw=0.9, label=name)
-    bottom.set_ylabel("cluster power (kW)")
-    bottom.legend(loc="upper right")
+        middle.step(_dates(t), watts / 1000, where="post", lw=0.9, label=name, c=colours[name])
+    middle.set_ylabel("cluster power (kW)")
+    middle.legend(loc="upper right")
+    _draw_misses(bottom, outcome, names, colours)
+    bottom.set_xlabel(time_label(start, end, zone))
+    _time_axis(bottom, zone)
     fig.autofmt_xdate()
     fig.tight_layout()
-    paths.append(folder / "carbon_power.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
+    return fig
 
+
+def missed(outcome: Outcome, name: str) -> np.ndarray:
+    """The deadlines (epoch s) that policy ``name``'s run missed, as metrics counts them."""
+    inputs, run = outcome.inputs, outcome.runs[name]
+    due = inputs.deadline_s
+    late = ~np.isnan(due) & (run.finish_s > np.nan_to_num(due, nan=np.inf) + 1.0)
+    return due[late]
+
+
+def _draw_misses(ax, outcome: Outcome, names: list[str], colours: dict) -> None:
+    labels = []
+    for row, name in enumerate(names):
+        due = missed(outcome, name)
+        labels.append(f"{name}: {len(due)}")
+        ax.scatter(_dates(due), np.full(len(due), row), marker="x", s=18, c=colours[name])
+    ax.set_yticks(range(len(names)), labels, fontsize=8)
+    ax.set_ylim(-0.7, len(names) - 0.3)
+    ax.set_ylabel("missed\ndeadlines")
+
+
+def _carbon_vs_jct(outcome: Outcome):
+    from matplotlib.figure import Figure
+
+    inputs = outcome.inputs
     names = list(outcome.results)
-    carbon_kg = [outcome.results[n]["carbon_kg"] for n in names]
-    jct_h = [outcome.results[n]["avg_jct_h"] for n in names]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.bar(names, carbon_kg, color="tab:green")
-    left.set_ylabel("carbon (kg CO2e)")
-    right.bar(names, jct_h, color="tab:blue")
-    right.set_ylabel("average job completion time (h)")
-    for ax in (left, right):
+    fig = Figure(figsize=(13, 4.5))
+    axes = fig.subplots(1, 3)
+    columns = (
+        ("carbon_kg", "carbon (kg CO2e)", "tab:green"),
+        ("avg_jct_h", "average job completion time (h)", "tab:blue"),
+        ("deadline_misses", "deadline misses (jobs)", "tab:red"),
+    )
+    for ax, (key, label, colour) in zip(axes, columns, strict=True):
+        values = [outcome.results[n][key] for n in names]
+        bars = ax.bar(names, values, color=colour)
+        ax.bar_label(bars, fontsize=8)
+        ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=20)
-    fig.suptitle(f"{inputs.scenario.name}: carbon vs completion time")
+    zone = _zone(inputs)
+    start = float(inputs.jobs.submit_s.min())
+    end = max(float(r.finish_s.max()) for r in outcome.runs.values())
+    fig.suptitle(
+        f"{inputs.scenario.name}: carbon vs completion time, {time_label(start, end, zone)}\n"
+        + scenario_line(inputs),
+        fontsize=10,
+    )
     fig.tight_layout()
-    paths.append(folder / "carbon_vs_jct.png")
-    fig.savefig(paths[-1], dpi=110)
-    plt.close(fig)
-    return paths
+    return fig
 
 
-def _dates(seconds: np.ndarray):
+def _time_axis(ax, zone: tzinfo) -> None:
+    import matplotlib.dates as mdates
+
+    locator = mdates.AutoDateLocator(tz=zone)
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d\n%H:%M", tz=zone))
+
+
+def _zone(inputs: SimInputs) -> tzinfo:
+    name = inputs.scenario.timezone
+    return UTC if name.upper() == "UTC" else ZoneInfo(name)
+
+
+def _zone_name(zone: tzinfo) -> str:
+    return getattr(zone, "key", None) or "UTC"
+
+
+def _dates(seconds: np.ndarray) -> list[datetime]:
     return [datetime.fromtimestamp(float(s), UTC) for s in seconds]

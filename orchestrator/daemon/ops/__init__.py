@@ -17,7 +17,16 @@ Handler = Callable[["OpContext", "Caller", "Args"], Any]
 
 
 def _handlers() -> dict[str, Handler]:
-    from orchestrator.daemon.ops import accounts, cluster, crons, jobs, planops, retention
+    from orchestrator.daemon.ops import (
+        accounts,
+        cluster,
+        crons,
+        jobpower,
+        jobs,
+        planops,
+        retention,
+        verbs,
+    )
 
     return {
         "ping": lambda ctx, caller, args: {"pid": os.getpid()},
@@ -34,6 +43,12 @@ def _handlers() -> dict[str, Handler]:
         "plan": planops.plan,
         "nodes": cluster.nodes,
         "clean": retention.clean,
+        "job_power": jobpower.job_power,
+        "hold": verbs.hold,
+        "release": verbs.release,
+        "restart": verbs.restart,
+        "edit": verbs.edit,
+        "states": verbs.states,
     }
 
 

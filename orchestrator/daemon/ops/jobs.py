@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from orchestrator.daemon.ops.base import Args, Caller, OpContext
-from orchestrator.daemon.ops.views import iso, job_dict, public_view
+from orchestrator.daemon.ops.views import iso, job_dict
 from orchestrator.errors import GridshiftError, PermissionDenied, SpecError
 
 CHUNK = 1 << 20  # log bytes per answer
@@ -71,10 +71,17 @@ def cancel(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
     user = caller.user if caller.uid != ctx.owner_uid else _as_root(caller)
     outcome = store.cancel(ctx.db, args.ints("job_ids"), user=user, now=utc_now())
-    stopping = any(result == "stopping" for _, result in outcome)
+    stopping = [job_id for job_id, result in outcome if result == "stopping"]
+    no_daemon = bool(stopping) and not ctx.daemon_running()
+    results = [[job_id, result] for job_id, result in outcome]
+    if no_daemon and not ctx.shared:  # this process stops them, now (``stopnow``)
+        from orchestrator.daemon.ops.stopnow import said, stop_now
+
+        stopped = stop_now(ctx, stopping)
+        results = [[i, said(stopped[i]) if i in stopped else r] for i, r in results]
     return {
-        "results": [[job_id, result] for job_id, result in outcome],
-        "no_daemon": stopping and not ctx.daemon_running(),
+        "results": results,
+        "no_daemon": no_daemon and any(r == "stopping" for _, r in results),
         "grace_s": ctx.settings.cancel_grace_s,
     }
 
@@ -87,37 +94,31 @@ def _as_root(caller: Caller):
 
 
 def ls(ctx: OpContext, caller: Caller, args: Args) -> dict:
-    """Every user's jobs (others' as ``squeue`` shows them); ``all``: finished ones too."""
-    from orchestrator.queue import store
+    """Every user's jobs, filtered (``ops.listing``)."""
+    from orchestrator.daemon.ops.listing import ls as listed
 
-    show_all = bool(args.get("all", bool, False))
-    with ctx.db.read() as session:
-        jobs = store.list_jobs(session, include_finished=show_all)
-        deps = store.dependencies(session, [j.id for j in jobs])
-        hidden = 0 if show_all else store.count_finished(session)
-        reports = store.latest_progress(session, [j.id for j in jobs if j.attempts])
-    out = []
-    for j in jobs:
-        data = job_dict(j, deps[j.id], str(ctx.settings.log_path(j.id)), reports.get(j.id))
-        mine = ctx.privileged(caller) or j.uid == caller.uid
-        out.append(data if mine else public_view(data))
-    return {"jobs": out, "hidden": hidden}
+    return listed(ctx, caller, args)
 
 
 def show(ctx: OpContext, caller: Caller, args: Args) -> dict:
     """One of the caller's jobs in full: spec, state, times, runs and history."""
     from orchestrator.queue import store
+    from orchestrator.timeparse import utc_now
 
     job_id = _job_id(args)
     with ctx.db.read() as session:
+        from orchestrator.daemon.ops.listing import has_budget, runtimes, unfinished
+
         job = store.get_job(session, job_id)
         _check_owner(ctx, caller, job)
+        deps = store.dependencies(session, [job_id])
         data = job_dict(
-            job,
-            store.dependencies(session, [job_id])[job_id],
-            str(ctx.settings.log_path(job_id)),
+            job, deps[job_id], str(ctx.settings.log_path(job_id)),
             store.latest_progress(session, [job_id]).get(job_id),
-        )
+            waits_for=unfinished(session, deps).get(job_id),
+            runtime_s=runtimes(session, [job], utc_now()).get(job_id),
+            budgeted=has_budget(session, ctx.settings),
+        )  # fmt: skip
         events = store.events(session, job_id)
         runs = store.attempts(session, job_id)
         from orchestrator.daemon.ops.outlook import estimate_keys
@@ -201,7 +202,19 @@ def logs(ctx: OpContext, caller: Caller, args: Args) -> dict:
         _read_local(path, offset) if not node else _read_remote(ctx, node, path, offset, account)
     )
     data = None if block is None else base64.b64encode(block).decode()
-    return {"state": state, "sources": len(sources), "data": data}
+    size = _size(path) if not node else None  # for ``logs -n``: where the tail begins
+    return {"state": state, "sources": len(sources), "data": data, "size": size}
+
+
+def _size(path: str) -> int | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _job_id(args: Args) -> int:

@@ -42,7 +42,14 @@ JOB_KEYS = (
     "planned_start",
     "plan_note",
     "cron_id",
+    "wait_reason",
+    "waits_for",
+    "runtime_s",
 )
+#: Why a waiting job waits (``wait_reason``), from the most to the least binding.
+WAIT_REASONS = (
+    "held", "dependency", "capacity", "low carbon", "budget", "fallback", "due", "planned",
+)  # fmt: skip
 
 
 def iso(value: datetime | None) -> str | None:
@@ -64,19 +71,26 @@ def progress_of(
     return None, None
 
 
-def job_dict(job, after: list[int], log_path: str, report=None, now=None) -> dict[str, Any]:
+def job_dict(
+    job, after: list[int], log_path: str, report=None, now=None, *,
+    waits_for: list[int] | None = None, runtime_s: float | None = None, budgeted: bool = False,
+) -> dict[str, Any]:  # fmt: skip
     """A job as JSON. ``gpus`` is the number it holds (or held) once placed, else the
-    most it asks for. The environment is never shown: it may hold secrets."""
+    most it asks for (a queued job, requeued or not). ``waits_for``: its dependencies not
+    completed yet; ``runtime_s``: its attempts' run time, suspensions left out. The
+    environment is never shown: it may hold secrets."""
     from datetime import UTC
 
     progress, source = progress_of(job, report, now or datetime.now(UTC))
+    placed = job.node and job.state != "queued"
+    waits_for = list(waits_for or []) if job.state == "queued" else []
     data = {
         "id": job.id,
         "name": job.name,
         "state": job.state,
         "reason": job.reason,
         "user": job.user,
-        "gpus": len(job.gpu_ids) if job.node else job.gpus_max,
+        "gpus": len(job.gpu_ids) if placed else job.gpus_max,
         "gpus_min": job.gpus_min,
         "gpus_max": job.gpus_max,
         "gpu_ids": list(job.gpu_ids),
@@ -106,9 +120,36 @@ def job_dict(job, after: list[int], log_path: str, report=None, now=None) -> dic
         "planned_start": iso(job.planned_start) if job.state == "queued" else None,
         "plan_note": job.plan_note if job.state in ("queued", "suspended") else None,
         "cron_id": job.cron_id,
+        "wait_reason": wait_reason(job, waits_for, budgeted),
+        "waits_for": waits_for,
+        "runtime_s": None if runtime_s is None else round(runtime_s, 1),
     }
     assert tuple(data) == JOB_KEYS
     return data
+
+
+def wait_reason(job, waits_for: list[int], budgeted: bool = False) -> str | None:
+    """Why a queued (or suspended) job waits, one of ``WAIT_REASONS``, from its state,
+    its dependencies and the daemon's note (``daemon.guard.note_plans``); None: it does
+    not wait, or no daemon has planned it yet."""
+    if job.state == "held" or getattr(job, "held", False):  # hook for hold/release
+        return "held"
+    if job.state not in ("queued", "suspended"):
+        return None
+    if waits_for:
+        return "dependency"
+    note = job.plan_note or ""
+    if note.startswith("due; waiting for GPUs"):
+        return "capacity"
+    if note.startswith("waiting for lower carbon"):
+        return "low carbon"
+    if " fallback: " in note:
+        return "fallback"
+    if note.startswith(("starts now", "due now")):
+        return "due"
+    if note.startswith("planned for") and budgeted and " by budget" in note:
+        return "budget"
+    return "planned" if job.planned_start is not None and job.state == "queued" else None
 
 
 #: What anyone in the group sees of another user's job (as ``squeue`` shows): its id, name,

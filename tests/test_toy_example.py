@@ -1,0 +1,58 @@
+"""``examples/train_toy.py``: its checkpoint is the job's own, so a new job starts from
+epoch 0 while a resumed attempt of the same job goes on where it stopped (a checkpoint in
+the working directory made the next toy job "resume from epoch 46")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+TOY = str(ROOT / "examples" / "train_toy.py")
+pytestmark = pytest.mark.backends("sqlite")
+
+
+def _attempt(tmp: Path, job: int, attempt: int, *, stop_after_s: float | None = None) -> str:
+    """Run the toy as the executor runs one attempt: its own run directory (under the
+    queue's run/ folder), GRIDSHIFT_JOB_ID and GRIDSHIFT_PROGRESS_FILE; SIGTERM it after
+    ``stop_after_s`` (a suspension)."""
+    run_dir = tmp / "home" / "run" / f"attempt-{attempt}"
+    run_dir.mkdir(parents=True)
+    env = {
+        **os.environ,
+        "XDG_CACHE_HOME": str(tmp / "cache"),
+        "GRIDSHIFT_JOB_ID": str(job),
+        "GRIDSHIFT_PROGRESS_FILE": str(run_dir / "progress"),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, TOY, "--epochs", "40", "--epoch-seconds", "0.05"],
+        cwd=tmp,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    if stop_after_s is not None:
+        time.sleep(stop_after_s)
+        proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    return out
+
+
+def test_a_new_job_starts_fresh_and_a_resumed_one_goes_on(tmp_path):
+    first = _attempt(tmp_path, job=1, attempt=1, stop_after_s=0.8)
+    assert "from epoch 0" in first and "SIGTERM: checkpointed after" in first
+    assert not list(tmp_path.glob("*.json"))  # nothing left in the working directory
+    other = _attempt(tmp_path, job=2, attempt=2)  # another job, the same directory
+    assert "from epoch 0" in other and "training finished" in other
+    again = _attempt(tmp_path, job=1, attempt=3)  # job 1's next attempt
+    start = int(again.split("from epoch ")[1].split()[0])
+    assert start > 0 and "training finished" in again
+    assert not list((tmp_path / "cache").rglob("*.json"))  # removed once finished
