@@ -45,6 +45,13 @@ TAKEN = [
     ["submit", "--name", "--", "true"],
     ["submit", "--name", "", "--env=", "--", ""],
     ["submit"],
+    ["ls", "--state", "queued", "--state", "running", "--user", "ann", "--label=x"],
+    ["logs", "-n", "20", "4"],
+    ["wait", "3", "4", "--timeout", "30m", "-q"],
+    ["restart", "3"],
+    ["hold", "3", "4"],
+    ["release", "3"],
+    ["edit", "3", "--priority", "-2", "--gpus", "2-4", "--within=12h", "--json"],
 ]
 FALLS_BACK = [
     [],
@@ -176,6 +183,12 @@ SERVED = [
     ["submit", "--gpus", "x", "--", "true"],
     ["submit", "--priority", "1.5", "--", "true"],
     ["--config", "/nonexistent.toml", "ls"],
+    ["--utc", "show", "1"],
+    ["ls", "--state", "nonsense"],
+    ["logs", "-n", "1", "1"],
+    ["hold", "99"],
+    ["edit", "1", "--priority", "3"],
+    ["wait", "1"],
 ]
 
 

@@ -1,5 +1,6 @@
 """The fast path of the ``gridshift`` command: the everyday verbs (``submit``, ``ls``,
-``show``, ``status``, ``cancel``, ``logs``) parsed without building the typer/click
+``show``, ``status``, ``cancel``, ``logs`` and pueue's ``wait``, ``restart``, ``hold``,
+``release``, ``edit``) parsed without building the typer/click
 command tree or importing pydantic (typer coerces every value through it), by a small
 strict parser derived from the commands' own signatures (``argv``), then run through the
 same command functions (``run``). Anything it does not fully understand goes to the full

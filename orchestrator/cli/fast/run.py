@@ -12,7 +12,10 @@ from typing import Any
 
 from orchestrator.cli.fast.argv import Spec, parse, spec_of, split
 
-VERBS = frozenset({"submit", "ls", "show", "status", "cancel", "logs"})
+VERBS = frozenset(
+    {"submit", "ls", "show", "status", "cancel", "logs", "wait", "restart", "hold", "release"}
+    | {"edit"}
+)
 
 
 class Ctx:
