@@ -95,9 +95,9 @@ def _load_in_process_layers(c: CliContext) -> None:
     was_on = gc.isenabled()
     gc.disable()
     try:
-        c.settings  # noqa: B018 (loads it)
-        import orchestrator.daemon.ops
-        import orchestrator.queue.store  # noqa: F401
+        if c.settings.shared_group is None:  # a shared queue is the daemon's alone
+            import orchestrator.daemon.ops
+            import orchestrator.queue.store  # noqa: F401
     finally:
         gc.freeze()  # what they built lives as long as the process: never scan it again
         if was_on:
