@@ -91,7 +91,10 @@ def _load_in_process_layers(c: CliContext) -> None:
     garbage, and the collector's passes over them were a tenth of a command answered
     without a daemon (~40 ms of ~0.44 s CPU)."""
     import gc
+    import sys
 
+    if "orchestrator.queue.store" in sys.modules:
+        return  # loaded (and frozen) once per process: later objects are collected as usual
     was_on = gc.isenabled()
     gc.disable()
     try:
@@ -99,7 +102,10 @@ def _load_in_process_layers(c: CliContext) -> None:
             import orchestrator.daemon.ops
             import orchestrator.queue.store  # noqa: F401
     finally:
-        gc.freeze()  # what they built lives as long as the process: never scan it again
+        # what they built lives as long as the process: never scan it again (once: a
+        # second freeze would keep an earlier command's database engine, and its
+        # connections, alive for good where one process runs several commands)
+        gc.freeze()
         if was_on:
             gc.enable()
 

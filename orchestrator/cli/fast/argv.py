@@ -235,7 +235,9 @@ def _convert(param: Param, word: str) -> Any:
             return None
         return value
     if param.kind is Path:
-        if not word or (info is not None and not info.dir_okay and os.path.isdir(word)):
+        if not word or "\0" in word:  # typer says what is wrong with it
+            return None
+        if info is not None and not info.dir_okay and os.path.isdir(word):
             return None
         return Path(word)
     return word
