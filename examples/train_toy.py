@@ -6,9 +6,10 @@ checkpoints to --checkpoint when it receives SIGTERM, then exits 0: gridshift re
 job that may be suspended with its progress, and the next run continues where it stopped.
 
 The checkpoint is the job's own: by default it lives under ``~/.cache/gridshift-toy/``,
-named by the job's id and its queue (the folder of its run directories), so a resumed
-attempt of the same job finds it and any other job, in this queue or a new one, starts
-from epoch 0. It is removed when training finishes.
+named by the job's key (``GRIDSHIFT_JOB_KEY``: its id and submission time, since an id
+comes back after ``gridshift clean``) and its queue (the folder of its run directories),
+so a resumed attempt of the same job finds it and any other job, in this queue or a new
+one, starts from epoch 0. It is removed when training finishes.
 
     gridshift submit --gpus 2 --within 12h --duration 10m --interruptible \\
         -- python examples/train_toy.py --epochs 600
@@ -45,12 +46,13 @@ def default_checkpoint() -> Path:
     attempt has a run directory of its own; their common folder names the queue)."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gridshift-toy"
     progress = os.environ.get("GRIDSHIFT_PROGRESS_FILE")
-    job = os.environ.get("GRIDSHIFT_JOB_ID")
+    job = os.environ.get("GRIDSHIFT_JOB_KEY")
     if not (progress and job):  # run by hand: one checkpoint per working directory
         key = hashlib.sha256(str(Path.cwd()).encode()).hexdigest()[:12]
         return cache / f"by-hand-{key}.json"
     queue = hashlib.sha256(str(Path(progress).resolve().parent.parent).encode()).hexdigest()
-    return cache / f"{queue[:12]}-job{int(job)}.json"
+    name = "".join(c for c in job if c.isalnum() or c == "-")[:64]
+    return cache / f"{queue[:12]}-job{name}.json"
 
 
 def main() -> None:

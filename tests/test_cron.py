@@ -317,6 +317,15 @@ def test_cron_ls_shows_why_a_template_is_paused(cli, tmp_path):
     assert cli.job_count() == 0
 
 
+@pytest.mark.backends("sqlite")
+def test_cron_ls_shows_the_command_as_ls_does(cli, tmp_path):
+    """Quoted as a shell reads it (``shlex.join``, as ``ls``), not joined with spaces."""
+    cli.run("submit", "--cron", "0 3 * * *", "--window", "1h", "--workdir", str(tmp_path),
+            "--", "echo", "a b", "")  # fmt: skip
+    out = cli.run("cron", "ls").stdout
+    assert "echo 'a b' ''" in out, out
+
+
 def test_a_cursor_at_the_end_of_time_disables_its_template_not_the_daemon(db, tmp_path):
     bad = _store(db, "*/10 * * * * *", 60, tmp_path, T0)
     with db.write() as session:

@@ -67,6 +67,10 @@ def test_printable_escapes_c0_del_c1_and_bidi_overrides():
     assert printable(NAME + LABEL) == ESCAPED_NAME + ESCAPED_LABEL
     assert printable("a\tb\nc\rd\x7f\x9b\u202e") == "a\\tb\\nc\\rd\\x7f\\x9b\\u202e"
     assert printable("ok → ünïcode") == "ok → ünïcode"
+    # zero-width characters: "\u200bls" must not pass for "ls"
+    hidden = "\u200b\u200c\u200d\u2060\ufeffzero"
+    assert printable(hidden) == "\\u200b\\u200c\\u200d\\u2060\\ufeffzero"
+    assert printable("数据 e\u0301") == "数据 e\u0301"  # wide and combining stay as they are
 
 
 def test_log_filter_redacts_every_record_and_http_libraries_log_at_warning():

@@ -179,3 +179,7 @@ def test_filters_by_state_user_and_label(queue):
     with pytest.raises(GridshiftError) as err:
         _ls(ctx, states=["queued,runing"])
     assert err.value.exit_code == 2 and "unknown state 'runing'" in str(err.value)
+    for empty in ([""], [",,"], [" , "]):  # an empty list is a mistake, not "every state"
+        with pytest.raises(GridshiftError) as err:
+            _ls(ctx, states=empty)
+        assert err.value.exit_code == 2 and "--state names no state" in str(err.value)

@@ -50,6 +50,34 @@ def test_plain_tables_are_whole_and_a_terminal_drops_columns_in_order(monkeypatc
     assert "\x1b" not in render(cols, rows, tty=True, room=60)
 
 
+def test_tables_measure_terminal_cells_not_characters():
+    """Wide (CJK) characters take two cells and combining marks none: piped rows line up
+    and a terminal row fits its width; zero-width characters are written out."""
+    import unicodedata
+
+    def cells(text: str) -> int:  # what a terminal gives each character
+        return sum(0 if unicodedata.combining(c) else
+                   2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)  # fmt: skip
+
+    cols = [Col("NAME"), Col("N", right=True), Col("TEXT", free=True)]
+    rows = [["数据集", "1", "a"], ["plain", "22", "b"], ["e\u0301te\u0301", "333", "c"]]
+    lines = render(cols, rows, tty=False).splitlines()
+    starts = {cells(line[: line.index(t)]) for line, t in zip(lines[1:], "abc", strict=True)}
+    assert len(starts) == 1, lines  # the TEXT column starts at one cell in every row
+    wide = [["1", "数" * 60]]
+    for room in (40, 41):
+        cut = _shown(render([Col("ID"), Col("TEXT", free=True)], wide, tty=True, room=room))
+        assert max(cells(line) for line in cut) <= room and cut[1].endswith("…"), cut
+    assert "\\u200bzero" in render([Col("CMD")], [["\u200bzero"]], tty=False)
+
+
+def test_cell_widths():
+    from orchestrator.cli.output.tables import cells
+
+    assert cells("数据") == 4 and cells("ＡＢ") == 4 and cells("e\u0301") == 1
+    assert cells("plain") == 5 and cells("ünï → x") == 7
+
+
 def test_ls_piped_at_80_columns_holds_every_value_of_its_json(cli, tmp_path):
     long = ["python", "train.py", "--data", "/data/imagenet/train", "--epochs", "100", "--lr",
             "0.001", "--name", "a very long experiment name"]  # fmt: skip

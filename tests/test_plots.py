@@ -187,3 +187,149 @@ def test_job_power_is_its_owners_alone(tmp_path, db_url):
     with pytest.raises(SpecError, match="has not run yet"):
         handle(ctx, Caller("alice", 1001), "job_power", {"job_id": job.id})
     db.dispose()
+
+
+def test_job_power_streams_a_large_power_log(tmp_path):
+    """A long job's power log is read a chunk at a time and thinned as it goes: what is
+    held stays bounded whatever the log's size, and the mean power stays exact."""
+    import tracemalloc
+
+    from executors import runfiles
+    from orchestrator.daemon.ops import jobpower
+
+    lines = 250_000  # ~7 MB: one sample a second for 2.9 days, 150 W throughout
+    t0 = 1_700_000_000
+    text = "".join(f"{t0 + i} {150.0 * i:.1f}\n" for i in range(lines))
+    (tmp_path / runfiles.POWER).write_text(text)
+    del text
+    tracemalloc.start()
+    try:
+        out = jobpower._measured(tmp_path, t0 + 10, t0 + lines - 10)
+        _, peak_b = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert 0 < len(out) <= jobpower.MAX_POINTS
+    assert all(abs(w - 150.0) < 1e-6 for _, w in out)
+    assert out[0][0] <= t0 + 10 and out[-1][0] > t0 + lines - 1000  # the whole run
+    assert peak_b < 24 << 20, peak_b  # ~15 MiB (a chunk); every sample held: ~52 MiB
+    kept = jobpower.Thinned(t0, t0 + lines)
+    for i in range(0, lines, 1000):
+        kept.add([(t0 + j, 150.0 * j) for j in range(i, i + 1000)])
+    assert kept.peak <= 2 * jobpower.MAX_POINTS + 1
+    assert kept.points()[-1] == (t0 + lines - 1, 150.0 * (lines - 1))
+
+
+# -- user text is drawn literally, and a figure that cannot be drawn is one line --------
+
+HOSTILE = ["x$\\notacmd$", "cost $5 and $6", "$" + "{" * 200 + "x" + "}" * 200 + "$", "\x1b[2Jesc"]
+
+
+def _literal(fig) -> None:
+    """No text of ``fig`` is mathtext, none holds a control character."""
+    from matplotlib.cbook import is_math_text
+
+    texts = fig.findobj(lambda a: hasattr(a, "get_text"))
+    for t in texts:
+        assert not is_math_text(t.get_text()), t.get_text()
+        assert "\x1b" not in t.get_text()
+
+
+def _saved_quietly(build, tmp_path) -> None:
+    import warnings
+
+    from orchestrator.accounting.plots import save
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig = build()
+        save(fig, tmp_path / "x.png")
+    assert (tmp_path / "x.png").read_bytes()[:8] == PNG
+    assert not [w for w in caught if "Glyph" in str(w.message)], caught
+    _literal(fig)
+
+
+def test_report_plot_draws_hostile_users_and_labels_literally(tmp_path):
+    from orchestrator.accounting.plots import report_figure
+
+    row = {"carbon_kg": 1.0, "carbon_at_submission_kg": 2.0}
+    data = {
+        "by_user": {name: row for name in HOSTILE},
+        "by_label": {name: row for name in HOSTILE},
+        "total": {
+            "jobs": 4,
+            "saving_pct": 50.0,
+            "carbon_kg": 4.0,
+            "carbon_at_submission_kg": 8.0,
+        },
+        "signal": "csv:/tmp/$x$.csv",
+        "first_submitted_at": "2026-11-20T10:00:00+00:00",
+        "last_finished_at": "2026-11-21T10:00:00+00:00",
+    }
+    _saved_quietly(lambda: report_figure(data), tmp_path)
+    ticks = [t.get_text() for t in report_figure(data).axes[0].get_xticklabels()]
+    assert "cost \\$5 and \\$6" in ticks and "\\x1b[2Jesc" in ticks  # drawn as typed
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_job_plot_draws_a_hostile_name_literally(name, tmp_path):
+    from orchestrator.accounting.plots import job_figure
+
+    t0 = 1_700_000_000.0
+    data = {
+        "job": 3, "name": name, "state": "completed", "events": [],
+        "runs": [{"attempt": 1, "start_s": t0, "end_s": t0 + 60, "modelled_w": 100.0,
+                  "samples": [], "gpus": 1, "cap": None, "state": "exited",
+                  "energy_modelled": True}],
+        "carbon": {"source": "csv:$a$", "zone": "$DE$", "unit": "g/kWh", "start_s": t0,
+                   "step_s": 900.0, "values": [100.0, 120.0]},
+    }  # fmt: skip
+    _saved_quietly(lambda: job_figure(data), tmp_path)
+
+
+def test_a_figure_that_cannot_be_drawn_is_one_line(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from orchestrator.accounting.plots import save
+    from orchestrator.errors import SpecError
+
+    fig = Figure()
+
+    def deep(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded\nwhile drawing")
+
+    monkeypatch.setattr(fig, "savefig", deep)
+    with pytest.raises(SpecError) as err:
+        save(fig, tmp_path / "x.png")
+    assert (
+        str(err.value) == "cannot draw the plot: RecursionError: maximum recursion depth exceeded"
+    )
+    with pytest.raises(SpecError, match="format 'xyz' unknown"):
+        save(Figure(), tmp_path / "x.xyz")
+    with pytest.raises(SpecError, match="cannot write the plot"):
+        save(Figure(), tmp_path / "missing" / "x.png")
+
+
+def test_simulate_plots_draw_the_scenario_name_literally(outcome, tmp_path):
+    import dataclasses
+
+    scenario = outcome.inputs.scenario.model_copy(update={"name": "cost $5 and $\\notacmd$"})
+    inputs = dataclasses.replace(outcome.inputs, scenario=scenario)
+    hostile = dataclasses.replace(outcome, inputs=inputs)
+    for fig in figures(hostile).values():
+        _literal(fig)
+        assert "cost \\$5 and \\$\\notacmd\\$" in _texts(fig)
+    paths = write_plots(hostile, tmp_path)
+    assert all(p.read_bytes()[:8] == PNG for p in paths)
+
+
+def test_show_and_report_plot_a_hostile_name_and_label(cli, tmp_path):
+    """Run by the CLI: exit 0, a PNG each, nothing on stderr (no glyph warning)."""
+    cli.env["GRIDSHIFT_FAKE_GPU_POWER_W"] = "300"
+    job_id = cli.submit("--now", "--name", "\x1b]0;$\\notacmd$", "--label", "x$\\notacmd$",
+                        "--", "sleep", "0.2")  # fmt: skip
+    cli.run_until_idle()
+    shown = cli.run("show", str(job_id), "--plot", str(tmp_path / "job.png"))
+    made = cli.run("report", "--plot", str(tmp_path / "report.png"))
+    for proc, png in ((shown, "job.png"), (made, "report.png")):
+        assert (tmp_path / png).read_bytes()[:8] == PNG, proc.stderr
+        assert proc.stderr == "", proc.stderr

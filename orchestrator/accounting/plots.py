@@ -8,24 +8,65 @@ pyplot state), from the answers of the ``report`` and ``job_power`` requests:
   above it, and the gaps between attempts (suspensions, requeues) hatched.
 
 Times are drawn in ``zone`` (the caller's local zone by default) and the axis says which.
+Text from users (names, users, labels, sources) is drawn literally (``drawn``: no
+mathtext, control characters written out); building, laying out and saving a figure
+happen inside ``drawing``, where any failure is one line (exit 2).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 from orchestrator.errors import SpecError
+from orchestrator.signals.redact import drawn, printable
+
+
+@contextmanager
+def drawing(path: Path | None = None) -> Iterator[None]:
+    """Where figures are built, laid out and saved: matplotlib's missing-glyph warnings
+    are silenced (they would print a user's text raw) and any failure is one line."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing", category=UserWarning)
+        warnings.filterwarnings("ignore", message="Tight layout not applied", category=UserWarning)
+        try:
+            yield
+        except SpecError:
+            raise
+        except OSError as exc:
+            raise SpecError(f"cannot write the plot {path}: {printable(str(exc))}") from None
+        except Exception as exc:  # matplotlib's own limits: one line, not a traceback
+            first = (str(exc).splitlines() or [""])[0][:200]
+            raise SpecError(
+                f"cannot draw the plot: {type(exc).__name__}: {printable(first)}"
+            ) from None
+
+
+def _drawn_inside(build):
+    @functools.wraps(build)
+    def guarded(*args, **kwargs):
+        with drawing():
+            return build(*args, **kwargs)
+
+    return guarded
 
 
 def save(fig, path: Path) -> None:
     """Write ``fig`` (PNG, SVG or PDF by the suffix); a path that cannot be written is the
     user's mistake (one line, exit 2)."""
-    try:
+    kind = path.suffix[1:].lower()
+    known = fig.canvas.get_supported_filetypes()
+    if kind and kind not in known:
+        raise SpecError(
+            f"cannot write the plot {path}: format {kind!r} unknown; known: {', '.join(known)}"
+        )
+    with drawing(path):
         fig.savefig(path, dpi=110)
-    except (OSError, ValueError) as exc:
-        raise SpecError(f"cannot write the plot {path}: {exc}") from None
 
 
 def local_zone() -> tzinfo:
@@ -37,6 +78,7 @@ def zone_name(zone: tzinfo) -> str:
     return getattr(zone, "key", None) or datetime.now(zone).tzname() or "UTC"
 
 
+@_drawn_inside
 def report_figure(data: dict, zone: tzinfo | None = None):
     from matplotlib.figure import Figure
 
@@ -46,12 +88,13 @@ def report_figure(data: dict, zone: tzinfo | None = None):
     groups = [("user", data["by_user"]), ("label", data["by_label"])]
     for ax, (title, rows) in zip(axes, groups, strict=True):
         names = list(rows)
+        shown = [drawn(n if len(n) <= 40 else n[:39] + "…") for n in names]
         actual = [rows[n]["carbon_kg"] or 0.0 for n in names]
         base = [rows[n]["carbon_at_submission_kg"] or 0.0 for n in names]
         x = range(len(names))
         ax.bar([i - 0.2 for i in x], base, width=0.4, label="at submission", color="#bbbbbb")
         ax.bar([i + 0.2 for i in x], actual, width=0.4, label="as run", color="#2a9d8f")
-        ax.set_xticks(list(x), names, rotation=30, ha="right")
+        ax.set_xticks(list(x), shown, rotation=30, ha="right")
         ax.set_title(f"kg CO2e by {title}")
         ax.legend()
     fig.suptitle(f"{report_period(data, zone)}\n{report_saving(data)}", fontsize=10)
@@ -81,10 +124,11 @@ def report_saving(data: dict) -> str:
     saved = (total["carbon_at_submission_kg"] or 0.0) - (total["carbon_kg"] or 0.0)
     return (
         f"saving against running at submission: {total['saving_pct'] + 0.0:.1f}% "
-        f"({saved:.3f} kg CO2e; signal {signal})"
+        f"({saved:.3f} kg CO2e; signal {drawn(signal)})"
     )
 
 
+@_drawn_inside
 def job_figure(data: dict, zone: tzinfo | None = None):
     import matplotlib.dates as mdates
     from matplotlib import colormaps
@@ -104,7 +148,7 @@ def job_figure(data: dict, zone: tzinfo | None = None):
         values = carbon["values"]
         times = [carbon["start_s"] + i * carbon["step_s"] for i in range(len(values) + 1)]
         top.step(_dates(times), [*values, values[-1]], where="post", color="0.3", lw=0.9)
-        top.set_ylabel(f"carbon\n{carbon['zone']} ({carbon['unit']})")
+        top.set_ylabel(f"carbon\n{drawn(carbon['zone'])} ({drawn(carbon['unit'])})")
         norm = Normalize(min(values), max(values) if max(values) > min(values) else min(values) + 1)
     else:
         top.text(0.5, 0.5, "no grid signal covers the run", ha="center", transform=top.transAxes)
@@ -124,7 +168,7 @@ def job_figure(data: dict, zone: tzinfo | None = None):
         from matplotlib.cm import ScalarMappable
 
         bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=[top, bottom], pad=0.01)
-        bar.set_label(f"carbon intensity ({carbon['unit']})")
+        bar.set_label(f"carbon intensity ({drawn(carbon['unit'])})")
     measured = all(r["samples"] for r in runs)
     bottom.set_ylabel("power (W)" + ("" if measured else ", modelled where no samples"))
     bottom.set_ylim(bottom=0)
@@ -135,8 +179,8 @@ def job_figure(data: dict, zone: tzinfo | None = None):
     bottom.xaxis.set_major_locator(mdates.AutoDateLocator(tz=zone))
     ticks = "%Y-%m-%d\n%H:%M" + (":%S" if end_s - start_s < 600 else "")
     bottom.xaxis.set_major_formatter(mdates.DateFormatter(ticks, tz=zone))
-    name = f" ({data['name']})" if data.get("name") else ""
-    source = f", signal {carbon['source']}" if carbon else ""
+    name = f" ({drawn(data['name'])})" if data.get("name") else ""
+    source = f", signal {drawn(carbon['source'])}" if carbon else ""
     top.set_title(
         f"job {data['job']}{name}, {data['state']}: power and carbon over "
         f"{len(runs)} attempt{'s' if len(runs) != 1 else ''}{source}"

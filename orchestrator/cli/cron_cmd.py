@@ -21,7 +21,7 @@ def cron_ls(
 ) -> None:
     """List the cron templates, with their next occurrence and last job, and why any is
     disabled or paused."""
-    from orchestrator.cli.render import print_json
+    from orchestrator.cli.render import command_text, print_json
     from orchestrator.timeparse import format_duration
 
     data = context.get(ctx).call("cron_ls", {})
@@ -41,9 +41,10 @@ def cron_ls(
     rows = []
     for d in data:
         command = d["command"]
+        command = command_text(command) if isinstance(command, list) else command
         rows.append([
             str(d["id"]), d["cron"], format_duration(d["window_s"]), when(d["next_occurrence"]),
-            str(d["jobs"]), d["user"], " ".join(command) if isinstance(command, list) else command,
+            str(d["jobs"]), d["user"], command,
         ])  # fmt: skip
     table(columns, rows)
     zones = sorted({d["zone"] for d in data if d.get("zone")})

@@ -40,6 +40,7 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _EXECUTOR_ENV = (
     "CUDA_VISIBLE_DEVICES",
     "GRIDSHIFT_JOB_ID",
+    "GRIDSHIFT_JOB_KEY",
     "GRIDSHIFT_JOB_NAME",
     "CUDA_DEVICE_ORDER",
 )

@@ -4,9 +4,10 @@ The one place for both (the CLI and the daemon import it). ``redact`` hides the 
 token and key query parameters (``securityToken=``, ``api_key=`` ...), ``Authorization``
 and ``auth-token`` header values, the password in ``scheme://user:password@host`` and any
 secret value this process was told about (``remember``: the providers' keys, the
-database password). ``printable`` escapes C0 and C1 control characters, DEL and the
-Unicode bidirectional overrides, so text from users (job names, labels, commands,
-reasons) cannot move another user's cursor, retitle their terminal or clear it.
+database password). ``printable`` escapes C0 and C1 control characters, DEL, the
+Unicode bidirectional overrides and the zero-width characters, so text from users (job
+names, labels, commands, reasons) cannot move another user's cursor, retitle their
+terminal, clear it or pass for other text.
 ``LogHygiene`` applies both to every record a gridshift log handler emits;
 ``LineFormatter`` writes the daemon's log when it goes to a file or a pipe.
 """
@@ -67,8 +68,11 @@ def redact(text: str) -> str:
 
 
 # C0 controls, DEL, C1 controls (0x9b is a one-byte CSI), bidirectional overrides and
-# isolates, line and paragraph separators
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+# isolates, line and paragraph separators, and the zero-width characters (space, joiners,
+# word joiner, byte-order mark: ``\u200bls`` must not look like ``ls``)
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
+)
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
@@ -86,6 +90,12 @@ def printable(text: str, *, keep_newlines: bool = False) -> str:
     if keep_newlines:
         return "\n".join(_CONTROL.sub(_escape, line) for line in text.split("\n"))
     return _CONTROL.sub(_escape, text)
+
+
+def drawn(value: object) -> str:
+    """User text as a figure draws it literally: control characters written out, and
+    ``$`` escaped so matplotlib never reads ``$...$`` as mathtext (``cost $5 and $6``)."""
+    return printable(str(value)).replace("$", "\\$")
 
 
 class LogHygiene(logging.Filter):

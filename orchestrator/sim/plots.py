@@ -10,16 +10,21 @@ no global pyplot state):
 
 Time axes are in the scenario's ``timezone`` and say which (and the year) in their label;
 each title names the scenario: its deadline rule, forecast, job trace, grid and budget.
+Names from the scenario (its name, policies, trace, grid) are drawn literally (no
+mathtext); a figure that cannot be drawn or written is one line (exit 2).
 """
 
 from __future__ import annotations
 
+import warnings
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from orchestrator.errors import SpecError
+from orchestrator.signals.redact import drawn, printable
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.metrics import power_timeline
 from orchestrator.sim.runner import Outcome
@@ -27,17 +32,32 @@ from orchestrator.sim.runner import Outcome
 
 def write_plots(outcome: Outcome, folder: Path) -> list[Path]:
     """Draw the figures and write them into ``folder`` (made if missing)."""
-    folder.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, fig in figures(outcome).items():
-        paths.append(folder / f"{name}.png")
-        fig.savefig(paths[-1], dpi=110)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing", category=UserWarning)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, fig in figures(outcome).items():
+                paths.append(folder / f"{name}.png")
+                fig.savefig(paths[-1], dpi=110)
+        except OSError as exc:
+            raise SpecError(f"cannot write the plots in {folder}: {printable(str(exc))}") from None
+        except Exception as exc:  # matplotlib's own limits: one line, not a traceback
+            first = (str(exc).splitlines() or [""])[0][:200]
+            raise SpecError(
+                f"cannot draw the plots: {type(exc).__name__}: {printable(first)}"
+            ) from None
     return paths
 
 
 def figures(outcome: Outcome) -> dict:
     """The figures by file stem (``matplotlib.figure.Figure``; tests inspect them)."""
-    return {"carbon_power": _carbon_power(outcome), "carbon_vs_jct": _carbon_vs_jct(outcome)}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing", category=UserWarning)
+        return {
+            "carbon_power": _carbon_power(outcome),
+            "carbon_vs_jct": _carbon_vs_jct(outcome),
+        }
 
 
 def scenario_line(inputs: SimInputs) -> str:
@@ -53,7 +73,7 @@ def scenario_line(inputs: SimInputs) -> str:
     ]
     if s.jobs.interruptible:
         parts.insert(1, f"{s.jobs.interruptible:.0%} interruptible")
-    return ", ".join(parts)
+    return drawn(", ".join(parts))
 
 
 def time_label(start_s: float, end_s: float, zone: tzinfo) -> str:
@@ -75,15 +95,19 @@ def _carbon_power(outcome: Outcome):
     first, last = int(carbon.index(start)), int(carbon.index(end))
     slots = carbon.start_s + np.arange(first, last + 1) * carbon.step_s
     top.step(_dates(slots), carbon.values[first : last + 1], where="post", color="0.3", lw=0.8)
-    top.set_ylabel(f"carbon\n{inputs.signal_label}")
-    top.set_title(f"{inputs.scenario.name}: carbon intensity, cluster power, deadline misses")
+    top.set_ylabel(f"carbon\n{drawn(inputs.signal_label)}")
+    top.set_title(
+        f"{drawn(inputs.scenario.name)}: carbon intensity, cluster power, deadline misses"
+    )
     fig.suptitle(scenario_line(inputs), fontsize=9, y=0.995)
     step = max(carbon.step_s, (end - start) / 2000)
     names = list(outcome.runs)
     colours = {name: f"C{i % 10}" for i, name in enumerate(names)}
     for name, run in outcome.runs.items():
         t, watts = power_timeline(inputs, run, step)
-        middle.step(_dates(t), watts / 1000, where="post", lw=0.9, label=name, c=colours[name])
+        middle.step(
+            _dates(t), watts / 1000, where="post", lw=0.9, label=drawn(name), c=colours[name]
+        )
     middle.set_ylabel("cluster power (kW)")
     middle.legend(loc="upper right")
     _draw_misses(bottom, outcome, names, colours)
@@ -106,7 +130,7 @@ def _draw_misses(ax, outcome: Outcome, names: list[str], colours: dict) -> None:
     labels = []
     for row, name in enumerate(names):
         due = missed(outcome, name)
-        labels.append(f"{name}: {len(due)}")
+        labels.append(f"{drawn(name)}: {len(due)}")
         ax.scatter(_dates(due), np.full(len(due), row), marker="x", s=18, c=colours[name])
     ax.set_yticks(range(len(names)), labels, fontsize=8)
     ax.set_ylim(-0.7, len(names) - 0.3)
@@ -127,7 +151,7 @@ def _carbon_vs_jct(outcome: Outcome):
     )
     for ax, (key, label, colour) in zip(axes, columns, strict=True):
         values = [outcome.results[n][key] for n in names]
-        bars = ax.bar(names, values, color=colour)
+        bars = ax.bar(range(len(names)), values, color=colour, tick_label=[drawn(n) for n in names])
         ax.bar_label(bars, fontsize=8)
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=20)
@@ -135,8 +159,8 @@ def _carbon_vs_jct(outcome: Outcome):
     start = float(inputs.jobs.submit_s.min())
     end = max(float(r.finish_s.max()) for r in outcome.runs.values())
     fig.suptitle(
-        f"{inputs.scenario.name}: carbon vs completion time, {time_label(start, end, zone)}\n"
-        + scenario_line(inputs),
+        f"{drawn(inputs.scenario.name)}: carbon vs completion time, "
+        f"{time_label(start, end, zone)}\n{scenario_line(inputs)}",
         fontsize=10,
     )
     fig.tight_layout()

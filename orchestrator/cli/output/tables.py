@@ -8,13 +8,17 @@ cut with an ellipsis; what is still too wide is printed whole and the terminal w
 ``GRIDSHIFT_TERMINAL=1`` (or ``0``) forces either mode (tests; ``watch``).
 
 Numbers are printed by ``num``: fixed decimals, no thousands separators, ``-`` for none.
+Widths are terminal cells (``cells``): East Asian wide and fullwidth characters take two,
+combining marks none, so ``数据`` lines up in a pipe as on a terminal.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import sys
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -98,8 +102,13 @@ def render(
 ) -> str:
     """The table as text, one line per row after the header (no trailing newline)."""
     tty = terminal() if tty is None else tty
-    cells = [[_clean(c) for c in row] for row in rows]
-    widths = [max([len(col.name)] + [len(r[i]) for r in cells]) for i, col in enumerate(columns)]
+    texts = [[_clean(c) for c in row] for row in rows]
+    # plain ASCII (the usual table) is measured by len, the rest cell by cell
+    size = len if "".join(itertools.chain.from_iterable(texts)).isascii() else cells
+    widths = [
+        max(len(col.name), max(map(size, [r[i] for r in texts]), default=0))
+        for i, col in enumerate(columns)
+    ]
     shown = list(range(len(columns)))
     left_out: list[str] = []
     if tty:
@@ -108,12 +117,11 @@ def render(
     styles = styles or {}
     on = tty and "NO_COLOR" not in os.environ
     head = [(columns[i].name, i) for i in shown]
-    lines = [_line(columns, head, widths, lambda _i, _t: "bold", on)]
-    for row in cells:  # only free text is ever cut, and only on a terminal
+    lines = [_line(columns, head, widths, lambda _i, _t: "bold", on, size)]
+    style_of = lambda i, t: styles[i](t) if i in styles else None  # noqa: E731
+    for row in texts:  # only free text is ever cut, and only on a terminal
         picked = [(_cut(row[i], widths[i]) if columns[i].free else row[i], i) for i in shown]
-        lines.append(
-            _line(columns, picked, widths, lambda i, t: styles[i](t) if i in styles else None, on)
-        )
+        lines.append(_line(columns, picked, widths, style_of, on, size))
     if left_out:
         lines.append(
             paint(
@@ -161,15 +169,39 @@ def _clean(value: object) -> str:
     return text if text.isascii() and text.isprintable() else printable(text)
 
 
+def cells(text: str) -> int:
+    """The terminal cells ``text`` takes: East Asian wide and fullwidth characters two,
+    combining marks none, others one (plain ASCII: its length, without a loop)."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_cells(c) for c in text)
+
+
+def _char_cells(char: str) -> int:
+    if unicodedata.combining(char):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
 def _cut(text: str, size: int) -> str:
-    return text if len(text) <= size else text[: size - 1] + ELLIPSIS
+    """``text`` in at most ``size`` cells, its end an ellipsis where it is cut."""
+    if text.isascii():
+        return text if len(text) <= size else text[: size - 1] + ELLIPSIS
+    if cells(text) <= size:
+        return text
+    used = 0
+    for at, char in enumerate(text):
+        used += _char_cells(char)
+        if used > size - 1:
+            return text[:at] + ELLIPSIS
+    return text
 
 
-def _line(columns, picked, widths, style_of, on: bool) -> str:
+def _line(columns, picked, widths, style_of, on: bool, size=len) -> str:
     out = []
     for n, (text, i) in enumerate(picked):
         last = n == len(picked) - 1
-        pad = widths[i] - len(text)
+        pad = widths[i] - size(text)
         if columns[i].right:
             text_out = " " * pad + paint(text, style_of(i, text), on)
         else:

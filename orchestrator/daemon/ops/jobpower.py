@@ -80,17 +80,19 @@ def _run(a) -> dict[str, Any]:
 
 
 def _measured(run_dir: Path, start_s: float, end_s: float) -> list[list[float]]:
+    """The mean power between the log's samples in the run's window, read a chunk at a
+    time and thinned as it goes (memory bounded whatever the log's size)."""
     from executors import runfiles
 
-    points: list[tuple[float, float]] = []
+    kept = Thinned(start_s - 1, end_s + 300)
     offset = 0
     while offset < MAX_LOG_BYTES:
         got, after = runfiles.read_power_log(run_dir / runfiles.POWER, offset)
-        points += got
+        kept.add(got)
         if after == offset:
             break
         offset = after
-    points = sorted(p for p in points if start_s - 1 <= p[0] <= end_s + 300)
+    points = sorted(kept.points())
     out = []
     for (t0, e0), (t1, e1) in itertools.pairwise(points):
         if t1 > t0 and e1 >= e0:
@@ -99,6 +101,36 @@ def _measured(run_dir: Path, start_s: float, end_s: float) -> list[list[float]]:
         step = len(out) / MAX_POINTS
         out = [out[int(i * step)] for i in range(MAX_POINTS)]
     return out
+
+
+class Thinned:
+    """The ``(t_s, joules)`` samples inside ``[low_s, high_s]``, every ``stride``-th one
+    kept (the stride doubles whenever more than ``2 * cap`` are held), and the last one.
+    The energy is cumulative, so the mean power between kept samples stays exact."""
+
+    def __init__(self, low_s: float, high_s: float, cap: int = MAX_POINTS) -> None:
+        self.low_s, self.high_s, self.cap = low_s, high_s, cap
+        self.kept: list[tuple[float, float]] = []
+        self.stride, self.seen, self.peak = 1, 0, 0
+        self.last: tuple[float, float] | None = None
+
+    def add(self, samples: list[tuple[float, float]]) -> None:
+        for point in samples:
+            if not self.low_s <= point[0] <= self.high_s:
+                continue
+            if self.seen % self.stride == 0:
+                self.kept.append(point)
+                if len(self.kept) > 2 * self.cap:
+                    self.kept = self.kept[::2]
+                    self.stride *= 2
+            self.seen += 1
+            self.last = point
+        self.peak = max(self.peak, len(self.kept))
+
+    def points(self) -> list[tuple[float, float]]:
+        if self.last is not None and (not self.kept or self.kept[-1] != self.last):
+            return [*self.kept, self.last]
+        return list(self.kept)
 
 
 def _carbon(ctx: OpContext, start_s: float, end_s: float) -> dict[str, Any] | None:

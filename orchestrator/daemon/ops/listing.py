@@ -17,6 +17,8 @@ FINISHED = ("completed", "failed", "cancelled")
 def states_of(values: list[str]) -> list[str]:
     """``--state`` values (each may be a comma list), checked; one line for a bad one."""
     names = [s.strip().lower() for v in values for s in v.split(",") if s.strip()]
+    if values and not names:  # ``--state ''`` or ``--state ,,``: not "every state"
+        raise SpecError(f"--state names no state; known: {', '.join(STATES)}")
     bad = [s for s in names if s not in STATES]
     if bad:
         raise SpecError(f"unknown state {bad[0]!r}; known: {', '.join(STATES)}")
