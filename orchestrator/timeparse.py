@@ -111,6 +111,84 @@ def parse_deadline(text: str, now: datetime) -> datetime:
     return value
 
 
+def parse_time(text: str, what: str = "time") -> datetime:
+    """A time as people type it (ISO 8601: ``2026-11-24``, ``2026-11-24T08:00``,
+    ``2026-11-24 08:00+01:00``, ``...Z``), in UTC. Without an offset it is read in the
+    local time zone (``TZ``), as every time gridshift takes from a person is."""
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+        if value.tzinfo is None:
+            value = value.astimezone()  # local wall-clock time as the user typed it
+        return value.astimezone(UTC)
+    except (ValueError, OverflowError, AttributeError, TypeError):
+        raise SpecError(
+            f"invalid {what} {_shown(text)}: use ISO 8601, e.g. 2026-11-23T08:00 (local) or "
+            "2026-11-23T08:00+01:00"
+        ) from None
+
+
+def aware_text(text: str | None, what: str = "time") -> str | None:
+    """A time typed by the user, as ISO 8601 with its UTC offset, to hand to the daemon
+    (whose zone may not be the user's): naive text is read here, in the user's zone.
+    Text that is no time goes as it is, for the daemon's own one-line error."""
+    try:
+        return None if text is None else parse_time(text, what).isoformat()
+    except SpecError:
+        return text
+
+
+#: ``GRIDSHIFT_UTC=1`` or ``gridshift --utc``: every time printed in UTC.
+_UTC_FORCED = False
+
+
+def show_utc(flag: bool) -> None:
+    global _UTC_FORCED
+    _UTC_FORCED = flag
+
+
+def utc_shown() -> bool:
+    import os
+
+    return _UTC_FORCED or os.environ.get("GRIDSHIFT_UTC", "").strip().lower() in (
+        "1", "true", "yes", "on"
+    )  # fmt: skip
+
+
+def format_time(value: datetime | str | None, *, seconds: bool = False) -> str:
+    """A time for people, with its zone: ``2026-11-24 07:40 CET`` in the local zone (a
+    zone without an abbreviation: its offset, ``2026-11-24 07:40 +05:30``), or in UTC
+    with ``--utc`` (``2026-11-24 06:40 UTC``). ISO text is read first (naive: UTC, as
+    stored); None or empty: ``-``."""
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)  # UTC inside
+    shape = "%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M"
+    shown, zone = shown_time(value)
+    return f"{shown:{shape}} {zone}"
+
+
+def shown_time(value: datetime) -> tuple[datetime, str]:
+    """An aware time as it is shown (local, or UTC with ``--utc``) and its zone's label:
+    the abbreviation (``CET``), else the offset (``+05:30``)."""
+    if utc_shown():
+        return value.astimezone(UTC), "UTC"
+    try:
+        local = value.astimezone()
+    except (OverflowError, OSError, ValueError):  # beyond the platform's clock
+        return value.astimezone(UTC), "UTC"
+    zone = local.tzname() or ""
+    if not zone.isalpha():  # "+0530", "-03", "": no abbreviation; the offset then
+        offset = local.strftime("%z")
+        zone = f"{offset[:3]}:{offset[3:]}" if offset else "UTC"
+    return local, zone
+
+
 def within_to_deadline(text: str, now: datetime) -> datetime:
     return now + timedelta(seconds=parse_duration_s(text))
 

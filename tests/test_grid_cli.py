@@ -94,7 +94,7 @@ def test_show_series_and_human_summary(cli, tmp_path):
         ["2024-01-01T04:00:00+00:00", 104.0],
     ]
     text = cli.run("grid", "show", "-s", f"csv:{path}", "--window", "2h").stdout
-    assert "greenest 2h: 2024-01-01T00:00:00+00:00" in text and "mean 100.5" in text
+    assert "greenest 2h: 2024-01-01 00:00 UTC" in text and "mean 100.5" in text
     assert any(ch in text for ch in "▁▂▃▄▅▆▇█")
 
 

@@ -98,17 +98,29 @@ class FileSource(GridSource):
     is a slice of it, and so is a forecast (a trace is what happened: a perfect forecast;
     for other error models see ``grid.forecasters``)."""
 
+    replay: bool = False  # ``replay=now``: shifted by whole weeks to now, looped
+
     @abstractmethod
     def load(self) -> Signal: ...
 
     def history(self, start: datetime | None, end: datetime | None) -> Signal:
+        if self.replay:
+            return self._replayed(start, end)
         return self.load().between(start, end)
 
     def forecast(self, issued_at: datetime, horizon: timedelta) -> Signal:
-        signal = self.load().between(issued_at, issued_at + horizon)
+        if self.replay:
+            signal = self._replayed(issued_at, issued_at + horizon)
+        else:
+            signal = self.load().between(issued_at, issued_at + horizon)
         return Signal(signal.frame.assign(forecast=True), signal.meta).with_meta(
             issued_at=issued_at
         )
+
+    def _replayed(self, start: datetime | None, end: datetime | None) -> Signal:
+        from grid.replay import replayed
+
+        return replayed(self.load(), start, end, self.name, datetime.now(UTC))
 
 
 def number(value, low: float = -MAX_VALUE) -> float:

@@ -8,7 +8,8 @@ Recognised as downloaded:
 Any other CSV: ``time=`` names the timestamp column (default: the first), ``column=`` the
 value column (default: the only numeric one), ``quantity=carbon|price``, ``unit=``,
 ``tz=`` for naive timestamps that are not UTC. Rows are regularised by ``grid.resample``.
-History and forecast both read the file: a trace is what happened.
+History and forecast both read the file: a trace is what happened. ``replay=now`` replays
+the trace live: shifted by whole weeks to line up with now, and looped (``grid.replay``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import warnings
 from pathlib import Path
 
 from grid.errors import SourceSpecError
+from grid.replay import replay_mode
 from grid.signal import PRICE, Signal
 from grid.sources.base import MAX_VALUE, FileSource
 
@@ -43,9 +45,11 @@ class CsvTrace(FileSource):
             "basis",
             "kind",
             "resolution",
+            "replay",
         }
         if unknown:
             raise SourceSpecError(f"csv: unknown option(s) {', '.join(sorted(unknown))}")
+        self.replay = replay_mode(options, "csv")
         super().__init__(spec, zone=options.get("zone", self.path.stem))
         self._signal: Signal | None = None
         self._mtime_ns: int | None = None

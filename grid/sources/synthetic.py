@@ -6,7 +6,9 @@ Around ``mean`` (g/kWh, or EUR/MWh with ``quantity=price``): a daily solar dip
 weekends that much lower, weekdays higher, zero over a week), and seeded AR(1) noise
 (``noise``: its standard deviation relative to the mean, with hour-to-hour persistence as
 weather has). ``step`` is the resolution (default 1h). The values never fall below 5 % of
-the mean. The same options and seed always give the same signal.
+the mean. The same options and seed always give the same signal. ``replay=now``: the
+signal's whole weeks repeated over all time, lined up by weekday and time of day (a live
+source for a daemon or a demo, at any date; ``grid.replay``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 
 from grid.errors import SourceSpecError
+from grid.replay import replay_mode
 from grid.resample import MAX_POINTS
 from grid.signal import PRICE, Signal
 from grid.sources.base import FileSource
@@ -30,6 +33,7 @@ DEFAULTS = {
     "weekly": "0.1",
     "noise": "0.08",
     "quantity": "carbon",
+    "replay": "off",
 }
 PERSISTENCE = 0.9  # AR(1) correlation from one hour to the next
 
@@ -69,6 +73,7 @@ class Synthetic(FileSource):
             raise SourceSpecError("synthetic: quantity must be carbon or price")
         super().__init__(spec, zone="synthetic")
         self.resolution_s = self.step_s
+        self.replay = replay_mode(opts, "synthetic")
         self._signal: Signal | None = None
 
     def load(self) -> Signal:

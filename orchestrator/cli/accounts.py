@@ -17,7 +17,7 @@ STALE_TICK_S = 30.0  # a daemon whose last pass is older than this is reported s
 def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> None:
     """The daemon's health: last pass, grid signal and its age, the fallback in force,
     running jobs, power and the budget."""
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     from orchestrator.cli.render import console, local_time, print_json, safe
     from orchestrator.signals.redact import redact
@@ -37,10 +37,10 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
     running = state == "running"
     if running and age is not None and age > STALE_TICK_S:
         state = f"running, but its last pass was {age:.0f}s ago"
-    last = local_time(datetime.fromisoformat(data["last_tick"]) if data["last_tick"] else None)
+    last = local_time(data["last_tick"], seconds=True)
     out.print(f"[bold]daemon[/]     {state} (pid {made['pid']}, last pass {last})")
     for node, since in (data["nodes_unreachable"] or {}).items():
-        out.print(f"[bold]node[/]       [red]{safe(node)} unreachable[/] since {since}")
+        out.print(f"[bold]node[/]       [red]{safe(node)} unreachable[/] since {local_time(since)}")
     mode = data["mode"] or "plan"
     line = safe(data["policy"]) + ("" if mode == "plan" else f" [red]→ {mode} fallback[/]")
     out.print(f"[bold]policy[/]     {line}")
@@ -48,11 +48,8 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
         out.print(f"             {safe(redact(data['fallback_reason']))}")
     sig = data["signal"]
     if sig:
-        age_s = "-" if sig["age_s"] is None else f"{sig['age_s'] / 60:.1f} min old"
-        source = safe(sig["source"])
-        out.print(f"[bold]signal[/]     {source}: {sig['g_per_kwh']} g/kWh ({age_s})")
-        if sig["error"]:
-            out.print(f"             [yellow]{safe(redact(sig['error']))}[/]")
+        for n, line in enumerate(signal_lines(sig, datetime.now(UTC))):
+            out.print(("[bold]signal[/]     " if n == 0 else "             ") + line)
     out.print(
         f"[bold]jobs[/]       {data['running_jobs']} running on {data['running_gpus']} GPUs "
         f"({data['power_w']} W), {data['stopped_jobs']} stopped, {data['queued_jobs']} queued"
@@ -68,6 +65,43 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
         )
 
 
+def signal_lines(sig: dict, now) -> list[str]:
+    """The status of the grid signal in words (rich markup): its value and age, or why
+    there is none: a trace that ended (and replay), a source failing since when, or no
+    fetch yet. Never ``None g/kWh``."""
+    from orchestrator.cli.render import local_time, safe
+    from orchestrator.signals.redact import redact
+
+    source = safe(sig["source"])
+    error = sig.get("error") and safe(redact(sig["error"]))
+    since = sig.get("failing_since")
+    if sig.get("g_per_kwh") is not None:
+        age = "" if sig["age_s"] is None else f" ({sig['age_s'] / 60:.1f} min old)"
+        lines = [f"{source}: {sig['g_per_kwh']:.0f} g/kWh{age}"]
+        if error:
+            failing = f"failing since {local_time(since)}: " if since else ""
+            lines.append(f"[yellow]{failing}{error}[/]")
+        return lines
+    end = sig.get("trace_end")
+    if end:
+        from datetime import datetime
+
+        days = (now - datetime.fromisoformat(end)).total_seconds() / 86400
+        if days > 0:
+            return [
+                f"{source}: [red]no signal[/]: the trace ends at {local_time(end)} "
+                f"({days:.0f} days ago); replay it live with ?replay=now "
+                "(shifted by whole weeks to now, looped)"
+            ]
+    if error:
+        failing = f"failing since {local_time(since)}" if since else "failing"
+        return [
+            f"{source}: [red]no signal[/]: the source has been {failing}",
+            f"[yellow]{error}[/]",
+        ]
+    return [f"{source}: no signal yet (no fetch has answered yet)"]
+
+
 def budget(
     ctx: typer.Context,
     amount: Annotated[
@@ -78,7 +112,7 @@ def budget(
 ) -> None:
     """The carbon budget: spent and left this period, projected at the present rate, and
     past periods."""
-    from orchestrator.cli.render import console, print_json, safe
+    from orchestrator.cli.render import console, local_time, print_json, safe
 
     c = context.get(ctx)
     data = c.call("budget", {"budget": amount, "periods": periods})
@@ -87,17 +121,18 @@ def budget(
         return
     out = console()
     projected = data["projected_g"]
+    start = local_time(data["period_start"]) if data["period_start"] else "the start"
     unit = data.get("unit", "kg")
     out.print(
         f"[bold]{data['budget']}[/]: {data['spent_g'] / 1e3:.3f} {unit} spent, "
         f"{data['remaining_g'] / 1e3:.3f} {unit} left"
         + ("" if projected is None else f", {projected / 1e3:.3f} {unit} projected")
-        + f" (period from {(data['period_start'] or 'the start')[:16]})"
+        + f" (period from {start})"
     )
     _periods(data["periods"], unit)
     for f in data.get("forced") or []:
         out.print(
-            f"  [yellow]forced[/] job {f['job']} ({safe(f['user'])}) at {f['at'][:16]}: "
+            f"  [yellow]forced[/] job {f['job']} ({safe(f['user'])}) at {local_time(f['at'])}: "
             f"{f['g'] / 1e3:.3f} {unit} expected, started by its deadline beyond the budget"
         )
 
@@ -120,7 +155,13 @@ def report(
     running each job when it was submitted."""
     from orchestrator.cli.plan import absolute_source
     from orchestrator.cli.render import print_json
+    from orchestrator.errors import GridshiftError
+    from orchestrator.timeparse import aware_text, parse_duration_s
 
+    try:  # a duration (7d) goes as it is; a date is read in this shell's zone
+        parse_duration_s(since or "")
+    except GridshiftError:
+        since = aware_text(since)
     c = context.get(ctx)
     data = c.call("report", {"since": since, "grid": absolute_source(grid)})
     if plot is not None:
@@ -134,12 +175,14 @@ def report(
 def _periods(periods: list[dict], unit: str) -> None:
     """Past periods, one row each (``cli.output.tables``)."""
     from orchestrator.cli.output.tables import Col, num, table
+    from orchestrator.cli.render import local_time
 
     if not periods:
         return
     kg = [Col("PERIOD"), Col(f"SPENT {unit}", right=True), Col(f"OVER {unit}", right=True),
           Col(f"FORCED {unit}", right=True, drop=1)]  # fmt: skip
-    table(kg, [[(p["period_start"] or "run")[:10], num(p["spent_g"] / 1e3, 3),
+    start = {id(p): local_time(p["period_start"]) if p["period_start"] else "run" for p in periods}
+    table(kg, [[start[id(p)], num(p["spent_g"] / 1e3, 3),
                 num(p["over_g"] / 1e3, 3) if p["over_g"] else "-",
                 num(p["forced_g"] / 1e3, 3) if p.get("forced_g") else "-"] for p in periods],
           styles={2: lambda text: None if text == "-" else "red"})  # fmt: skip

@@ -3,6 +3,7 @@ line on stderr and exit code 2 (user mistake) or 1 (failure), never a traceback.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -22,14 +23,27 @@ from orchestrator.cli.plan import plan
 from orchestrator.cli.simulate import simulate
 from orchestrator.cli.submit import HELP as SUBMIT_HELP
 from orchestrator.cli.submit import submit
+from orchestrator.cli.verbs.change import edit, hold, release, restart
+from orchestrator.cli.verbs.wait import wait
 
 app = typer.Typer(
     name="gridshift",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help as written: rich markup would eat "[daemon]", "[[nodes]]"
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="gridshift: a carbon-aware GPU job queue for deep-learning training.",
 )
+
+
+def _print_version(value: bool) -> bool:
+    if value:
+        from orchestrator import __version__
+
+        typer.echo(f"gridshift {__version__}")
+        raise typer.Exit()
+    return value  # what the root callback gets (and the fast path gives it)
 
 
 @app.callback()
@@ -43,7 +57,27 @@ def _root(
             dir_okay=False,
         ),
     ] = None,
+    utc: Annotated[
+        bool,
+        typer.Option(
+            "--utc",
+            help="Print every time in UTC (default: the local zone; also GRIDSHIFT_UTC=1).",
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print gridshift's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
 ) -> None:
+    from orchestrator.timeparse import show_utc
+
+    if utc:
+        show_utc(True)
     context.get(ctx).config_path = config
 
 
@@ -53,6 +87,11 @@ app.command()(show)
 app.command()(cancel)
 app.command()(clean)
 app.command()(logs)
+app.command()(wait)
+app.command()(restart)
+app.command()(hold)
+app.command()(release)
+app.command()(edit)
 app.command()(nodes)
 app.command()(daemon)
 app.command()(simulate)
@@ -74,6 +113,8 @@ def _fail(message: str, code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """The ``gridshift`` command: the everyday verbs through the fast path when it
+    understands the command line (``orchestrator.cli.fast``), else the full typer one."""
     import logging
 
     from orchestrator.errors import GridshiftError, boundary
@@ -84,10 +125,18 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).addHandler(logging.NullHandler())
     for name in ("httpx", "httpcore"):  # their INFO lines carry full URLs, tokens and all
         logging.getLogger(name).setLevel(logging.WARNING)
-    command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else list(argv)
+    run = None
+    if not os.environ.get("GRIDSHIFT_NO_FAST"):
+        from orchestrator.cli.fast.run import plan
+
+        try:
+            run = plan(app, args)
+        except Exception:  # it only parses: the full path answers instead
+            run = None
     try:
         with boundary():
-            result = command.main(args=argv, prog_name="gridshift", standalone_mode=False)
+            result = run() if run is not None else _full(args)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):
@@ -102,3 +151,20 @@ def main(argv: list[str] | None = None) -> None:
     except GridshiftError as exc:
         _fail(str(exc), exc.exit_code)
     sys.exit(result if isinstance(result, int) else 0)
+
+
+def _full(args: list[str]):
+    command = typer.main.get_command(app)
+    _tidy_help(command)
+    return command.main(args=args, prog_name="gridshift", standalone_mode=False)
+
+
+def _tidy_help(command) -> None:
+    """Help as a terminal shows it: the docstrings' ``literal`` quoting (reStructuredText)
+    shown as the bare word."""
+    for item in (command, *getattr(command, "params", ())):
+        for attr in ("help", "short_help"):
+            if isinstance(text := getattr(item, attr, None), str):
+                setattr(item, attr, text.replace("``", ""))
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)

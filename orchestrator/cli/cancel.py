@@ -16,7 +16,8 @@ def cancel(
     """Cancel jobs (yours; root may cancel any).
 
     A running job gets SIGTERM on its process group, then SIGKILL after the grace period
-    (cancel_grace_s)."""
+    (cancel_grace_s): from the daemon at its next pass, or, with no daemon running, from
+    this command at once (it waits for the job to end and records it cancelled)."""
     from orchestrator.cli.render import plain
 
     c = context.get(ctx)

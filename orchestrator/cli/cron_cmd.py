@@ -47,6 +47,9 @@ def cron_ls(
             str(d["jobs"]), d["user"], command,
         ])  # fmt: skip
     table(columns, rows)
+    zones = sorted({d["zone"] for d in data if d.get("zone")})
+    if zones:  # where the daemon reads the expressions' clock times
+        say(f"cron expressions read in {', '.join(zones)} (the daemon's zone)")
     for d in data:
         if d.get("fault"):  # disabled or paused, and why
             say(f"cron template {d['id']} {d['fault']}")

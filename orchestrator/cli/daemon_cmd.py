@@ -46,8 +46,21 @@ def daemon(
         Opt(min=0.05, max=3600, help="Seconds between passes (default: daemon_interval_s, 1)."),
     ] = None,
     until_idle: Annotated[
-        bool, Opt("--until-idle", help="Exit once nothing is queued or running.")
+        bool,
+        Opt(
+            "--until-idle",
+            help="Exit once nothing is queued or running (held jobs and those waiting on "
+            "them aside).",
+        ),
     ] = False,
+    log_format: Annotated[
+        str,
+        Opt(
+            "--log-format",
+            help="auto (rich on a terminal, else text), text (one line per record: ISO "
+            "time, level, logger, message) or json (one object per line).",
+        ),
+    ] = "auto",
 ) -> None:
     """Run queued jobs on free GPUs, at the times, widths and power caps the plan picks.
 
@@ -60,15 +73,17 @@ def daemon(
     from orchestrator.settings import DaemonSettings
     from orchestrator.signals.sources import provider_configs
 
-    _log_to_stderr()
+    _log_to_stderr(log_format)
     c = context.get(ctx)
     provider_configs(c.settings)  # remembers the providers' secrets, to hide them
-    given = {
-        "grid": grid or None,
+    from orchestrator.cli.plan import absolute_source
+
+    given = {  # a trace's path made absolute: budget and report read it from elsewhere
+        "grid": [absolute_source(g) for g in grid] if grid else None,
         "policy": policy,
         "slot": slot,
         "budget": budget,
-        "price": price,
+        "price": absolute_source(price),
         "objective": objective,
         "suspend": suspend,
         "fallback": fallback,
@@ -85,27 +100,49 @@ def daemon(
     Daemon(settings=c.settings, db=c.db, interval_s=interval).run(until_idle=until_idle)
 
 
-def _log_to_stderr() -> None:
-    """Rich on a terminal; elsewhere (a file, a pipe, the journal) plain lines to read
-    later: ISO date-time, level, message. httpx logs full URLs (ENTSO-E's token is a query
-    parameter) at INFO: WARNING for it, and every record redacted and escaped on its way
-    out either way; Python's warnings go the same way."""
+def _log_to_stderr(log_format: str = "auto") -> None:
+    """Rich on a terminal; elsewhere (a file, a pipe, the journal) or with ``text`` plain
+    lines to read later: ISO date-time, level, logger, message; ``json``: one object per
+    line. httpx logs full URLs (ENTSO-E's token is a query parameter) at INFO: WARNING for
+    it, and every record redacted and escaped on its way out either way; Python's
+    warnings go the same way."""
     import logging
     import sys
 
-    from orchestrator.signals.redact import LineFormatter, guard
+    from orchestrator.errors import SpecError
+    from orchestrator.signals.redact import JsonFormatter, LineFormatter, guard
 
-    if sys.stderr.isatty():
+    log_format = log_format.strip().lower()
+    if log_format not in ("auto", "text", "json"):
+        raise SpecError(f"invalid --log-format {log_format!r}: use auto, text or json")
+    if log_format == "json":
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(JsonFormatter())
+    elif log_format == "auto" and sys.stderr.isatty():
         from rich.console import Console
         from rich.logging import RichHandler
 
-        handler = RichHandler(console=Console(stderr=True), show_path=False, markup=False)
-        handler.setFormatter(logging.Formatter("%(message)s", datefmt="[%X]"))
+        handler = RichHandler(
+            console=Console(stderr=True),
+            show_path=False,
+            markup=False,
+            log_time_format=_rich_time,
+        )
+        handler.setFormatter(logging.Formatter("%(message)s"))
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(LineFormatter())
     logging.basicConfig(level=logging.INFO, handlers=[guard(handler)])
     logging.captureWarnings(True)
+
+
+def _rich_time(moment):
+    """The time of a record on a terminal: the convention's (date, zone; ``--utc``)."""
+    from rich.text import Text
+
+    from orchestrator.timeparse import format_time
+
+    return Text(format_time(moment.astimezone(), seconds=True))
 
 
 db_app = typer.Typer(

@@ -18,7 +18,7 @@ SOURCE_OPT = typer.Option(
     "entsoe:DE-LU, carbon-aware:LOCATION or csv:PATH[?column=...]. Repeat for a "
     "fallback chain (default: grid.source).",
 )
-TIME_HELP = "ISO 8601 date or time; without an offset it is UTC, as grid data is."
+TIME_HELP = "ISO 8601 date or time; without an offset it is local time."
 SPARK = "▁▂▃▄▅▆▇█"
 
 DESCRIPTIONS = {
@@ -76,17 +76,10 @@ def _ready(row: dict) -> str:
 
 
 def _when(text: str | None) -> datetime | None:
-    from grid.sources.base import parse_time
-    from orchestrator.errors import SpecError
+    """A --start or --end: ISO 8601, naive read in the local zone (as every time typed)."""
+    from orchestrator.timeparse import parse_time
 
-    if text is None:
-        return None
-    try:
-        return parse_time(text)
-    except ValueError:
-        raise SpecError(
-            f"invalid time {text!r}: use ISO 8601, e.g. 2023-06-01 or 2023-06-01T12:00Z"
-        ) from None
+    return None if text is None else parse_time(text)
 
 
 def _range(chain, start, end) -> tuple[datetime | None, datetime | None]:
@@ -129,10 +122,13 @@ def fetch(
     end: Annotated[str | None, typer.Option(help=TIME_HELP)] = None,
 ) -> None:
     """Fetch a range into the cache (default: the last 24 hours)."""
+    from orchestrator.cli.render import local_time
+
     _chain, signal = _load(ctx, source, start, end, False, "24h")
     s = signal.summary()
     typer.echo(
-        f"{s['points']} points from {signal.meta.source}, {s['start']} to {s['end']}"
+        f"{s['points']} points from {signal.meta.source}, {local_time(s['start'])} to "
+        f"{local_time(s['end'])}"
         f" ({s['filled']} filled)"
     )
 
@@ -153,7 +149,7 @@ def show(
     series: Annotated[bool, typer.Option("--series", help="With --json: every point.")] = False,
 ) -> None:
     """Summarise a signal: range, resolution, mean/min/max, greenest windows, sparkline."""
-    from orchestrator.cli.render import console, print_json
+    from orchestrator.cli.render import console, local_time, print_json
     from orchestrator.timeparse import parse_duration_s
 
     window_s = int(parse_duration_s(window))
@@ -173,7 +169,8 @@ def show(
         f"{' ' + meta.basis if meta.basis else ''}  {meta.unit}"
     )
     out.print(
-        f"{summary['start']} → {summary['end']}  every {meta.resolution_s // 60} min, "
+        f"{local_time(summary['start'])} → {local_time(summary['end'])}  "
+        f"every {meta.resolution_s // 60} min, "
         f"{summary['points']} points"
     )
     out.print(f"mean {summary['mean']}  min {summary['min']}  max {summary['max']}")
@@ -188,8 +185,7 @@ def show(
         )
     out.print(sparkline(signal.values.tolist(), max(10, out.width - 2)))
     for when, mean in signal.greenest_windows(window_s):
-        local = when.astimezone().strftime("%Y-%m-%d %H:%M %Z")
-        out.print(f"  greenest {window}: {when.isoformat()} ({local})  mean {mean:.1f}")
+        out.print(f"  greenest {window}: {local_time(when)}  mean {mean:.1f}")
 
 
 def sparkline(values: list[float], width: int) -> str:

@@ -15,6 +15,7 @@ from orchestrator.cli import context
 
 POLL_S = 0.25
 DONE = {"completed", "failed", "cancelled", "lost"}
+TAIL_WINDOW = 64 << 10  # bytes read first from a log's end for ``-n``
 
 
 def logs(
@@ -23,8 +24,16 @@ def logs(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")
     ] = False,
+    lines: Annotated[
+        int | None,
+        typer.Option("--lines", "-n", help="Only the last N lines (as tail -n), then --follow."),
+    ] = None,
 ) -> None:
     """Print a job's output (stdout and stderr together)."""
+    from orchestrator.errors import SpecError
+
+    if lines is not None and lines < 0:
+        raise SpecError(f"--lines {lines}: give 0 or more lines")
     c = context.get(ctx)
     out = sys.stdout.buffer
 
@@ -33,15 +42,18 @@ def logs(
 
     first = block(None, 0)  # unknown ids and other users' jobs fail here
     last = first["sources"] - 1
-    for source in range(last):  # earlier attempts on other servers: as they are
-        _drain(lambda offset, s=source: block(s, offset), 0, out)
-    state, offset = first["state"], 0
     read = lambda offset: block(last, offset)  # noqa: E731
-    got = _drain(read, offset, out, first if last == 0 else None)
+    state = first["state"]
+    if lines is not None:  # the last attempt's output: its last lines
+        got = _tail(read, first if last == 0 else read(0), lines, out)
+    else:
+        for source in range(last):  # earlier attempts on other servers: as they are
+            _drain(lambda offset, s=source: block(s, offset), 0, out)
+        got = _drain(read, 0, out, first if last == 0 else None)
     if got is None and not follow:
         print(f"job {job_id} has no output yet ({state})", file=sys.stderr)
         return
-    offset += got or 0
+    offset = got or 0
     while follow:
         answer = read(offset)
         state = answer["state"]
@@ -51,6 +63,44 @@ def logs(
             if state in DONE:  # what it wrote last was in this answer
                 return
             time.sleep(POLL_S)
+
+
+def _tail(read, answer: dict, lines: int, out) -> int | None:
+    """Write the last ``lines`` lines of a log (``answer``: its block at offset 0); the
+    offset its end is at, None when there is no file. The daemon says the file's size
+    (a log on this host): only its end is read, a longer stretch each time until it holds
+    enough lines; else (an SSH server's) all of it is read."""
+    if answer["data"] is None:
+        return None
+    size, window = answer.get("size"), TAIL_WINDOW
+    while True:
+        start = 0 if size is None else max(0, size - window)
+        data, end = _collect(read, start, answer if start == 0 else None, size)
+        pieces = data.splitlines(keepends=True)
+        whole = pieces[1:] if start > 0 else pieces  # the first may be cut
+        if start == 0 or len(whole) > lines:
+            break
+        window *= 8
+    if lines:
+        out.write(b"".join(whole[-lines:]))
+        out.flush()
+    return end
+
+
+def _collect(read, start: int, answer: dict | None, size: int | None) -> tuple[bytes, int]:
+    """The log's bytes from ``start`` to ``size`` (None: to its end); and the end."""
+    parts, offset = [], start
+    while size is None or offset < size:
+        answer = answer or read(offset)
+        data = base64.b64decode(answer["data"] or "")
+        answer = None
+        if not data:
+            break
+        if size is not None:
+            data = data[: size - offset]
+        parts.append(data)
+        offset += len(data)
+    return b"".join(parts), offset
 
 
 def _drain(read, offset: int, out, answer: dict | None = None) -> int | None:

@@ -26,7 +26,8 @@ def plan(
     objective: Annotated[str, Opt("--objective", help="carbon, cost or mix:W.")] = "carbon",
     slot: Annotated[str, Opt("--slot", help="Planning slot, e.g. 15m.")] = "15m",
     at: Annotated[
-        str | None, Opt("--at", help="Plan as of this time (ISO, UTC if naive), not now.")
+        str | None,
+        Opt("--at", help="Plan as of this time (ISO, local if naive), not now."),
     ] = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON (stable keys).")] = False,
     submit: Annotated[
@@ -41,8 +42,9 @@ def plan(
     """Plan the queued jobs: start, GPUs, power cap, and expected energy, carbon and cost
     against running each now at full power."""
     from orchestrator.cli.render import print_json
+    from orchestrator.timeparse import aware_text
 
-    grid, price = absolute_source(grid), absolute_source(price)
+    grid, price, at = absolute_source(grid), absolute_source(price), aware_text(at)
     args = {"policy": policy, "grid": grid, "price": price, "budget": budget,
             "objective": objective, "slot": slot, "at": at, "submit": submit}  # fmt: skip
     data = context.get(ctx).call("plan", args)

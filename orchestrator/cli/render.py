@@ -18,8 +18,13 @@ from orchestrator.daemon.ops.views import JOB_KEYS, iso, job_dict, progress_of  
 from orchestrator.signals.redact import printable
 
 
-def local_time(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+def local_time(value: datetime | str | None, *, seconds: bool = False) -> str:
+    """Every time the CLI prints, with its zone: local (``2026-11-24 07:40 CET``), or UTC
+    with ``--utc`` or ``GRIDSHIFT_UTC=1``. ``value``: a datetime (naive: UTC) or ISO
+    text as the ops return it; None: ``-``."""
+    from orchestrator.timeparse import format_time
+
+    return format_time(value, seconds=seconds)
 
 
 def print_json(data: Any) -> None:

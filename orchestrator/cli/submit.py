@@ -36,8 +36,9 @@ def submit(
     gpus: Annotated[
         str,
         typer.Option(
-            help="GPUs: a count (2) or a range the job can run "
-            "at (2-8; it runs at the maximum for now)."
+            help="GPUs: a count (2; 0 for none) or a range the job can run at (2-8): "
+            "with a grid signal the planner picks the width, without one it runs at "
+            "the maximum (capped to the largest node)."
         ),
     ] = "1",
     duration: Annotated[
@@ -70,15 +71,18 @@ def submit(
     ] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
     after: Annotated[
-        list[str] | None, typer.Option(help="Run only after job ID completed; repeat or give 3,4.")
+        list[str] | None,
+        typer.Option(metavar="ID", help="Run only after job ID completed; repeat or give 3,4."),
     ] = None,
-    label: Annotated[list[str] | None, typer.Option(help="A label (repeatable).")] = None,
+    label: Annotated[
+        list[str] | None, typer.Option(metavar="LABEL", help="A label (repeatable).")
+    ] = None,
     workdir: Annotated[
         Path | None, typer.Option(help="Working directory (default: the current one).")
     ] = None,
     env: Annotated[
         list[str] | None,
-        typer.Option(help="KEY=VALUE added to the job's environment (repeatable)."),
+        typer.Option(metavar="KEY=VALUE", help="Added to the job's environment (repeatable)."),
     ] = None,
     file: Annotated[
         Path | None,
@@ -99,6 +103,7 @@ def submit(
 ) -> None:
     from orchestrator.cli.render import print_json
     from orchestrator.errors import SpecError
+    from orchestrator.timeparse import aware_text
 
     c = context.get(ctx)
     cwd = os.getcwd()
@@ -125,7 +130,7 @@ def submit(
             "name": name,
             "gpus": gpus,
             "duration": duration,
-            "deadline": deadline,
+            "deadline": aware_text(deadline),  # naive: the user's zone, not the daemon's
             "within": within,
             "interruptible": interruptible,
             "checkpoint_cost": checkpoint_cost,
@@ -153,11 +158,16 @@ def submit(
 def _say_outlook(jobs: list[dict]) -> None:
     """What the daemon will do with each job, on stderr (stdout holds the ids alone, for
     scripts: ``id=$(gridshift submit ...)``); ten jobs at most."""
-    from orchestrator.cli.render import printable
+    from orchestrator.cli.render import local_time, printable
 
     for job in jobs[:10]:
-        if job.get("outlook"):
-            typer.echo(f"job {job['id']}: {printable(job['outlook'])}", err=True)
+        said = job.get("outlook")
+        if said and job.get("may_wait_until") and said.startswith("may wait until "):
+            # the time in this shell's zone (or --utc), not the daemon's
+            rest = said.partition(" for low carbon")[2]
+            said = f"may wait until {local_time(job['may_wait_until'])} for low carbon{rest}"
+        if said:
+            typer.echo(f"job {job['id']}: {printable(said)}", err=True)
     if len(jobs) > 10:
         typer.echo(f"(and {len(jobs) - 10} more jobs; gridshift plan shows them all)", err=True)
 
@@ -211,13 +221,10 @@ def _read_sweep(path: Path, cwd: str) -> dict:
 
 
 def _print_cron(made: dict, as_json: bool) -> None:
-    from datetime import datetime
-
-    from orchestrator.cli.render import print_json
+    from orchestrator.cli.render import local_time, print_json
 
     if as_json:
         print_json(made)
         return
-    upcoming = made["next"] and datetime.fromisoformat(made["next"]).astimezone()
-    when = f"{upcoming:%Y-%m-%d %H:%M:%S %Z}" if upcoming else "none"
+    when = local_time(made["next"]) if made["next"] else "none"
     typer.echo(f"cron template {made['cron_id']}; next occurrence {when}")

@@ -299,13 +299,23 @@ class Dispatcher:
 
     # -- idleness -----------------------------------------------------------------------
     def pending_count(self) -> int:
-        from sqlalchemy import func
+        """The jobs that keep the queue busy: every unfinished one but a held job and
+        those that wait on one (directly or through others), which wait for a release."""
+        from orchestrator.queue.store import dependencies
 
+        done = [s.value for s in FINAL] + [JobState.LOST.value]
         with self.db.read() as session:
-            return int(
-                session.exec(
-                    select(func.count())
-                    .select_from(Job)
-                    .where(col(Job.state).not_in([s.value for s in FINAL] + [JobState.LOST.value]))
-                ).one()
+            states = dict(
+                session.exec(select(Job.id, Job.state).where(col(Job.state).not_in(done))).all()
             )
+            stuck = {i for i, state in states.items() if state == JobState.HELD.value}
+            if not stuck:
+                return len(states)
+            queued = [i for i, state in states.items() if state == JobState.QUEUED.value]
+            after = dependencies(session, queued)
+        grew = True
+        while grew:
+            new = {i for i, deps in after.items() if i not in stuck and stuck.intersection(deps)}
+            stuck |= new
+            grew = bool(new)
+        return len(states) - len(stuck)

@@ -11,6 +11,7 @@ from sqlmodel import col, func, select
 from orchestrator.queue.attempts import ON_GPU, AttemptState, values
 from orchestrator.queue.models import Attempt, Health, Job
 from orchestrator.queue.states import JobState
+from orchestrator.signals.feed import trace_end
 
 WRITE_EVERY_S = 1.0
 
@@ -74,7 +75,10 @@ class HealthWriter:
                 "age_s": None if age is None else round(age, 1),
                 "g_per_kwh": _round(feed.now_value(now)),
                 "error": feed.last_error,
+                "failing_since": _iso(feed.failing_since),
+                "trace_end": _iso(trace_end(feed.chain)) if feed.last_error else None,
             }
+        data["settings"] = effective_settings(daemon)
         if planner is not None and planner.budget is not None:
             from orchestrator.accounting.meter import spent_g
 
@@ -89,6 +93,23 @@ class HealthWriter:
                 "remaining_g": round(max(0.0, planner.budget.grams - spent), 3),
             }
         return data
+
+
+def effective_settings(daemon) -> dict:
+    """What the daemon runs with (its options over the config file's), for ``budget``,
+    ``report`` and ``status`` to default to: grid and price sources, budget, policy."""
+    cfg = daemon.settings.daemon
+    return {
+        "grid": list(cfg.grid or daemon.settings.grid.source or []),
+        "price": cfg.price,
+        "budget": cfg.budget,
+        "policy": daemon.policy_name,
+        "objective": cfg.objective,
+    }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
 
 
 def _round(value: float | None) -> float | None:

@@ -16,6 +16,8 @@ SQLite queues live on one host and use the daemon's ``flock`` instead.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import socket
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -29,6 +31,7 @@ from executors.procs import ProcessId, is_alive, self_id
 from orchestrator.errors import DaemonError
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Lease
+from orchestrator.settings import Settings
 
 NAME = "daemon"
 
@@ -149,3 +152,21 @@ def current_holder(db: Database) -> dict[str, Any] | None:
         if row is None or row.expires_at <= db_now(session) or dead_here(row.holder):
             return None
         return dict(row.holder)
+
+
+def daemon_running(settings: Settings, db: Database) -> bool:
+    """True when some daemon serves this queue (holds its lock, or its lease)."""
+    if not db.is_sqlite:
+        return current_holder(db) is not None
+    path = settings.home / "daemon.lock"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)

@@ -133,7 +133,14 @@ class LivePlanner:
         known = estimates or {}
         key = (
             tuple(
-                (j.id, round(remaining_s.get(j.id, known[j.id].run_s if j.id in known else 0.0)))
+                (
+                    j.id,
+                    round(remaining_s.get(j.id, known[j.id].run_s if j.id in known else 0.0)),
+                    j.priority,
+                    j.deadline,
+                    j.gpus_min,
+                    j.gpus_max,
+                )  # ``edit`` changes these
                 for j in queued
             ),
             tuple(j.id for j, _, _ in running),

@@ -179,13 +179,14 @@ class Reaper:
             self.caps.reconcile({}, skip=self.executor.unreachable_nodes())
 
     # -- reap ---------------------------------------------------------------------------
-    def reap(self, now: datetime) -> int:
-        """Record attempts that ended, and account those still running. Returns how many
-        ended."""
+    def reap(self, now: datetime, only: list[int] | None = None) -> int:
+        """Record attempts that ended, and account those still running (``only``: these
+        attempts alone). Returns how many ended."""
+        query = select(Attempt).where(col(Attempt.state).in_(attempts.values(attempts.LIVE)))
+        if only is not None:
+            query = query.where(col(Attempt.id).in_(only))
         with self.db.read() as session:
-            live = session.exec(
-                select(Attempt).where(col(Attempt.state).in_(attempts.values(attempts.LIVE)))
-            ).all()
+            live = session.exec(query).all()
         ended = 0
         with self.faults.contained("refresh", "asking the nodes about their attempts"):
             self.executor.refresh([Handle.from_dict(a.handle) for a in live])
@@ -255,6 +256,8 @@ class Reaper:
     def _record_end(self, attempt_id: int, result: PollResult, now: datetime) -> None:
         with self.db.write() as session:
             att = session.get(Attempt, attempt_id)
+            if att.state not in attempts.LIVE:  # recorded meanwhile (``cancel`` with no daemon)
+                return
             job = session.get(Job, att.job_id)
             started = result.started_at or _run_started_at(att)
             if started is not None:  # the monitor's (or Slurm's) clock: the real start
@@ -340,17 +343,20 @@ class Reaper:
         return JobState.QUEUED, reason
 
     # -- cancel -------------------------------------------------------------------------
-    def stop_cancelled(self, now: datetime) -> None:
+    def stop_cancelled(self, now: datetime, only: list[int] | None = None) -> None:
         """SIGTERM the process group of each running job whose cancel was requested;
-        SIGKILL once the grace period has passed."""
+        SIGKILL once the grace period has passed (``only``: these attempts' alone)."""
         grace = timedelta(seconds=self.settings.cancel_grace_s)
+        query = (
+            select(Attempt)
+            .join(Job, col(Job.id) == col(Attempt.job_id))
+            .where(col(Attempt.state).in_(attempts.values(attempts.LIVE)))
+            .where(col(Job.cancel_requested_at).is_not(None))
+        )
+        if only is not None:
+            query = query.where(col(Attempt.id).in_(only))
         with self.db.read() as session:
-            rows = session.exec(
-                select(Attempt)
-                .join(Job, col(Job.id) == col(Attempt.job_id))
-                .where(col(Attempt.state).in_(attempts.values(attempts.LIVE)))
-                .where(col(Job.cancel_requested_at).is_not(None))
-            ).all()
+            rows = session.exec(query).all()
         down = self.executor.unreachable_nodes()
         for att in rows:
             if att.kill_sent_at is not None or att.node in down:

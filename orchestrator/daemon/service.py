@@ -35,6 +35,7 @@ from orchestrator.clock import Clock, SystemClock
 from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.guard import Suspender, note_plans
 from orchestrator.daemon.health import HealthWriter
+from orchestrator.daemon.lease import daemon_running  # noqa: F401 (it was here)
 from orchestrator.daemon.reaper import Reaper, modelled_power
 from orchestrator.daemon.server import serve
 from orchestrator.daemon.sqlqueue import SqlQueue
@@ -77,26 +78,6 @@ class DaemonLock:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def daemon_running(settings: Settings, db: Database) -> bool:
-    """True when some daemon serves this queue (holds its lock, or its lease)."""
-    if not db.is_sqlite:
-        from orchestrator.daemon.lease import current_holder
-
-        return current_holder(db) is not None
-    path = settings.home / "daemon.lock"
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 @dataclass

@@ -137,6 +137,10 @@ class SqlQueue:
             if failed is not None:
                 d.fail_queued(job.id, now, f"dependency {failed} {dep_state[failed]}")
                 continue
+            held = [x for x in deps[job.id] if dep_state[x] == JobState.HELD]
+            if held:  # not planned ahead: nobody knows when it is released
+                _note_held(self.db, job, held)
+                continue
             if any(dep_state[x] != JobState.COMPLETED for x in deps[job.id]):
                 if self._cannot_run(job, largest) is None:
                     waiting[job.id] = job
@@ -306,6 +310,19 @@ def _queued_rows(session: Session) -> tuple[list[Job], dict[int, str]]:
             bad[job_id] = f"a column cannot be read ({type(exc).__name__}: {exc})"[:300]
     rows.sort(key=lambda j: (-j.priority, j.id))
     return rows, bad
+
+
+def _note_held(db: Database, job: Job, held: list[int]) -> None:
+    """A job waiting for a held job: no planned start, and why, in words."""
+    ids = ", ".join(str(i) for i in sorted(held))
+    note = f"after job {ids}, which is held: it waits until that is released and has ended"
+    if job.plan_note == note and job.planned_start is None:
+        return
+    with db.write() as session:
+        row = session.get(Job, job.id)
+        if row is not None and row.state == JobState.QUEUED.value:
+            row.planned_start, row.plan_note = None, note
+            session.add(row)
 
 
 def _running_rows(session: Session) -> list:

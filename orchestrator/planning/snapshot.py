@@ -12,8 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import numpy as np
-
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
@@ -202,6 +200,8 @@ def _row(job: QueuedJob, d: Decision, name, snap: Snapshot, inp: PlanInputs) -> 
 
 
 def _account(pieces, watts, inp: PlanInputs) -> dict:
+    import numpy as np  # here: the CLI's show and submit read this module, never this
+
     starts, ends = np.array(pieces, dtype=float).T
     watts = np.asarray(watts, dtype=float)
 

@@ -4,6 +4,7 @@
     running → suspended → queued         (--suspend signal: it checkpointed and exited)
     running → suspended → running        (--suspend stop: SIGSTOP, then SIGCONT)
     running → lost → queued (retry)
+    queued → held → queued               (``gridshift hold`` / ``release``)
     any non-final state → cancelled
 
 Also allowed, each for a stated reason: queued → failed (a dependency failed, or no node
@@ -29,6 +30,7 @@ from orchestrator.queue.models import Event, Job
 
 class JobState(enum.StrEnum):
     QUEUED = "queued"
+    HELD = "held"  # queued, but never planned or started until released
     PLANNED = "planned"
     RUNNING = "running"
     SUSPENDED = "suspended"
@@ -43,9 +45,14 @@ FINAL = frozenset({JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED})
 ACTIVE = frozenset({JobState.PLANNED, JobState.RUNNING})
 #: States that keep the daemon busy (``--until-idle`` waits for none to remain).
 PENDING = frozenset({JobState.QUEUED, JobState.PLANNED, JobState.RUNNING, JobState.SUSPENDED})
+#: States whose job may be edited, held or released: not started, not handed over.
+WAITING = frozenset({JobState.QUEUED, JobState.HELD})
 
 ALLOWED: dict[JobState, frozenset[JobState]] = {
-    JobState.QUEUED: frozenset({JobState.PLANNED, JobState.FAILED, JobState.CANCELLED}),
+    JobState.QUEUED: frozenset(
+        {JobState.PLANNED, JobState.HELD, JobState.FAILED, JobState.CANCELLED}
+    ),
+    JobState.HELD: frozenset({JobState.QUEUED, JobState.CANCELLED}),
     JobState.PLANNED: frozenset(
         {JobState.RUNNING, JobState.QUEUED, JobState.FAILED, JobState.LOST, JobState.CANCELLED}
     ),

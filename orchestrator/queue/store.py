@@ -37,9 +37,17 @@ def submit(
 
 
 def insert_jobs(
-    session: Session, specs: list[JobSpec], *, user: User, now: datetime, cron_id: int | None = None
+    session: Session,
+    specs: list[JobSpec],
+    *,
+    user: User,
+    now: datetime,
+    cron_id: int | None = None,
+    reason: str | None = None,
+    actor: str | None = None,
 ) -> list[Job]:
-    """Queue ``specs`` in the caller's transaction."""
+    """Queue ``specs`` in the caller's transaction (``reason``: the first event's, if not
+    "submitted"; ``actor``: who queued them, if not ``user``)."""
     wanted = {a for spec in specs for a in spec.after}
     if wanted:
         found = set(session.exec(select(Job.id).where(col(Job.id).in_(wanted))).all())
@@ -79,8 +87,9 @@ def insert_jobs(
                 at=now,
                 from_state=None,
                 to_state=JobState.QUEUED.value,
-                reason="submitted" if cron_id is None else f"queued by cron template {cron_id}",
-                actor=user.name,
+                reason=reason
+                or ("submitted" if cron_id is None else f"queued by cron template {cron_id}"),
+                actor=actor or user.name,
             )
         )
     return jobs

@@ -98,6 +98,22 @@ class Tape:
         return s is not None and s.start_s <= t0 and t1 <= s.end_s
 
 
+def trace_end(chain) -> datetime | None:
+    """Where the recorded traces of a chain end, when none is replayed: a daemon reading
+    a trace past its end has no signal, and ``status`` says since when."""
+    from grid.sources.base import FileSource
+
+    ends = []
+    for source in getattr(chain, "sources", []):
+        if not isinstance(source, FileSource) or source.replay:
+            return None
+        try:
+            ends.append(source.load().end)
+        except Exception:  # a file that cannot be read: the error says so already
+            return None
+    return max((e for e in ends if e is not None), default=None)
+
+
 class SignalFeed:
     """One quantity (carbon or price) from one source chain."""
 
@@ -111,6 +127,7 @@ class SignalFeed:
         self._fetching = threading.Lock()  # one request to the chain at a time
         self.fresh_at: datetime | None = None  # when the newest data came from a source
         self.last_error: str | None = None
+        self.failing_since: datetime | None = None  # since when last_error holds
         self._logged: str | None = None  # the failure last logged
         self._history_tried: int | None = None  # the version a hole was last fetched at
         self._now_s: float | None = None  # the time of the latest refresh
@@ -152,7 +169,14 @@ class SignalFeed:
             self._merge(past.between(low, high), now_s)
         signal = signal.between(low, high)
         if signal.end is None or signal.end <= now or not self._merge(signal, now_s):
-            self.failed(f"{self.chain.spec}: no known value in the forecast from now on")
+            ended = trace_end(self.chain)
+            if ended is not None and ended <= now:
+                self.failed(
+                    f"{self.chain.spec}: the trace ends at {ended.isoformat()}, "
+                    f"{(now - ended).days} days ago (replay it live: ?replay=now)"
+                )
+            else:
+                self.failed(f"{self.chain.spec}: no known value in the forecast from now on")
             return False
         fetched = now - timedelta(seconds=signal.meta.stale_s or 0.0)
         if self.fresh_at is None or fetched > self.fresh_at:
@@ -165,6 +189,7 @@ class SignalFeed:
 
     def failed(self, error: str) -> None:
         """Note why the source failed (logged when the reason is new)."""
+        self._failing()
         self.last_error = error
         self._log(error)
 
@@ -172,8 +197,16 @@ class SignalFeed:
         """A fetch raised what nobody foresaw (a bug, here or in an adapter): the source
         counts as failing until a refresh succeeds, and each kind of error is logged
         once in the daemon's life, with its traceback."""
+        self._failing()
         self.last_error = f"{self.chain.spec}: {type(exc).__name__}: {exc}"
         self._log_bug(exc, self.last_error)
+
+    def _failing(self) -> None:
+        if self.last_error is None or self.failing_since is None:
+            now_s = self._now_s
+            self.failing_since = (
+                datetime.now(UTC) if now_s is None else datetime.fromtimestamp(now_s, UTC)
+            )
 
     def _log_bug(self, exc: Exception, problem: str) -> None:
         key = f"{type(exc).__name__}: {_DIGITS.sub('0', str(exc))}"
@@ -183,7 +216,7 @@ class SignalFeed:
 
     def recovered(self, passed_over: list[str], source: str) -> None:
         """A source answered (``source``), after those of ``passed_over`` failed."""
-        self.last_error = None
+        self.last_error = self.failing_since = None
         self._log("; ".join(passed_over) + f"; using {source}" if passed_over else None)
 
     def _log(self, problem: str | None) -> None:

@@ -133,11 +133,37 @@ def guard(handler: logging.Handler) -> logging.Handler:
 
 class LineFormatter(logging.Formatter):
     """Log lines to read later (stderr not a terminal): one per record, the time in ISO
-    8601 UTC with its offset, the level, the message; no padding, no wrapping. (A
-    traceback, where a record has one, follows on lines of its own.)"""
+    8601 UTC with its offset, the level, the logger, the message; no padding, no
+    wrapping. (A traceback, where a record has one, follows on lines of its own.)"""
 
     def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(message)s")
+        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+
+
+class JsonFormatter(LineFormatter):
+    """``--log-format json``: one JSON object per line, with stable keys ``time`` (ISO
+    8601 UTC with offset), ``level``, ``logger``, ``message``, and ``exception`` (the
+    traceback's text) where a record has one. The message is redacted and escaped by
+    ``LogHygiene`` first, as in the text lines."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        entry = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info and not record.exc_text:
+            record.exc_text = printable(
+                redact(self.formatException(record.exc_info)), keep_newlines=True
+            )
+        if record.exc_text:
+            entry["exception"] = record.exc_text
+        if record.stack_info:
+            entry["stack"] = record.stack_info
+        return json.dumps(entry, ensure_ascii=False)

@@ -207,7 +207,8 @@ def _load_signal(spec: str, scenario: Scenario, settings):
         if parse_source(spec).name in ("csv", "synthetic"):  # whole files: read once
             signal = build_source(spec, {}, httpx.Client()).load()
             if scenario.grid.start or scenario.grid.end:
-                signal = signal.between(_utc(scenario.grid.start), _utc(scenario.grid.end))
+                start, end = _utc(scenario.grid.start, scenario), _utc(scenario.grid.end, scenario)
+                signal = signal.between(start, end)
         else:
             if not (scenario.grid.start and scenario.grid.end):
                 raise SpecError(f"{spec}: a web source needs grid.start and grid.end")
@@ -215,18 +216,24 @@ def _load_signal(spec: str, scenario: Scenario, settings):
             from orchestrator.signals.sources import open_chain
 
             chain = open_chain(settings or load_settings(), [spec])
-            signal = chain.history(_utc(scenario.grid.start), _utc(scenario.grid.end))
+            signal = chain.history(
+                _utc(scenario.grid.start, scenario), _utc(scenario.grid.end, scenario)
+            )
     if not len(signal.frame):
         raise GridDataError(f"{spec}: no data in the requested range")
     return signal
 
 
-def _utc(value):
+def _utc(value, scenario: Scenario):
+    """grid.start or grid.end in UTC: a naive time is the scenario's local time (its
+    ``timezone``, UTC by default: a what-if reads the same on every machine)."""
     from datetime import UTC
 
     if value is None:
         return None
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=zone_info(scenario.timezone))
+    return value.astimezone(UTC)
 
 
 def _load_jobs(scenario: Scenario, base: Path, start_s: float, total_gpus: int) -> TraceJobs:

@@ -51,14 +51,16 @@ def when(text: str | None) -> str:
 def short_time(text: str | None) -> str:
     """A planned start in a cell: ``HH:MM ZONE`` (today), with the weekday within a week,
     else the date."""
+    from orchestrator.timeparse import shown_time
+
     value = dt(text)
     if value is None:
         return "-"
-    local = value.astimezone()
+    local, zone = shown_time(value)  # the time convention's zone (local, or --utc)
     today = datetime.now(local.tzinfo).date()
     days = (local.date() - today).days
-    fmt = "%H:%M %Z" if days == 0 else "%a %H:%M %Z" if 0 < days < 7 else "%Y-%m-%d %H:%M %Z"
-    return local.strftime(fmt)
+    fmt = "%H:%M" if days == 0 else "%a %H:%M" if 0 < days < 7 else "%Y-%m-%d %H:%M"
+    return f"{local.strftime(fmt)} {zone}"
 
 
 def gpus(j: dict[str, Any]) -> str:

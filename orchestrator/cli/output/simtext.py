@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.cli.output.tables import Col, num, say, table, terminal
+from orchestrator.cli.render import local_time
 
 FORCED_SHOWN = 8  # forced jobs named on a terminal (a pipe gets them all)
 PERIODS_SHOWN = 14  # budget periods listed on a terminal (a pipe gets them all)
@@ -77,7 +78,7 @@ def columns_and_rows(data: dict) -> tuple[list[Col], list[list[str]]]:
 
 def scenario_lines(s: dict) -> list[str]:
     lines = [f"{s['name']}: {s['jobs']} jobs from {s['job_source']} on {s['gpus']} GPUs, "
-             f"from {s['start'][:19]}"]  # fmt: skip
+             f"from {local_time(s['start'])}"]  # fmt: skip
     lines.append(f"grid {s['grid']}" + (f", price {s['price']}" if s["price"] else ""))
     parts = [f"deadlines {s['deadline_rule']}", f"forecast {s['forecast']}",
              f"objective {s['objective']}"]  # fmt: skip
@@ -154,4 +155,5 @@ def _budgets(s: dict, policies: dict) -> None:
 
 
 def _utc(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%d %H:%M")
+    """A simulated time, as every time is printed (``render.local_time``: with its zone)."""
+    return local_time(datetime.fromtimestamp(seconds, UTC))

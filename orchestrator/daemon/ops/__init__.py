@@ -25,6 +25,7 @@ def _handlers() -> dict[str, Handler]:
         jobs,
         planops,
         retention,
+        verbs,
     )
 
     return {
@@ -43,6 +44,11 @@ def _handlers() -> dict[str, Handler]:
         "nodes": cluster.nodes,
         "clean": retention.clean,
         "job_power": jobpower.job_power,
+        "hold": verbs.hold,
+        "release": verbs.release,
+        "restart": verbs.restart,
+        "edit": verbs.edit,
+        "states": verbs.states,
     }
 
 

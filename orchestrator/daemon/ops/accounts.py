@@ -13,7 +13,7 @@ from orchestrator.errors import SpecError
 HEALTH_KEYS = (
     "policy", "mode", "fallback_reason", "slot_s", "suspend", "power_caps",
     "power_caps_reason", "queued_jobs", "running_jobs", "stopped_jobs", "running_gpus",
-    "power_w", "signal", "budget", "nodes_unreachable",
+    "power_w", "signal", "budget", "nodes_unreachable", "settings",
 )  # fmt: skip
 
 
@@ -42,9 +42,12 @@ def budget(ctx: OpContext, caller: Caller, args: Args) -> dict:
     from orchestrator.planning.budgets import Budget
     from orchestrator.timeparse import utc_now
 
-    text = args.get("budget", str) or ctx.settings.daemon.budget
+    text = args.get("budget", str) or daemon_setting(ctx, "budget") or ctx.settings.daemon.budget
     if not text:
-        raise SpecError("no budget: give --budget (e.g. 20kg/day) or set daemon.budget")
+        raise SpecError(
+            "no budget: give --budget (e.g. 20kg/day), set daemon.budget, or start the "
+            "daemon with --budget"
+        )
     parsed = Budget.parse(text)
     periods = args.get("periods", int, 7)
     if periods < 1:
@@ -52,6 +55,17 @@ def budget(ctx: OpContext, caller: Caller, args: Args) -> dict:
     with ctx.db.read() as session:
         data = budget_periods(session, parsed, utc_now(), periods)
         return data | forced_starts(session, parsed, data)
+
+
+def daemon_setting(ctx: OpContext, key: str):
+    """What the daemon runs (or last ran) with, as its health records it (``settings``:
+    grid, price, budget, policy, objective); None when no daemon recorded it."""
+    from orchestrator.queue.models import Health
+
+    with ctx.db.read() as session:
+        row = session.get(Health, 1)
+    recorded = (row.data or {}).get("settings") if row else None
+    return recorded.get(key) if isinstance(recorded, dict) else None
 
 
 def forced_starts(session, budget, data: dict) -> dict:
@@ -136,7 +150,11 @@ def _history(ctx: OpContext, grid: str | None, session, start, now):
     from orchestrator.signals.sources import open_chain
 
     settings = ctx.settings
-    specs = [grid] if grid else (settings.daemon.grid or settings.grid.source)
+    specs = (
+        [grid]
+        if grid
+        else (daemon_setting(ctx, "grid") or settings.daemon.grid or settings.grid.source)
+    )
     if not specs:
         return None, None
     first, last = session.exec(select(func.min(Job.submitted_at), func.max(Job.finished_at)).where(

@@ -6,6 +6,7 @@ import os
 
 from orchestrator.daemon.ops.base import Args, Caller, OpContext
 from orchestrator.daemon.ops.views import iso
+from orchestrator.errors import SpecError
 
 
 def cron_ls(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
@@ -19,6 +20,10 @@ def cron_ls(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
     from orchestrator.timeparse import utc_now
 
     now = utc_now()
+    try:  # the expressions' clock times are read in the daemon's zone
+        zone: str | None = str(cron.crontime.local_zone())
+    except SpecError:  # an unknown TZ: each template's fault says so
+        zone = None
     with ctx.db.read() as session:
         rows = cron.active(session)
         counts = dict(
@@ -47,6 +52,7 @@ def cron_ls(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
                 "next_occurrence": iso(cron.next_fire(r, now)),
                 "fault": fault,
                 "jobs": counts.get(r.id, 0),
+                "zone": zone,
             }
         )
     return data

@@ -71,10 +71,17 @@ def cancel(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
     user = caller.user if caller.uid != ctx.owner_uid else _as_root(caller)
     outcome = store.cancel(ctx.db, args.ints("job_ids"), user=user, now=utc_now())
-    stopping = any(result == "stopping" for _, result in outcome)
+    stopping = [job_id for job_id, result in outcome if result == "stopping"]
+    no_daemon = bool(stopping) and not ctx.daemon_running()
+    results = [[job_id, result] for job_id, result in outcome]
+    if no_daemon and not ctx.shared:  # this process stops them, now (``stopnow``)
+        from orchestrator.daemon.ops.stopnow import said, stop_now
+
+        stopped = stop_now(ctx, stopping)
+        results = [[i, said(stopped[i]) if i in stopped else r] for i, r in results]
     return {
-        "results": [[job_id, result] for job_id, result in outcome],
-        "no_daemon": stopping and not ctx.daemon_running(),
+        "results": results,
+        "no_daemon": no_daemon and any(r == "stopping" for _, r in results),
         "grace_s": ctx.settings.cancel_grace_s,
     }
 
@@ -195,7 +202,19 @@ def logs(ctx: OpContext, caller: Caller, args: Args) -> dict:
         _read_local(path, offset) if not node else _read_remote(ctx, node, path, offset, account)
     )
     data = None if block is None else base64.b64encode(block).decode()
-    return {"state": state, "sources": len(sources), "data": data}
+    size = _size(path) if not node else None  # for ``logs -n``: where the tail begins
+    return {"state": state, "sources": len(sources), "data": data, "size": size}
+
+
+def _size(path: str) -> int | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _job_id(args: Args) -> int:

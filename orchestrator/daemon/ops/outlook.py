@@ -10,7 +10,13 @@ from typing import Any
 from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S
 from orchestrator.queue.states import JobState
 
-UNFINISHED = (JobState.QUEUED, JobState.PLANNED, JobState.RUNNING, JobState.SUSPENDED)
+UNFINISHED = (
+    JobState.QUEUED,
+    JobState.HELD,
+    JobState.PLANNED,
+    JobState.RUNNING,
+    JobState.SUSPENDED,
+)
 
 
 def defers(settings) -> bool:
@@ -25,6 +31,7 @@ def outlooks(session, settings, jobs: list, now: datetime) -> dict[int, dict[str
     """For each new job: its estimate, and the latest time it may start
     (``may_wait_until``; None: it starts as soon as GPUs are free), and the one line."""
     from orchestrator.accounting.estimates import describe, estimates
+    from orchestrator.timeparse import format_time
 
     known = estimates(session, jobs, settings.daemon.seconds("default_duration"), now)
     plans = defers(settings)
@@ -38,7 +45,7 @@ def outlooks(session, settings, jobs: list, now: datetime) -> dict[int, dict[str
             asked = job.deadline == job.submitted_at
             when = "starts now" + (" (--now)" if asked else ": its deadline leaves no time to wait")
         else:
-            when = f"may wait until {until.astimezone():%Y-%m-%d %H:%M} for low carbon"
+            when = f"may wait until {format_time(until)} for low carbon"
         out[job.id] = {
             "estimate_s": round(est.run_s, 1),
             "estimate_source": est.source,

@@ -1,0 +1,112 @@
+"""``cancel`` with no daemon serving a single-user queue: the running jobs it cancelled
+are stopped at once, as the daemon would stop them (``Reaper.stop_cancelled``: SIGTERM to
+the job's process group, SIGKILL after ``cancel_grace_s``), and their end is recorded as
+the daemon records it (``Reaper.reap``: the attempt accounted from its power log, the job
+cancelled). Only jobs on this host's nodes: an SSH server's or Slurm's wait for a daemon.
+Without a daemon there is no grid signal: the attempt's energy is accounted, its carbon
+and cost are unknown."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from sqlmodel import col, select
+
+from orchestrator.daemon.ops.base import OpContext
+
+POLL_S = 0.05
+KILL_WAIT_S = 5.0  # after SIGKILL, how long to wait for the monitor's exit record
+
+
+@dataclass
+class Stopped:
+    job_id: int
+    ended: bool
+    killed: bool
+    after_s: float
+
+
+def stop_now(ctx: OpContext, job_ids: list[int]) -> dict[int, Stopped]:
+    """Stop the running attempts of ``job_ids`` (their cancel already requested) on this
+    host; by job id, how each ended (``ended`` False: still running after SIGKILL)."""
+    from orchestrator.accounting.meter import Accountant
+    from orchestrator.daemon.reaper import Reaper, modelled_power
+    from orchestrator.nodes.backends import local_executor
+    from orchestrator.nodes.inventory import resolve_nodes
+    from orchestrator.queue import attempts
+    from orchestrator.queue.models import Attempt
+
+    settings = ctx.settings
+    nodes = resolve_nodes(settings)
+    local = {n.name for n in nodes if n.executor == "local"}
+    with ctx.db.read() as session:
+        rows = session.exec(
+            select(Attempt.id, Attempt.job_id, Attempt.node)
+            .where(col(Attempt.job_id).in_(job_ids))
+            .where(col(Attempt.state).in_(attempts.values(attempts.LIVE)))
+        ).all()
+    mine = {att_id: job_id for att_id, job_id, node in rows if node in local}
+    if not mine:
+        return {}
+    reaper = Reaper(
+        db=ctx.db,
+        executor=local_executor(),
+        settings=settings,
+        nodes=nodes,
+        accountant=Accountant(carbon=_none, price=_none, modelled_power_w=modelled_power(nodes)),
+    )
+    ids, grace_s = list(mine), settings.cancel_grace_s
+    begin = time.monotonic()
+    ended_s: dict[int, float] = {}
+    while True:
+        now = _utc_now()
+        reaper.stop_cancelled(now, only=ids)  # SIGTERM first, SIGKILL once grace passed
+        reaper.reap(now, only=ids)
+        left = _live(ctx, ids)
+        spent_s = time.monotonic() - begin
+        ended_s |= {i: spent_s for i in ids if i not in left and i not in ended_s}
+        if not left or spent_s > grace_s + KILL_WAIT_S:
+            break
+        time.sleep(POLL_S)
+    with ctx.db.read() as session:
+        query = select(Attempt.id, Attempt.kill_sent_at).where(col(Attempt.id).in_(ids))
+        killed = {att_id: at for att_id, at in session.exec(query).all()}
+    return {
+        job_id: Stopped(
+            job_id, att_id not in left, killed[att_id] is not None, ended_s.get(att_id, spent_s)
+        )
+        for att_id, job_id in mine.items()
+    }
+
+
+def _live(ctx: OpContext, ids: list[int]) -> set[int]:
+    from orchestrator.queue import attempts
+    from orchestrator.queue.models import Attempt
+
+    with ctx.db.read() as session:
+        return set(
+            session.exec(
+                select(Attempt.id)
+                .where(col(Attempt.id).in_(ids))
+                .where(col(Attempt.state).in_(attempts.values(attempts.LIVE)))
+            ).all()
+        )
+
+
+def _none(_t0: float, _t1: float) -> None:
+    return None
+
+
+def _utc_now():
+    from orchestrator.timeparse import utc_now
+
+    return utc_now()
+
+
+def said(stopped: Stopped) -> str:
+    """What ``cancel`` prints of a job stopped here."""
+    how = "SIGKILL" if stopped.killed else "SIGTERM"
+    if not stopped.ended:
+        return f"stopping ({how} sent; still running after {stopped.after_s:.1f}s)"
+    return f"cancelled (stopped by {how} after {stopped.after_s:.1f}s)"
