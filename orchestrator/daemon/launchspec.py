@@ -46,8 +46,8 @@ def launch_spec(
             "CUDA_VISIBLE_DEVICES": gpu_list(att.gpu_ids),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",  # NVML's order, as placement uses
             "GRIDSHIFT_JOB_ID": str(job.id),
-            # unique to the job, the same for each of its attempts: an id may come back
-            # after ``clean`` (SQLite reuses the highest), its submission time does not
+            # unique to the job, the same for each of its attempts: ids never come back
+            # after ``clean``, but a new database starts them at 1: the submission time differs
             "GRIDSHIFT_JOB_KEY": f"{job.id}-{round(job.submitted_at.timestamp() * 1e6)}",
             "GRIDSHIFT_JOB_NAME": job.name or "",
         }
