@@ -5,6 +5,7 @@ the working directory made the next toy job "resume from epoch 46")."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,15 +72,16 @@ def test_a_job_that_gets_a_cleaned_jobs_id_starts_fresh(tmp_path):
 
 
 def test_the_executor_gives_each_job_its_own_key_even_when_ids_come_back(cli, tmp_path):
-    """Job ids come back after ``clean`` (the highest is reused); GRIDSHIFT_JOB_KEY does
-    not, and a job cannot set it itself."""
+    """Job ids never come back after ``clean``, but a new database starts them at 1 again;
+    GRIDSHIFT_JOB_KEY does not come back, and a job cannot set it itself."""
     seen = tmp_path / "keys"
     script = f"import os; open({str(seen)!r}, 'a').write(os.environ['GRIDSHIFT_JOB_KEY'] + chr(10))"
     first = cli.submit("--now", "--env", "GRIDSHIFT_JOB_KEY=forged", "--", sys.executable, "-c",
                        script)  # fmt: skip
     cli.run_until_idle()
-    time.sleep(1.1)
-    cli.run("clean", "--older-than", "1s")
+    for path in cli.home.glob("gridshift.db*"):  # a new queue here: ids start again
+        path.unlink()
+    shutil.rmtree(cli.home / "run")  # (its old run directories moved away)
     second = cli.submit("--now", "--", sys.executable, "-c", script)
     cli.run_until_idle()
     keys = seen.read_text().split()
