@@ -26,6 +26,11 @@ class LocalExecutor(Executor):
             run_dir.parent.mkdir(parents=True, exist_ok=True)
             # the monitor's; the job (maybe another user) reaches its progress file only
             runfiles.make_dir(run_dir, 0o711)
+            # a new attempt's directory holds nothing of its own yet: what is there was
+            # left by another queue's attempt of this id (a database made anew in the
+            # same home), and its exit record would end this attempt before it ran
+            for name in runfiles.RECORDS:
+                runfiles.remove(run_dir / name)
             runfiles.write_json(run_dir / runfiles.SPEC, spec.to_dict())
             try:
                 child, monitor = shim.spawn(run_dir)

@@ -29,6 +29,7 @@ from typing import Any
 
 SPEC, CLAIM, JOB, EXIT, PROGRESS = "spec.json", "claim", "job.json", "exit.json", "progress"
 POWER = "power.log"
+RECORDS = (SPEC, CLAIM, JOB, EXIT, PROGRESS, POWER)  # what one attempt's run leaves
 PROGRESS_MAX = 4096  # bytes of a progress report that are read; a longer one is garbage
 _UNTRUSTED = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC  # never block
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -129,3 +129,15 @@ def test_started_run_directory_is_recovered_not_restarted(tmp_path):
     result = LocalExecutor().poll(handle)
     assert result.status is RunStatus.EXITED and result.exit_code == 0
     assert (tmp_path / "ran").read_text() == "x\n"
+
+
+def test_a_stale_run_directory_of_the_same_attempt_id_is_not_believed(tmp_path):
+    """A database made anew in the same home gives attempt ids from 1 again: the run
+    directory an earlier queue's attempt 1 left must not end the new attempt at once."""
+    ex = LocalExecutor()
+    first = ex.launch(_spec(tmp_path, [sys.executable, "-c", "import sys; sys.exit(3)"]))
+    assert _wait(ex, first).exit_code == 3
+    again = ex.launch(_spec(tmp_path, [sys.executable, "-c", "import time; time.sleep(1)"]))
+    assert ex.poll(again).status is RunStatus.RUNNING, "the old exit record was believed"
+    result = _wait(ex, again)
+    assert result.status is RunStatus.EXITED and result.exit_code == 0
