@@ -8,6 +8,7 @@ import base64
 import io
 
 import pytest
+from sqlmodel import select
 
 from orchestrator.cli import logs
 from orchestrator.cli.output.tables import num
@@ -66,3 +67,59 @@ def test_wait_names_at_most_ten_missing_ids():
 
     assert _some(list(range(1, 40001))) == "1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 39990 more"
     assert _some([3, 4]) == "3, 4"
+
+
+def test_a_daemon_reaping_an_end_cancel_recorded_meanwhile_changes_nothing(tmp_path):
+    """``cancel`` with no daemon recorded the end (carbon kept) between a starting
+    daemon's look at its live attempts and its poll: the daemon's record is skipped."""
+    import os
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from executors.base import PollResult, RunStatus
+    from orchestrator.accounting.meter import Accountant
+    from orchestrator.daemon.reaper import Reaper
+    from orchestrator.queue import attempts
+    from orchestrator.queue.attempts import AttemptState
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Attempt, Job, Usage
+
+    now = datetime(2026, 11, 24, 1, 0, tzinfo=UTC)
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        job = Job(state="cancelled", user="u", uid=os.getuid(), command=["true"], workdir="/",
+                  gpus_min=1, gpus_max=1, submitted_at=now, attempts=1, carbon_g=5.0,
+                  reason="cancelled by request; carbon counted up to ...")  # fmt: skip
+        session.add(job)
+        session.flush()
+        att = attempts.begin(session, at=now, job_id=job.id, number=1, node="local",
+                             gpu_ids=[0], run_dir=str(tmp_path / "run"))  # fmt: skip
+        attempts.move(
+            session,
+            att,
+            AttemptState.RUNNING,
+            at=now,
+            handle={"attempt_id": att.id, "run_dir": "", "data": {}},
+        )
+        stale = Attempt.model_validate(att.model_dump())  # the daemon's look: running
+        attempts.move(session, att, AttemptState.EXITED, at=now, finished_at=now,
+                      exit_code=143, carbon_g=5.0, energy_j=100.0)  # fmt: skip
+        session.add(Usage(attempt_id=att.id, day=now.replace(hour=0), job_id=job.id,
+                          energy_j=100.0, carbon_g=5.0))  # fmt: skip
+    executor = SimpleNamespace(
+        poll=lambda handle: PollResult(RunStatus.EXITED, exit_code=143, ended_at=now),
+        progress=lambda handle: None,
+    )
+    accountant = Accountant(carbon=lambda a, b: 0.0, price=lambda a, b: None,
+                            modelled_power_w=lambda att: 300.0)  # fmt: skip
+    reaper = Reaper(db=db, executor=executor, settings=SimpleNamespace(cancel_grace_s=1.0),
+                    nodes=[], accountant=accountant)  # fmt: skip
+    assert reaper._reap_one(stale, now) == 1
+    with db.read() as session:
+        att, job = session.get(Attempt, stale.id), session.get(Job, stale.job_id)
+        usage = session.exec(select(Usage)).all()
+        assert (att.state, att.carbon_g, att.energy_j) == ("exited", 5.0, 100.0)
+        assert (job.state, job.carbon_g) == ("cancelled", 5.0)
+        assert "carbon counted up to" in job.reason
+        assert [(u.energy_j, u.carbon_g) for u in usage] == [(100.0, 5.0)]
