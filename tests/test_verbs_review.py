@@ -123,3 +123,51 @@ def test_a_daemon_reaping_an_end_cancel_recorded_meanwhile_changes_nothing(tmp_p
         assert (job.state, job.carbon_g) == ("cancelled", 5.0)
         assert "carbon counted up to" in job.reason
         assert [(u.energy_j, u.carbon_g) for u in usage] == [(100.0, 5.0)]
+
+
+@pytest.mark.parametrize(
+    "edit", [{"gpus_min": 4, "gpus_max": 4}, {"duration_s": 7200.0}, {"deadline": "later"}]
+)
+def test_a_launch_refuses_a_job_edited_since_the_pass_planned_it(tmp_path, edit):
+    """``edit --gpus 4`` (or a new run time or deadline) landing between a pass's plan
+    and its launch: not launched on the planned GPUs; planned again at the next pass."""
+    import os
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.dispatch import Dispatcher
+    from orchestrator.nodes.inventory import ResolvedNode
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Attempt, Job
+    from orchestrator.queue.ownership import current_user
+    from orchestrator.settings import NodeConfig, Settings
+
+    now = datetime(2026, 11, 24, 1, 0, tzinfo=UTC)
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        job = Job(state="queued", user="u", uid=os.getuid(), command=["true"],
+                  workdir=str(tmp_path), gpus_min=1, gpus_max=1, submitted_at=now,
+                  duration_s=3600.0, deadline=now + timedelta(hours=5))  # fmt: skip
+        session.add(job)
+        session.flush()
+        session.expunge(job)  # the pass's view
+    with db.write() as session:  # edit, meanwhile
+        row = session.get(Job, job.id)
+        for field, value in edit.items():
+            setattr(row, field, now + timedelta(hours=9) if value == "later" else value)
+        session.add(row)
+
+    def launch(spec):
+        raise AssertionError("launched on the old plan")
+
+    node = ResolvedNode("local", "local", (), "config",
+                        config=NodeConfig(name="local", executor="local", gpus=4))  # fmt: skip
+    d = Dispatcher(settings=Settings(home=tmp_path / "home"), db=db,
+                   executor=SimpleNamespace(launch=launch), nodes=[node],
+                   user=current_user())  # fmt: skip
+    assert d.launch(job, "local", [0], now) is False
+    with db.read() as session:
+        assert session.exec(select(Attempt)).all() == []
+        row = session.get(Job, job.id)
+        assert (row.state, row.attempts) == ("queued", 0)
