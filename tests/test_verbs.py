@@ -182,3 +182,31 @@ def test_cancel_with_a_daemon_signals_within_a_pass(cli, tmp_path):
     time.sleep(0.05)
     assert float(heard.read_text()) - began < 3.0  # the request, then at most one pass
     reach(cli, job, "cancelled")
+
+
+def test_cancel_with_no_daemon_keeps_the_carbon_the_daemon_counted(cli):
+    toml = 'cancel_grace_s = 1\n[daemon]\npower_sample = "1s"\n'
+    cli.home.joinpath("gridshift.toml").write_text(toml)
+    job = submit(cli, "--now", "--", "sleep", "60")
+    daemon = cli.daemon("--interval", "0.1", "--grid", "synthetic:replay=now")
+    counted = f"SELECT carbon_g, accounted_until FROM attempt WHERE job_id = {job}"
+    deadline = time.monotonic() + 30
+    while not (cli.db_rows(counted) and (cli.db_rows(counted)[0][0] or 0) > 0):
+        assert time.monotonic() < deadline, "the daemon counted carbon"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    daemon.terminate()
+    assert daemon.wait(timeout=10) == 0
+    ((carbon_g, until),) = cli.db_rows(counted)
+    usage = f"SELECT sum(energy_j), sum(carbon_g) FROM usage WHERE job_id = {job}"
+    ((energy_j, rows_g),) = cli.db_rows(usage)
+    assert rows_g == pytest.approx(carbon_g)
+    time.sleep(0.5)  # it runs on with no daemon: energy, but no carbon
+    assert "cancelled (stopped by SIGTERM" in gs(cli, "cancel", str(job)).stdout
+    shown = json.loads(gs(cli, "show", "--json", str(job)).stdout)
+    assert shown["state"] == "cancelled"
+    assert shown["carbon_g"] == pytest.approx(carbon_g, rel=1e-3)  # kept, not wiped
+    assert "carbon counted up to" in shown["reason"]
+    ((energy_after, rows_after),) = cli.db_rows(usage)
+    assert rows_after == pytest.approx(rows_g) and energy_after > energy_j
+    assert cli.db_rows(counted)[0][1] == until

@@ -7,11 +7,18 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlmodel import select
 
 from orchestrator.daemon.ops import handle
 from orchestrator.daemon.ops.base import Caller, OpContext
-from orchestrator.errors import NotFoundError, PermissionDenied, SpecError, UserError
-from orchestrator.queue import changes, store
+from orchestrator.errors import (
+    NotFoundError,
+    PermissionDenied,
+    PlacementError,
+    SpecError,
+    UserError,
+)
+from orchestrator.queue import changes, retention, store
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Job
 from orchestrator.queue.ownership import User
@@ -130,9 +137,15 @@ def test_restart_queues_a_copy_of_a_finished_job_for_its_owner(db):
         changes.restart(db, [old], user=BOB, now=NOW)
     with pytest.raises(NotFoundError):
         changes.restart(db, [old, 12345], user=ALICE, now=NOW)
-    ((was, new),) = changes.restart(db, [old], user=ROOT, now=NOW)
+    ((was, new, note),) = changes.restart(db, [old], user=ROOT, now=NOW)
     a, b = _job(db, old), _job(db, new)
-    assert was == old and new > old and b.state == "queued" and (b.user, b.uid) == ("alice", 1001)
+    assert (
+        was == old
+        and new > old
+        and note is None
+        and b.state == "queued"
+        and (b.user, b.uid) == ("alice", 1001)
+    )
     same = ("name", "command", "workdir", "env", "gpus_min", "gpus_max", "duration_s",
             "priority", "labels", "interruptible", "checkpoint_s")  # fmt: skip
     assert all(getattr(a, k) == getattr(b, k) for k in same)
@@ -148,11 +161,11 @@ def test_restart_keeps_dependencies_or_takes_the_new_copies(db):
     _set(db, second, "failed")
     with pytest.raises(UserError, match=f"restart them together \\(gridshift restart {first}"):
         changes.restart(db, [second], user=ALICE, now=NOW)
-    pairs = dict(changes.restart(db, [second, first], user=ALICE, now=NOW))
+    pairs = {old: new for old, new, _ in changes.restart(db, [second, first], user=ALICE, now=NOW)}
     with db.read() as session:
         assert store.dependencies(session, [pairs[second]]) == {pairs[second]: [pairs[first]]}
     _set(db, first, "completed")
-    (_, again), = changes.restart(db, [second], user=ALICE, now=NOW)  # fmt: skip
+    (_, again, _), = changes.restart(db, [second], user=ALICE, now=NOW)  # fmt: skip
     with db.read() as session:
         assert store.dependencies(session, [again]) == {again: [first]}
 
@@ -217,3 +230,27 @@ def test_the_live_planner_plans_an_edited_job_again_within_the_same_slot():
     edited = job.model_copy(update={"deadline": NOW + timedelta(hours=3)})
     planner.schedule(NOW + timedelta(seconds=1), [edited], {}, [], 4, 4, 0.0)
     assert planner._plan[1].start_s <= now_s + 3600  # the new deadline leaves no wait
+
+
+def test_restart_checks_as_submit_does_and_says_what_clean_removed(db):
+    wide = _submit(db, gpus="4")
+    late = _submit(db, within="3h", duration="1h")
+    first = _submit(db)
+    second = _submit(db, after=[first])
+    with db.write() as session:
+        session.get(Job, late).duration_s = 5 * 3600.0  # a row no check saw
+    for i in (wide, late, first, second):
+        _set(db, i, "completed")
+    with pytest.raises(PlacementError, match=f"^job {wide}: needs 4 GPUs; the largest node has 2$"):
+        changes.restart(db, [wide], user=ALICE, now=NOW, largest_node_gpus=2)
+    with pytest.raises(SpecError, match=f"^job {late}: the job runs 5h .* could never meet it"):
+        changes.restart(db, [late], user=ALICE, now=NOW)
+    with db.read() as session:  # nothing queued by the refusals
+        assert len(session.exec(select(Job)).all()) == 4
+    with db.write() as session:
+        retention.remove(session, [first])
+    assert "no longer waits on job" in _events(db, second)[-1][2]
+    ((_, new, note),) = changes.restart(db, [second], user=ALICE, now=NOW)
+    assert note == f"not waiting on job {first}, which clean removed"
+    with db.read() as session:
+        assert store.dependencies(session, [new]) == {new: []}

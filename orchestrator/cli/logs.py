@@ -16,6 +16,7 @@ from orchestrator.cli import context
 POLL_S = 0.25
 DONE = {"completed", "failed", "cancelled", "lost"}
 TAIL_WINDOW = 64 << 10  # bytes read first from a log's end for ``-n``
+TAIL_MAX = 1 << 20  # bytes ``-n`` reads back at most (then prints them, lines or not)
 
 
 def logs(
@@ -67,29 +68,39 @@ def logs(
 
 def _tail(read, answer: dict, lines: int, out) -> int | None:
     """Write the last ``lines`` lines of a log (``answer``: its block at offset 0); the
-    offset its end is at, None when there is no file. The daemon says the file's size
-    (a log on this host): only its end is read, a longer stretch each time until it holds
-    enough lines; else (an SSH server's) all of it is read."""
+    offset its end is at, None when there is no file. Lines end at ``\\n`` only, as
+    ``tail -n``'s (a progress bar's ``\\r`` does not end one). The daemon says the file's
+    size (a log on this host): only its end is read, a longer stretch each time until it
+    holds enough lines; else (an SSH server's) all of it is read, keeping its end. At most
+    ``TAIL_MAX`` bytes are kept: lines that do not fit in them are printed as their last
+    ``TAIL_MAX`` bytes (a log with no line break, its end)."""
     if answer["data"] is None:
         return None
     size, window = answer.get("size"), TAIL_WINDOW
     while True:
         start = 0 if size is None else max(0, size - window)
-        data, end = _collect(read, start, answer if start == 0 else None, size)
-        pieces = data.splitlines(keepends=True)
-        whole = pieces[1:] if start > 0 else pieces  # the first may be cut
-        if start == 0 or len(whole) > lines:
+        data, end, cut = _collect(read, start, answer if start == 0 else None, size)
+        pieces = data.split(b"\n")
+        whole = [p + b"\n" for p in pieces[:-1]] + ([pieces[-1]] if pieces[-1] else [])
+        if start > 0 or cut:
+            whole = whole[1:]  # the first may be cut
+        if (start == 0 and not cut) or len(whole) >= lines:
             break
-        window *= 8
+        if window >= TAIL_MAX or size is None:
+            whole = [data]  # the last TAIL_MAX bytes hold fewer lines: all of them
+            break
+        window = min(window * 8, TAIL_MAX)
     if lines:
         out.write(b"".join(whole[-lines:]))
         out.flush()
     return end
 
 
-def _collect(read, start: int, answer: dict | None, size: int | None) -> tuple[bytes, int]:
-    """The log's bytes from ``start`` to ``size`` (None: to its end); and the end."""
-    parts, offset = [], start
+def _collect(read, start: int, answer: dict | None, size: int | None) -> tuple[bytes, int, bool]:
+    """The log's bytes from ``start`` to ``size`` (None: to its end, keeping the last
+    ``TAIL_MAX`` bytes); the end, and whether bytes after ``start`` were dropped."""
+    parts: list[bytes] = []
+    offset, kept, cut = start, 0, False
     while size is None or offset < size:
         answer = answer or read(offset)
         data = base64.b64decode(answer["data"] or "")
@@ -99,8 +110,14 @@ def _collect(read, start: int, answer: dict | None, size: int | None) -> tuple[b
         if size is not None:
             data = data[: size - offset]
         parts.append(data)
-        offset += len(data)
-    return b"".join(parts), offset
+        offset, kept = offset + len(data), kept + len(data)
+        while kept - len(parts[0]) >= TAIL_MAX:
+            kept -= len(parts.pop(0))
+            cut = True
+    data = b"".join(parts)
+    if len(data) > TAIL_MAX:
+        data, cut = data[-TAIL_MAX:], True
+    return data, offset, cut
 
 
 def _drain(read, offset: int, out, answer: dict | None = None) -> int | None:

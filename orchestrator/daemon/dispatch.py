@@ -146,6 +146,9 @@ class Dispatcher:
             job = session.get(Job, queued.id, with_for_update=True)
             if job.state != JobState.QUEUED.value:
                 return False  # cancelled meanwhile
+            if _edited(queued, job, len(gpus)):  # planned again at the next pass
+                log.info("job %s: edited since this pass planned it; planned again", job.id)
+                return False
             job.attempts += 1
             job.node, job.gpu_ids = node_name, gpus
             att = attempts.begin(
@@ -319,3 +322,15 @@ class Dispatcher:
             stuck |= new
             grew = bool(new)
         return len(states) - len(stuck)
+
+
+#: What ``edit`` changes that the plan (when, how many GPUs, its pieces) was made on.
+PLANNED_ON = ("gpus_min", "gpus_max", "duration_s", "deadline")
+
+
+def _edited(planned: Job, row: Job, gpus: int) -> bool:
+    """The job's row, read under lock at its launch, is not what the pass planned it on
+    (``edit`` landed meanwhile), or its GPU range no longer holds the GPUs given."""
+    if not row.gpus_min <= gpus <= row.gpus_max:
+        return True
+    return any(getattr(planned, f) != getattr(row, f) for f in PLANNED_ON)

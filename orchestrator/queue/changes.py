@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlmodel import Session
 
-from orchestrator.errors import SpecError, UserError
+from orchestrator.errors import PlacementError, SpecError, UserError
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Job
 from orchestrator.queue.ownership import User, check_may_change
@@ -160,15 +160,23 @@ def _fields(job: Job) -> dict[str, Any]:
 
 
 def restart(
-    db: Database, job_ids: list[int], *, user: User, now: datetime
-) -> list[tuple[int, int]]:
+    db: Database,
+    job_ids: list[int],
+    *,
+    user: User,
+    now: datetime,
+    largest_node_gpus: int | None = None,
+) -> list[tuple[int, int, str | None]]:
     """Queue each finished job again as a new job of its owner's, with its spec (its
-    deadline as far after the new submission as it was after the old one). It waits on
+    deadline as far after the new submission as it was after the old one), checked as
+    ``submit`` checks it (the largest node, a deadline the run time fits). It waits on
     what the old job waited on; on a job restarted with it, on that one's new copy; a
     dependency that failed, was cancelled or lost and is not restarted with it refuses
-    all. Returns (old id, new id) pairs, in the order given."""
+    all; one ``clean`` removed cannot be waited on: the note says so. Returns (old id,
+    new id, note or None), in the order given."""
+    from orchestrator.queue.retention import dropped_waits
 
-    def _restart(session: Session) -> list[tuple[int, int]]:
+    def _restart(session: Session) -> list[tuple[int, int, str | None]]:
         jobs = _jobs(session, job_ids, user)
         for job in jobs:
             if job.state not in RESTARTABLE:
@@ -178,6 +186,7 @@ def restart(
                 )
         after = dependencies(session, [j.id for j in jobs])
         copies: dict[int, int] = {}
+        notes: dict[int, str | None] = {}
         for job in sorted(jobs, key=lambda j: j.id):  # a dependency's id is the smaller
             waits = []
             for dep in sorted(after[job.id]):
@@ -191,33 +200,48 @@ def restart(
                         f"together (gridshift restart {dep} {job.id})"
                     )
                 waits.append(dep)
-            spec = _spec_of(job, waits, now)
+            spec = _spec_of(job, waits, now, largest_node_gpus)
             owner = User(name=job.user, uid=job.uid)
             (new,) = insert_jobs(session, [spec], user=owner, now=now,
                                  reason=f"restart of job {job.id} by {user.name}",
                                  actor=user.name)  # fmt: skip
             copies[job.id] = new.id
-        return [(job.id, copies[job.id]) for job in jobs]
+            gone = dropped_waits(session, job.id)
+            notes[job.id] = (
+                f"not waiting on job {', '.join(map(str, gone))}, which clean removed"
+                if gone
+                else None
+            )
+        return [(job.id, copies[job.id], notes[job.id]) for job in jobs]
 
     return db.write_retrying(_restart)
 
 
-def _spec_of(job: Job, after: list[int], now: datetime) -> JobSpec:
-    deadline = None
+def _spec_of(job: Job, after: list[int], now: datetime, largest_node_gpus: int | None) -> JobSpec:
+    """The job's spec for a new submission now, through ``submit``'s checks (its
+    messages, after the job's id)."""
+    raw: dict[str, Any] = {
+        "command": list(job.command),
+        "workdir": job.workdir,
+        "gpus": f"{job.gpus_min}-{job.gpus_max}",
+        "duration": job.duration_s,
+        "interruptible": job.interruptible,
+        "priority": job.priority,
+        "after": sorted(after),
+        "labels": list(job.labels),
+        "name": job.name,
+    }
+    if job.checkpoint_s is not None:
+        raw["checkpoint_cost"] = job.checkpoint_s
     if job.deadline is not None:
-        deadline = now + max(job.deadline - job.submitted_at, timedelta(0))
-    return JobSpec(
-        name=job.name,
-        command=list(job.command),
-        gpus_min=job.gpus_min,
-        gpus_max=job.gpus_max,
-        duration_s=job.duration_s,
-        deadline=deadline,
-        interruptible=job.interruptible,
-        checkpoint_s=job.checkpoint_s,
-        priority=job.priority,
-        after=sorted(after),
-        labels=list(job.labels),
-        workdir=job.workdir,
-        env=dict(job.env),
-    )
+        raw["within"] = max(job.deadline - job.submitted_at, timedelta(0)).total_seconds()
+    try:
+        spec = build_spec(raw, now=now, cwd=job.workdir, base_env=dict(job.env),
+                          check_workdir=False)  # fmt: skip
+    except SpecError as exc:
+        raise SpecError(f"job {job.id}: {exc}") from None
+    if largest_node_gpus is not None and spec.gpus_min > largest_node_gpus:
+        raise PlacementError(
+            f"job {job.id}: needs {spec.gpus_min} GPUs; the largest node has {largest_node_gpus}"
+        )
+    return spec

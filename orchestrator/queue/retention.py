@@ -7,7 +7,9 @@ was spent when jobs are cleaned; ``report``, which lists jobs, covers the jobs t
 remain) and the calibration learnt from the job's runs.
 
 A job is kept while an unfinished job waits on it, or while one of its attempts is not
-final (e.g. orphaned on a server that is away: it must be fenced first).
+final (e.g. orphaned on a server that is away: it must be fenced first). A finished job
+that stays while a job it waited on goes gets an event saying so (``DROPPED``), which
+``restart`` of it reads (``dropped_waits``): its copy cannot wait on a removed job.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ from orchestrator.queue.attempts import FINAL as ATTEMPT_FINAL
 from orchestrator.queue.models import Attempt, AttemptEvent, Dependency, Event, Job
 from orchestrator.queue.states import FINAL
 
+#: The event on a job that stays when a job it waited on is removed.
+DROPPED = "no longer waits on job {}: removed by clean"
+_DROPPED = re.compile(r"no longer waits on job ([0-9]+): removed by clean")
 _CHUNK = 500  # ids per IN (...): well under SQLite's limit on bound parameters
 _RUN_DIR = re.compile(r"attempt-[0-9]+")
 
@@ -81,6 +86,7 @@ def describe(session: Session, job_ids: list[int]) -> Cleaned:
 def remove(session: Session, job_ids: list[int]) -> Cleaned:
     """Delete these jobs' rows in the caller's transaction (all or none)."""
     out = describe(session, job_ids)
+    _note_dropped(session, job_ids)
     for ids in _chunks(job_ids):
         attempt_ids = select(Attempt.id).where(col(Attempt.job_id).in_(ids))
         session.exec(delete(AttemptEvent).where(col(AttemptEvent.attempt_id).in_(attempt_ids)))
@@ -94,6 +100,31 @@ def remove(session: Session, job_ids: list[int]) -> Cleaned:
         )
         session.exec(delete(Job).where(col(Job.id).in_(ids)))
     return out
+
+
+def _note_dropped(session: Session, job_ids: list[int]) -> None:
+    """An event on each job that stays and waited on one of ``job_ids``."""
+    from orchestrator.timeparse import utc_now
+
+    going, now = set(job_ids), utc_now()
+    for ids in _chunks(job_ids):
+        rows = session.exec(
+            select(Dependency.job_id, Dependency.after_id, Job.state)
+            .join(Job, col(Job.id) == col(Dependency.job_id))
+            .where(col(Dependency.after_id).in_(ids))
+        ).all()
+        for job_id, after_id, state in rows:
+            if job_id not in going:
+                session.add(Event(job_id=job_id, at=now, from_state=state, to_state=state,
+                                  reason=DROPPED.format(after_id), actor="clean"))  # fmt: skip
+
+
+def dropped_waits(session: Session, job_id: int) -> list[int]:
+    """The jobs ``job_id`` waited on that ``clean`` removed (``DROPPED``)."""
+    reasons = session.exec(
+        select(Event.reason).where(Event.job_id == job_id).where(Event.actor == "clean")
+    ).all()
+    return sorted({int(m.group(1)) for r in reasons if r and (m := _DROPPED.fullmatch(r))})
 
 
 def _count(session: Session, table, column, ids: list[int]) -> int:

@@ -80,7 +80,10 @@ def num(value: float | None, digits: int = 1, suffix: str = "") -> str:
     """A number as every table prints it: fixed decimals, no separators; None is ``-``."""
     if value is None or value != value:
         return "-"
-    return f"{value:.{digits}f}{suffix}"
+    text = f"{value:.{digits}f}"
+    if text.startswith("-") and not text.strip("-0."):  # -0.0004 rounds to zero: "0.000"
+        text = text[1:]
+    return text + suffix
 
 
 def say(text: str = "", style: str | None = None) -> None:

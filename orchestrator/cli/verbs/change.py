@@ -17,7 +17,8 @@ def restart(ctx: typer.Context, job_ids: IDS) -> None:
     deadline as far after the new submission as the old one's was. Prints each new id."""
     made = context.get(ctx).call("restart", {"job_ids": job_ids})
     for job in made["jobs"]:
-        typer.echo(f"job {job['id']}: restart of job {job['restart_of']}")
+        note = f" ({job['note']})" if job.get("note") else ""
+        typer.echo(f"job {job['id']}: restart of job {job['restart_of']}{note}")
 
 
 def hold(ctx: typer.Context, job_ids: IDS) -> None:

@@ -13,6 +13,7 @@ from orchestrator.cli import context
 POLL_S = 1.0
 #: Exit codes: as ``timeout(1)`` for a timeout; 1 when a job did not complete.
 TIMED_OUT = 124
+SHOWN = 10  # ids named in one error line
 FINISHED = ("completed", "failed", "cancelled", "lost")
 
 
@@ -41,9 +42,9 @@ def wait(
     while left:
         answer = dict((i, job) for i, job in c.call("states", {"job_ids": left})["jobs"])
         if first:
-            missing = [str(i) for i in left if answer.get(i) is None]
+            missing = [i for i in left if answer.get(i) is None]
             if missing:
-                raise NotFoundError(f"no job {', '.join(missing)}")
+                raise NotFoundError(f"no job {_some(missing)}")
             first = False
         for job_id in list(left):
             job = answer.get(job_id)
@@ -58,11 +59,17 @@ def wait(
         spent_s = time.monotonic() - begin
         if limit_s is not None and spent_s >= limit_s:
             if not quiet:
-                still = ", ".join(str(i) for i in left)
+                still = _some(left)
                 typer.echo(f"timed out after {timeout}; not ended: job {still}", err=True)
             raise typer.Exit(TIMED_OUT)
         time.sleep(POLL_S if limit_s is None else max(0.0, min(POLL_S, limit_s - spent_s)))
     raise typer.Exit(1 if failed else 0)
+
+
+def _some(ids: list[int]) -> str:
+    """Ids for one line: the first ``SHOWN``, then how many more."""
+    text = ", ".join(str(i) for i in ids[:SHOWN])
+    return text if len(ids) <= SHOWN else f"{text} and {len(ids) - SHOWN} more"
 
 
 def _said(job: dict | None) -> str:

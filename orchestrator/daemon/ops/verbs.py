@@ -44,11 +44,14 @@ def release(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
 
 def restart(ctx: OpContext, caller: Caller, args: Args) -> dict:
+    from orchestrator.nodes.inventory import largest_node_gpus
     from orchestrator.queue import changes
     from orchestrator.timeparse import utc_now
 
-    done = changes.restart(ctx.db, _ids(args), user=acting_user(ctx, caller), now=utc_now())
-    return {"jobs": [{"id": new, "restart_of": old} for old, new in done]}
+    largest = largest_node_gpus(ctx.settings, ctx.db)
+    done = changes.restart(ctx.db, _ids(args), user=acting_user(ctx, caller), now=utc_now(),
+                           largest_node_gpus=largest)  # fmt: skip
+    return {"jobs": [{"id": new, "restart_of": old, "note": note} for old, new, note in done]}
 
 
 def edit(ctx: OpContext, caller: Caller, args: Args) -> dict:
