@@ -6,14 +6,14 @@ Nested values use ``__`` in environment names (``GRIDSHIFT_GRID__UK__BASE_URL``)
 
 from __future__ import annotations
 
-import os
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
+from orchestrator.api.environ import env_path, not_blank
 from orchestrator.errors import ConfigError
 
 DEFAULT_HOME = Path("~/.local/share/gridshift").expanduser()
@@ -310,7 +311,7 @@ class Settings(BaseSettings):
         env_prefix="GRIDSHIFT_", env_nested_delimiter="__", extra="forbid", allow_inf_nan=False
     )
 
-    home: Path = DEFAULT_HOME
+    home: Annotated[Path, BeforeValidator(not_blank)] = DEFAULT_HOME
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default SQLite (WAL) under home"
     )
@@ -328,7 +329,7 @@ class Settings(BaseSettings):
         default=None,
         description="Unix group whose members use this queue through the daemon's socket",
     )
-    socket: Path | None = Field(
+    socket: Annotated[Path | None, BeforeValidator(not_blank)] = Field(
         default=None, description="the daemon's Unix socket; default: home/gridshift.sock"
     )
     cancel_grace_s: float = Field(default=10.0, ge=0, le=86400, description="SIGTERM to SIGKILL")
@@ -424,7 +425,7 @@ def load_settings(config: Path | None = None) -> Settings:
     The file is ``config`` when given (it must exist), else ``$GRIDSHIFT_HOME/gridshift.toml``
     when that exists."""
     if config is None:
-        home = Path(os.environ.get("GRIDSHIFT_HOME") or DEFAULT_HOME).expanduser()
+        home = Path(env_path("GRIDSHIFT_HOME") or DEFAULT_HOME).expanduser()
         candidate = home / CONFIG_NAME
         data = _read_toml(candidate) if candidate.is_file() else {}
         source = candidate

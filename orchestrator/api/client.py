@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.api import protocol
+from orchestrator.api.environ import env_value
 from orchestrator.errors import DaemonError
 
 DEFAULT_HOME = "~/.local/share/gridshift"
@@ -35,9 +36,12 @@ class Address:
 
 def locate(config: Path | None) -> Address | None:
     """The socket's path and the mode, or None when the configuration cannot be read this
-    cheaply (a missing or malformed file: the full settings loader says what is wrong)."""
-    env = os.environ
-    home = env.get("GRIDSHIFT_HOME")
+    cheaply (a missing or malformed file, an empty home or socket: the full settings
+    loader says what is wrong). The variables are read as the settings read them
+    (``api.environ.env_value``: any case)."""
+    home, where = env_value("GRIDSHIFT_HOME"), env_value("GRIDSHIFT_SOCKET")
+    if _blank(home) or _blank(where):
+        return None
     path = Path(config) if config else Path(home or DEFAULT_HOME).expanduser() / "gridshift.toml"
     data: dict = {}
     try:
@@ -52,18 +56,26 @@ def locate(config: Path | None) -> Address | None:
     except PermissionError:
         # a shared queue's config is root's (it may hold secrets): members find the
         # socket through GRIDSHIFT_SOCKET and GRIDSHIFT_SHARED_GROUP instead
-        if not env.get("GRIDSHIFT_SOCKET"):
+        if not where:
             return None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError):
         return None
-    home = home or data.get("home") or DEFAULT_HOME
-    where = env.get("GRIDSHIFT_SOCKET") or data.get("socket")
-    group = env.get("GRIDSHIFT_SHARED_GROUP", data.get("shared_group"))
+    home = home if home is not None else data.get("home", DEFAULT_HOME)
+    where = where if where is not None else data.get("socket")
+    group = env_value("GRIDSHIFT_SHARED_GROUP")
+    group = group if group is not None else data.get("shared_group")
     if not isinstance(home, str) or not isinstance(where, str | None):
+        return None
+    if _blank(home) or _blank(where):
         return None
     if where is None:
         where = os.path.join(Path(home).expanduser().absolute(), SOCKET_NAME)
     return Address(str(Path(where).expanduser().absolute()), bool(group))
+
+
+def _blank(value: str | None) -> bool:
+    """Set but empty: the settings refuse it (a home in the working directory)."""
+    return isinstance(value, str) and not value.strip()
 
 
 def request(path: str, op: str, args: dict, timeout_s: float = TIMEOUT_S) -> Any:

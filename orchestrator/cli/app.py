@@ -3,7 +3,6 @@ line on stderr and exit code 2 (user mistake) or 1 (failure), never a traceback.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -127,7 +126,9 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
     args = sys.argv[1:] if argv is None else list(argv)
     run = None
-    if not os.environ.get("GRIDSHIFT_NO_FAST"):
+    from orchestrator.api.environ import env_flag
+
+    if not env_flag("GRIDSHIFT_NO_FAST"):  # 1, true, yes or on; 0 keeps the fast path
         from orchestrator.cli.fast.run import plan
 
         try:
