@@ -96,9 +96,7 @@ def parse_deadline(text: str, now: datetime) -> datetime:
     shown = _shown(text)
     try:
         value = datetime.fromisoformat(text.strip())
-        if value.tzinfo is None:
-            value = value.astimezone()  # local wall-clock time as the user typed it
-        value = value.astimezone(UTC)
+        value = _localised(value).astimezone(UTC)
     except (ValueError, OverflowError, AttributeError, TypeError):
         raise SpecError(
             f"invalid deadline {shown}: use ISO 8601, e.g. 2026-11-23T08:00 or "
@@ -117,9 +115,7 @@ def parse_time(text: str, what: str = "time") -> datetime:
     local time zone (``TZ``), as every time gridshift takes from a person is."""
     try:
         value = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
-        if value.tzinfo is None:
-            value = value.astimezone()  # local wall-clock time as the user typed it
-        return value.astimezone(UTC)
+        return _localised(value).astimezone(UTC)
     except (ValueError, OverflowError, AttributeError, TypeError):
         raise SpecError(
             f"invalid {what} {_shown(text)}: use ISO 8601, e.g. 2026-11-23T08:00 (local) or "
@@ -127,10 +123,21 @@ def parse_time(text: str, what: str = "time") -> datetime:
         ) from None
 
 
+def _localised(value: datetime) -> datetime:
+    """``value`` with the local zone (``local_zone``) when it has none: the wall-clock time
+    as the user typed it, with zoneinfo's (PEP 495, fold=0) reading of a time the clock
+    skips (as if it had not changed: 02:30 on a spring-forward night is 03:30 summer time)
+    or repeats (its first occurrence). A ``TZ`` naming no zone is one SpecError."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=local_zone())
+
+
 def aware_text(text: str | None, what: str = "time") -> str | None:
     """A time typed by the user, as ISO 8601 with its UTC offset, to hand to the daemon
     (whose zone may not be the user's): naive text is read here, in the user's zone.
-    Text that is no time goes as it is, for the daemon's own one-line error."""
+    Text that is no time goes as it is, for the daemon's own one-line error; a ``TZ``
+    naming no zone is this caller's one line."""
+    if text is not None:
+        local_zone()
     try:
         return None if text is None else parse_time(text, what).isoformat()
     except SpecError:
@@ -147,11 +154,9 @@ def show_utc(flag: bool) -> None:
 
 
 def utc_shown() -> bool:
-    import os
+    from orchestrator.api.environ import env_flag
 
-    return _UTC_FORCED or os.environ.get("GRIDSHIFT_UTC", "").strip().lower() in (
-        "1", "true", "yes", "on"
-    )  # fmt: skip
+    return _UTC_FORCED or env_flag("GRIDSHIFT_UTC")
 
 
 def format_time(value: datetime | str | None, *, seconds: bool = False) -> str:
@@ -178,8 +183,9 @@ def shown_time(value: datetime) -> tuple[datetime, str]:
     the abbreviation (``CET``), else the offset (``+05:30``)."""
     if utc_shown():
         return value.astimezone(UTC), "UTC"
+    zone = local_zone()
     try:
-        local = value.astimezone()
+        local = value.astimezone(zone)
     except (OverflowError, OSError, ValueError):  # beyond the platform's clock
         return value.astimezone(UTC), "UTC"
     zone = local.tzname() or ""
@@ -193,15 +199,23 @@ def within_to_deadline(text: str, now: datetime) -> datetime:
     return now + timedelta(seconds=parse_duration_s(text))
 
 
+_ZONES: dict[str | None, object] = {}
+
+
 def local_zone():
     """This machine's time zone (``TZ``, else the system's) as a ZoneInfo; one SpecError
-    when ``TZ`` names no zone."""
+    when ``TZ`` names no zone. The one source of the local zone: naive input, printed
+    times, cron and plots all read it."""
     import os
 
+    tz = os.environ.get("TZ")
+    if tz in _ZONES:  # keyed by TZ: a change of TZ is read afresh
+        return _ZONES[tz]
     import tzlocal
 
-    try:  # read afresh (about 1 ms): tzlocal's cache would outlive a change of TZ
-        return tzlocal.reload_localzone()
+    try:  # tzlocal's own cache would outlive a change of TZ
+        _ZONES[tz] = zone = tzlocal.reload_localzone()
+        return zone
     except Exception as exc:  # tzlocal raises zoneinfo's, ValueError and its own errors
         zone = os.environ.get("TZ", "the system's")
         raise SpecError(

@@ -70,8 +70,11 @@ def save(fig, path: Path) -> None:
 
 
 def local_zone() -> tzinfo:
-    zone = datetime.now().astimezone().tzinfo
-    return zone or UTC
+    """The zone times are drawn in: the convention's (local, UTC with ``--utc``)."""
+    from orchestrator.timeparse import local_zone as machine_zone
+    from orchestrator.timeparse import utc_shown
+
+    return UTC if utc_shown() else machine_zone()
 
 
 def zone_name(zone: tzinfo) -> str:

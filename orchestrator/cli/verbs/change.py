@@ -76,10 +76,9 @@ def edit(
 
         parts.append(f"duration {format_duration(made['duration_s'])}")
     if made["deadline"] is not None:
-        from datetime import datetime
+        from orchestrator.timeparse import format_time
 
-        local = datetime.fromisoformat(made["deadline"]).astimezone()
-        parts.append(f"deadline {local:%Y-%m-%d %H:%M:%S %Z}")
+        parts.append(f"deadline {format_time(made['deadline'], seconds=True)}")
     if made["name"]:
         from orchestrator.cli.render import printable
 
