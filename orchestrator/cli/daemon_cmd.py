@@ -110,7 +110,7 @@ def _log_to_stderr(log_format: str = "auto") -> None:
     import sys
 
     from orchestrator.errors import SpecError
-    from orchestrator.signals.redact import JsonFormatter, LineFormatter, guard
+    from orchestrator.signals.redact import JsonFormatter, LineFormatter, TerminalFormatter, guard
 
     log_format = log_format.strip().lower()
     if log_format not in ("auto", "text", "json"):
@@ -128,7 +128,7 @@ def _log_to_stderr(log_format: str = "auto") -> None:
             markup=False,
             log_time_format=_rich_time,
         )
-        handler.setFormatter(logging.Formatter("%(message)s"))
+        handler.setFormatter(TerminalFormatter())
     else:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(LineFormatter())

@@ -134,13 +134,28 @@ def guard(handler: logging.Handler) -> logging.Handler:
 class LineFormatter(logging.Formatter):
     """Log lines to read later (stderr not a terminal): one per record, the time in ISO
     8601 UTC with its offset, the level, the logger, the message; no padding, no
-    wrapping. (A traceback, where a record has one, follows on lines of its own.)"""
+    wrapping. A traceback, where a record has one, stays on the record's line, its line
+    breaks written ``\\n`` (a newline in an exception's message cannot forge a record)."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\n", "\\n")
+
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         return datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds")
+
+
+class TerminalFormatter(logging.Formatter):
+    """The message on a terminal (rich draws the time and level): a traceback may span
+    lines, each indented, so none starts what looks like a record of its own."""
+
+    def __init__(self) -> None:
+        super().__init__("%(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return super().format(record).replace("\n", "\n    ")
 
 
 class JsonFormatter(LineFormatter):
@@ -149,7 +164,7 @@ class JsonFormatter(LineFormatter):
     traceback's text) where a record has one. The message is redacted and escaped by
     ``LogHygiene`` first, as in the text lines."""
 
-    def format(self, record: logging.LogRecord) -> str:
+    def format(self, record: logging.LogRecord) -> str:  # one line: JSON escapes them
         import json
 
         entry = {
