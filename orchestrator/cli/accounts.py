@@ -39,13 +39,15 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
         state = f"running, but its last pass was {age:.0f}s ago"
     last = local_time(data["last_tick"], seconds=True)
     out.print(f"[bold]daemon[/]     {state} (pid {made['pid']}, last pass {last})")
+    if not running:
+        out.print(f"             the figures below are as of its last pass ({last})")
     for node, since in (data["nodes_unreachable"] or {}).items():
         out.print(f"[bold]node[/]       [red]{safe(node)} unreachable[/] since {local_time(since)}")
     mode = data["mode"] or "plan"
     line = safe(data["policy"]) + ("" if mode == "plan" else f" [red]→ {mode} fallback[/]")
     out.print(f"[bold]policy[/]     {line}")
     if data["fallback_reason"]:
-        out.print(f"             {safe(redact(data['fallback_reason']))}")
+        out.print(f"             {safe(redact(dated(data['fallback_reason'])))}")
     sig = data["signal"]
     if sig:
         for n, line in enumerate(signal_lines(sig, datetime.now(UTC))):
@@ -61,8 +63,22 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
         unit = b.get("unit", "kg")
         out.print(
             f"[bold]budget[/]     {b['budget']}: {b['spent_g'] / 1e3:.3f} {unit} spent, "
-            f"{b['remaining_g'] / 1e3:.3f} {unit} left this period"
+            f"{b['remaining_g'] / 1e3:.3f} {unit} left "
+            + ("this period" if running else "in its period at its last pass")
         )
+
+
+_ISO_TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:\d\d)"
+
+
+def dated(text: str) -> str:
+    """The daemon's words with each ISO time in them shown as every time is (local with
+    its zone, or UTC with ``--utc``): ``the trace ends at 2025-06-16 02:00 CEST``."""
+    import re
+
+    from orchestrator.cli.render import local_time
+
+    return re.sub(_ISO_TIME, lambda m: local_time(m.group().replace("Z", "+00:00")), text)
 
 
 def signal_lines(sig: dict, now) -> list[str]:

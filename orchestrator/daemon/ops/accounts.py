@@ -26,13 +26,19 @@ def status(ctx: OpContext, caller: Caller, args: Args) -> dict:
     with ctx.db.read() as session:
         row = session.get(Health, 1)
     running = ctx.daemon_running()
+    figures = {k: (row.data.get(k) if row else None) for k in HEALTH_KEYS}
+    signal = figures.get("signal")
+    if row and not running and isinstance(signal, dict) and signal.get("age_s") is not None:
+        # a stopped daemon's snapshot: the signal has aged since its last pass
+        gone_s = max(0.0, (now - row.last_tick).total_seconds())
+        figures["signal"] = signal | {"age_s": round(signal["age_s"] + gone_s, 1)}
     data = {
         "daemon": "running" if running else "stopped",
         "pid": row.pid if row and running else None,
         "started_at": iso(row.started_at) if row else None,
         "last_tick": iso(row.last_tick) if row else None,
         "last_tick_age_s": round((now - row.last_tick).total_seconds(), 1) if row else None,
-        **{k: (row.data.get(k) if row else None) for k in HEALTH_KEYS},
+        **figures,
     }
     return {"data": data, "pid": row.pid if row else None, "seen": row is not None}
 
@@ -58,10 +64,13 @@ def budget(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
 
 def daemon_setting(ctx: OpContext, key: str):
-    """What the daemon runs (or last ran) with, as its health records it (``settings``:
-    grid, price, budget, policy, objective); None when no daemon recorded it."""
+    """What the running daemon runs with, as its health records it (``settings``: grid,
+    price, budget, policy, objective); None when no daemon runs (a stopped daemon's
+    settings are history: the config file speaks then) or none recorded it."""
     from orchestrator.queue.models import Health
 
+    if not ctx.daemon_running():
+        return None
     with ctx.db.read() as session:
         row = session.get(Health, 1)
     recorded = (row.data or {}).get("settings") if row else None
