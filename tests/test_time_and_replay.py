@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -110,11 +111,19 @@ def test_a_replayed_trace_drives_the_daemon_and_budget_and_report_follow_it(cli,
     status = cli.run("status").stdout
     assert re.search(r"signal .*: \d+ g/kWh", status) and "None" not in status, status
     assert re.search(r"last pass \d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T\)", status), status
-    # no --budget, no --grid: the daemon's
+    # no --budget, no --grid: a running daemon's (a stopped one's are history)
+    assert cli.run("budget", check=False).returncode == 2
+    daemon = cli.daemon("--interval", "0.2", "--grid", spec, "--budget", "20kg/day")
+    for _ in range(100):
+        if cli.json("status")["daemon"] == "running":
+            break
+        time.sleep(0.2)
     budget = cli.run("budget").stdout
     assert budget.startswith("20kg/day: 0.000 kg spent"), budget
     report = cli.json("report")
     assert report["total"]["saving_pct"] is not None and report["signal"] == spec, report
+    daemon.terminate()
+    daemon.wait(timeout=30)
 
 
 @pytest.mark.backends("sqlite")
