@@ -111,17 +111,29 @@ def test_a_replayed_trace_drives_the_daemon_and_budget_and_report_follow_it(cli,
     status = cli.run("status").stdout
     assert re.search(r"signal .*: \d+ g/kWh", status) and "None" not in status, status
     assert re.search(r"last pass \d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T\)", status), status
-    # no --budget, no --grid: a running daemon's (a stopped one's are history)
-    assert cli.run("budget", check=False).returncode == 2
+    # no --budget, no --grid, none configured: the stopped daemon's, said to be its
+    stopped = cli.run("budget")
+    assert stopped.stdout.startswith("20kg/day: "), stopped.stdout
+    assert re.search(
+        r"the budget the daemon that stopped at \d{4}-\d\d-\d\d \d\d:\d\d(:\d\d)? CES?T ran with",
+        stopped.stdout,
+    ), stopped.stdout
+    old = cli.json("report")
+    assert old["signal"] == spec and old["signal_from"].startswith("the daemon that stopped at "), (
+        old
+    )
+    assert "the signal the daemon that stopped at" in cli.run("report").stdout
+    # a running daemon's settings are current: nothing to say about them
     daemon = cli.daemon("--interval", "0.2", "--grid", spec, "--budget", "20kg/day")
     for _ in range(100):
         if cli.json("status")["daemon"] == "running":
             break
         time.sleep(0.2)
     budget = cli.run("budget").stdout
-    assert budget.startswith("20kg/day: 0.000 kg spent"), budget
+    assert budget.startswith("20kg/day: 0.000 kg spent") and "stopped" not in budget, budget
     report = cli.json("report")
     assert report["total"]["saving_pct"] is not None and report["signal"] == spec, report
+    assert report["signal_from"] == "daemon", report
     daemon.terminate()
     daemon.wait(timeout=30)
 

@@ -138,6 +138,10 @@ def test_a_mistyped_tz_is_one_line_and_exit_2(cli):
     proc = cli.run("plan", "--grid", "synthetic", "--at", "2026-12-01T08:00", check=False)
     assert proc.returncode == 2, proc
     assert proc.stderr.strip().count("\n") == 0 and "Europe/Berln" in proc.stderr, proc.stderr
+    # the daemon refuses to start, rather than failing every pass (it looped on the error)
+    proc = cli.run("daemon", "--until-idle", check=False, timeout=60)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.strip().count("\n") == 0 and "Europe/Berln" in proc.stderr, proc.stderr
 
 
 def test_times_in_a_dst_gap_or_overlap_are_read_as_zoneinfo_reads_them(monkeypatch):

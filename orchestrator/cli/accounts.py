@@ -145,6 +145,8 @@ def budget(
         + ("" if projected is None else f", {projected / 1e3:.3f} {unit} projected")
         + f" (period from {start})"
     )
+    if (came := _history_note(data.get("budget_from"))) is not None:
+        out.print(f"[dim]the budget {safe(came)} ran with (none running, none configured)[/]")
     _periods(data["periods"], unit)
     for f in data.get("forced") or []:
         out.print(
@@ -221,12 +223,22 @@ def _print_report(data: dict, plot) -> None:
             for key, r in [*rows.items(), ("total", data["total"])]
         ])  # fmt: skip
     say("* includes modelled energy (GPUs without energy counters)", "dim")
+    if data.get("signal"):
+        came = _history_note(data.get("signal_from"))
+        say(f"saved: against running each job at submission, on {data['signal']}"
+            + (f" (the signal {came} ran with)" if came else ""), "dim")  # fmt: skip
+    else:
+        say("saved: - (no grid signal: give --grid, or run the daemon with one)", "dim")
     if plot is not None:
         say(f"plot written to {plot}")
 
 
-def _num(value, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+def _history_note(source: str | None) -> str | None:
+    """Where a setting came from, said only when it is history: ``the daemon that
+    stopped at T`` ran with it (no option, no running daemon, no config gave one)."""
+    if not source or source in ("option", "daemon", "config"):
+        return None
+    return dated(source)
 
 
 def _plot(data: dict, path: Path) -> None:

@@ -97,6 +97,9 @@ def daemon(
         first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
         where = "--" + "-".join(str(p) for p in first["loc"]).replace("_", "-")
         raise ConfigError(f"invalid {where}: {first['msg']}") from None
+    from orchestrator.timeparse import local_zone
+
+    local_zone()  # a TZ that names no zone is one line now, not an error at every pass
     Daemon(settings=c.settings, db=c.db, interval_s=interval).run(until_idle=until_idle)
 
 

@@ -48,7 +48,7 @@ def budget(ctx: OpContext, caller: Caller, args: Args) -> dict:
     from orchestrator.planning.budgets import Budget
     from orchestrator.timeparse import utc_now
 
-    text = args.get("budget", str) or daemon_setting(ctx, "budget") or ctx.settings.daemon.budget
+    text, source = chosen(ctx, "budget", args.get("budget", str), ctx.settings.daemon.budget)
     if not text:
         raise SpecError(
             "no budget: give --budget (e.g. 20kg/day), set daemon.budget, or start the "
@@ -60,21 +60,47 @@ def budget(ctx: OpContext, caller: Caller, args: Args) -> dict:
         raise SpecError("--periods must be at least 1")
     with ctx.db.read() as session:
         data = budget_periods(session, parsed, utc_now(), periods)
-        return data | forced_starts(session, parsed, data)
+        return data | forced_starts(session, parsed, data) | {"budget_from": source}
 
 
 def daemon_setting(ctx: OpContext, key: str):
     """What the running daemon runs with, as its health records it (``settings``: grid,
     price, budget, policy, objective); None when no daemon runs (a stopped daemon's
     settings are history: the config file speaks then) or none recorded it."""
+    value, stopped_at = _recorded(ctx, key)
+    return value if stopped_at is None else None
+
+
+def chosen(ctx: OpContext, key: str, given, configured) -> tuple[object, str | None]:
+    """A setting and where it comes from, in this order: the option given, the running
+    daemon's, the config file's, and last the one a stopped daemon last ran with (said
+    so: ``"the daemon that stopped at T"``), so ``status && budget && report`` after a
+    ``daemon --budget 20kg/day`` still answers, and never passes history off as current."""
+    if given:
+        return given, "option"
+    value, stopped_at = _recorded(ctx, key)
+    if value and stopped_at is None:
+        return value, "daemon"
+    if configured:
+        return configured, "config"
+    if value:
+        return value, f"the daemon that stopped at {stopped_at}"
+    return None, None
+
+
+def _recorded(ctx: OpContext, key: str) -> tuple[object, str | None]:
+    """The daemon's recorded setting, and None while it runs or the ISO time of its last
+    pass when it has stopped."""
     from orchestrator.queue.models import Health
 
-    if not ctx.daemon_running():
-        return None
+    running = ctx.daemon_running()
     with ctx.db.read() as session:
         row = session.get(Health, 1)
     recorded = (row.data or {}).get("settings") if row else None
-    return recorded.get(key) if isinstance(recorded, dict) else None
+    value = recorded.get(key) if isinstance(recorded, dict) else None
+    if value is None or running:
+        return value, None
+    return value, iso(row.last_tick)
 
 
 def forced_starts(session, budget, data: dict) -> dict:
@@ -127,9 +153,9 @@ def report(ctx: OpContext, caller: Caller, args: Args) -> dict:
     check_source(ctx, caller, grid)
     start = _since(since, now) if since else None
     with ctx.db.read() as session:
-        carbon, label = _history(ctx, grid, session, start, now)
+        carbon, label, source = _history(ctx, grid, session, start, now)
         data = make_report(session, start, carbon)
-    data["signal"] = label
+    data["signal"], data["signal_from"] = label, source if label else None
     return data
 
 
@@ -159,22 +185,19 @@ def _history(ctx: OpContext, grid: str | None, session, start, now):
     from orchestrator.signals.sources import open_chain
 
     settings = ctx.settings
-    specs = (
-        [grid]
-        if grid
-        else (daemon_setting(ctx, "grid") or settings.daemon.grid or settings.grid.source)
-    )
+    configured = settings.daemon.grid or settings.grid.source
+    specs, source = chosen(ctx, "grid", [grid] if grid else None, configured)
     if not specs:
-        return None, None
+        return None, None, None
     first, last = session.exec(select(func.min(Job.submitted_at), func.max(Job.finished_at)).where(
         col(Job.energy_j).is_not(None))).one()  # fmt: skip
     if first is None:
-        return None, None
+        return None, None, None
     first = max(first, start) if start else first
     try:
         chain = open_chain(settings, specs)
         signal = chain.history(first - timedelta(hours=1), (last or now) + timedelta(days=1))
         series, _ = StepSeries.from_signal(signal)
     except (GridDataError, GridshiftError):
-        return None, None
-    return series, chain.spec
+        return None, None, None
+    return series, chain.spec, source
