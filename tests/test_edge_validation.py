@@ -58,7 +58,8 @@ FLAGS = {
     "within of 400 nines": (["--within", NINES + "h"], "at most one year"),
     "deadline year 9999 at -14:00": (["--deadline", "9999-12-31T23:59:59-14:00"], "ISO 8601"),
     "deadline year 1 at +14:00": (["--deadline", "0001-01-01T00:00+14:00"], "ISO 8601"),
-    "deadline year 1": (["--deadline", "0001-01-01"], "ISO 8601"),
+    # in the past where the zone leaves it year 1, not ISO 8601 where it does not (UTC-1h)
+    "deadline year 1": (["--deadline", "0001-01-01"], "deadline '0001-01-01"),
     "deadline in 11 years": (
         ["--deadline", (datetime.now(UTC) + timedelta(days=4100)).isoformat()],
         "at most ten years",
