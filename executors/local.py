@@ -28,7 +28,10 @@ class LocalExecutor(Executor):
             runfiles.make_dir(run_dir, 0o711)
             # a new attempt's directory holds nothing of its own yet: what is there was
             # left by another queue's attempt of this id (a database made anew in the
-            # same home), and its exit record would end this attempt before it ran
+            # same home), and its exit record would end this attempt before it ran; a
+            # live monitor's records are that queue's, and stay
+            if _live_monitor(run_dir):
+                raise OSError(f"a running job of another queue holds {run_dir}")
             for name in runfiles.RECORDS:
                 runfiles.remove(run_dir / name)
             runfiles.write_json(run_dir / runfiles.SPEC, spec.to_dict())
@@ -104,6 +107,17 @@ class LocalExecutor(Executor):
         except ValueError:  # a claim the monitor did not write: no monitor to follow
             monitor = {"pid": 0, "start_ticks": -1}
         return Handle(attempt_id=attempt_id, run_dir=run_dir, data={"monitor": monitor})
+
+
+def _live_monitor(run_dir: Path) -> bool:
+    """Whether the monitor that claimed ``run_dir`` (``started PID TICKS``) still runs."""
+    claim = runfiles.read_claim(run_dir) or ""
+    try:
+        word, pid, ticks = claim.split()
+        monitor = ProcessId(int(pid), int(ticks))
+    except ValueError:
+        return False
+    return word == "started" and monitor.pid > 0 and procs.is_alive(monitor)
 
 
 def poll_result(exit_data: dict | str | None, monitor_alive: bool, job_alive: bool) -> PollResult:

@@ -141,3 +141,20 @@ def test_a_stale_run_directory_of_the_same_attempt_id_is_not_believed(tmp_path):
     assert ex.poll(again).status is RunStatus.RUNNING, "the old exit record was believed"
     result = _wait(ex, again)
     assert result.status is RunStatus.EXITED and result.exit_code == 0
+
+
+def test_a_run_directory_a_live_monitor_holds_is_left_alone(tmp_path):
+    """Another queue's job of the same attempt id still running: its records stay, and
+    this launch fails (the attempt is lost, nothing is cross-wired)."""
+    from executors.errors import LaunchError
+
+    ex = LocalExecutor()
+    first = ex.launch(_spec(tmp_path, [sys.executable, "-c", "import time; time.sleep(3)"]))
+    deadline = time.monotonic() + 10
+    while not (runfiles.read_claim(Path(first.run_dir)) or "").startswith("started"):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    with pytest.raises(LaunchError, match="another queue"):
+        ex.launch(_spec(tmp_path, [sys.executable, "-c", "pass"]))
+    result = _wait(ex, first)
+    assert result.status is RunStatus.EXITED and result.exit_code == 0

@@ -119,9 +119,8 @@ def test_a_replayed_trace_drives_the_daemon_and_budget_and_report_follow_it(cli,
         stopped.stdout,
     ), stopped.stdout
     old = cli.json("report")
-    assert old["signal"] == spec and old["signal_from"].startswith("the daemon that stopped at "), (
-        old
-    )
+    assert old["signal"] == spec and old["signal_from"] == "stopped-daemon", old
+    assert old["daemon_stopped_at"].endswith("+00:00"), old
     assert "the signal the daemon that stopped at" in cli.run("report").stdout
     # a running daemon's settings are current: nothing to say about them
     daemon = cli.daemon("--interval", "0.2", "--grid", spec, "--budget", "20kg/day")

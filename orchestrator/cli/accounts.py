@@ -145,7 +145,7 @@ def budget(
         + ("" if projected is None else f", {projected / 1e3:.3f} {unit} projected")
         + f" (period from {start})"
     )
-    if (came := _history_note(data.get("budget_from"))) is not None:
+    if (came := _history_note(data)) is not None:
         out.print(f"[dim]the budget {safe(came)} ran with (none running, none configured)[/]")
     _periods(data["periods"], unit)
     for f in data.get("forced") or []:
@@ -224,7 +224,7 @@ def _print_report(data: dict, plot) -> None:
         ])  # fmt: skip
     say("* includes modelled energy (GPUs without energy counters)", "dim")
     if data.get("signal"):
-        came = _history_note(data.get("signal_from"))
+        came = _history_note(data, "signal_from")
         say(f"saved: against running each job at submission, on {data['signal']}"
             + (f" (the signal {came} ran with)" if came else ""), "dim")  # fmt: skip
     else:
@@ -233,12 +233,12 @@ def _print_report(data: dict, plot) -> None:
         say(f"plot written to {plot}")
 
 
-def _history_note(source: str | None) -> str | None:
+def _history_note(data: dict, key: str = "budget_from") -> str | None:
     """Where a setting came from, said only when it is history: ``the daemon that
     stopped at T`` ran with it (no option, no running daemon, no config gave one)."""
-    if not source or source in ("option", "daemon", "config"):
+    if data.get(key) != "stopped-daemon":
         return None
-    return dated(source)
+    return "the daemon that stopped at " + dated(data.get("daemon_stopped_at") or "?")
 
 
 def _plot(data: dict, path: Path) -> None:

@@ -60,7 +60,14 @@ def budget(ctx: OpContext, caller: Caller, args: Args) -> dict:
         raise SpecError("--periods must be at least 1")
     with ctx.db.read() as session:
         data = budget_periods(session, parsed, utc_now(), periods)
-        return data | forced_starts(session, parsed, data) | {"budget_from": source}
+        return (
+            data
+            | forced_starts(session, parsed, data)
+            | {
+                "budget_from": source["from"],
+                "daemon_stopped_at": source["stopped_at"],
+            }
+        )
 
 
 def daemon_setting(ctx: OpContext, key: str):
@@ -71,21 +78,21 @@ def daemon_setting(ctx: OpContext, key: str):
     return value if stopped_at is None else None
 
 
-def chosen(ctx: OpContext, key: str, given, configured) -> tuple[object, str | None]:
-    """A setting and where it comes from, in this order: the option given, the running
-    daemon's, the config file's, and last the one a stopped daemon last ran with (said
-    so: ``"the daemon that stopped at T"``), so ``status && budget && report`` after a
-    ``daemon --budget 20kg/day`` still answers, and never passes history off as current."""
+def chosen(ctx: OpContext, key: str, given, configured) -> tuple[object, dict]:
+    """A setting and where it comes from (``from``: ``option``, ``daemon``, ``config`` or
+    ``stopped-daemon`` with ``stopped_at``, the stopped daemon's last pass), in that
+    order: the last is what a stopped daemon ran with, so ``status && budget && report``
+    after a ``daemon --budget 20kg/day`` still answers, and says it is history."""
     if given:
-        return given, "option"
+        return given, {"from": "option", "stopped_at": None}
     value, stopped_at = _recorded(ctx, key)
     if value and stopped_at is None:
-        return value, "daemon"
+        return value, {"from": "daemon", "stopped_at": None}
     if configured:
-        return configured, "config"
+        return configured, {"from": "config", "stopped_at": None}
     if value:
-        return value, f"the daemon that stopped at {stopped_at}"
-    return None, None
+        return value, {"from": "stopped-daemon", "stopped_at": stopped_at}
+    return None, {"from": None, "stopped_at": None}
 
 
 def _recorded(ctx: OpContext, key: str) -> tuple[object, str | None]:
@@ -155,7 +162,9 @@ def report(ctx: OpContext, caller: Caller, args: Args) -> dict:
     with ctx.db.read() as session:
         carbon, label, source = _history(ctx, grid, session, start, now)
         data = make_report(session, start, carbon)
-    data["signal"], data["signal_from"] = label, source if label else None
+    data["signal"] = label
+    data["signal_from"] = source["from"] if label else None
+    data["daemon_stopped_at"] = source["stopped_at"] if label else None
     return data
 
 
@@ -188,16 +197,16 @@ def _history(ctx: OpContext, grid: str | None, session, start, now):
     configured = settings.daemon.grid or settings.grid.source
     specs, source = chosen(ctx, "grid", [grid] if grid else None, configured)
     if not specs:
-        return None, None, None
+        return None, None, source
     first, last = session.exec(select(func.min(Job.submitted_at), func.max(Job.finished_at)).where(
         col(Job.energy_j).is_not(None))).one()  # fmt: skip
     if first is None:
-        return None, None, None
+        return None, None, source
     first = max(first, start) if start else first
     try:
         chain = open_chain(settings, specs)
         signal = chain.history(first - timedelta(hours=1), (last or now) + timedelta(days=1))
         series, _ = StepSeries.from_signal(signal)
     except (GridDataError, GridshiftError):
-        return None, None, None
+        return None, None, source
     return series, chain.spec, source
