@@ -30,7 +30,7 @@ class LocalExecutor(Executor):
             # left by another queue's attempt of this id (a database made anew in the
             # same home), and its exit record would end this attempt before it ran; a
             # live monitor's records are that queue's, and stay
-            if _live_monitor(run_dir):
+            if (held := _claimed_by(run_dir)) is not None and procs.is_alive(held):
                 raise OSError(f"a running job of another queue holds {run_dir}")
             for name in runfiles.RECORDS:
                 runfiles.remove(run_dir / name)
@@ -98,26 +98,21 @@ class LocalExecutor(Executor):
         if runfiles.try_claim(path, "abandoned"):
             runfiles.remove(path / runfiles.SPEC)  # it holds the job's environment
             return None  # the monitor never claimed it and now never will
-        claim = runfiles.read_claim(path) or ""
-        if not claim.startswith("started"):
+        if not (runfiles.read_claim(path) or "").startswith("started"):
             return None
-        try:
-            _, pid, ticks = claim.split()
-            monitor = {"pid": int(pid), "start_ticks": int(ticks)}
-        except ValueError:  # a claim the monitor did not write: no monitor to follow
-            monitor = {"pid": 0, "start_ticks": -1}
-        return Handle(attempt_id=attempt_id, run_dir=run_dir, data={"monitor": monitor})
+        # a claim the monitor did not write: no monitor to follow
+        monitor = _claimed_by(path) or ProcessId(0, -1)
+        return Handle(attempt_id=attempt_id, run_dir=run_dir, data={"monitor": monitor.to_dict()})
 
 
-def _live_monitor(run_dir: Path) -> bool:
-    """Whether the monitor that claimed ``run_dir`` (``started PID TICKS``) still runs."""
-    claim = runfiles.read_claim(run_dir) or ""
+def _claimed_by(run_dir: Path) -> ProcessId | None:
+    """The monitor that claimed ``run_dir`` (``started PID TICKS``), or None."""
     try:
-        word, pid, ticks = claim.split()
+        word, pid, ticks = (runfiles.read_claim(run_dir) or "").split()
         monitor = ProcessId(int(pid), int(ticks))
     except ValueError:
-        return False
-    return word == "started" and monitor.pid > 0 and procs.is_alive(monitor)
+        return None
+    return monitor if word == "started" and monitor.pid > 0 else None
 
 
 def poll_result(exit_data: dict | str | None, monitor_alive: bool, job_alive: bool) -> PollResult:

@@ -17,34 +17,11 @@ from __future__ import annotations
 
 import functools
 import itertools
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 from orchestrator.errors import SpecError
-from orchestrator.signals.redact import drawn, printable
-
-
-@contextmanager
-def drawing(path: Path | None = None) -> Iterator[None]:
-    """Where figures are built, laid out and saved: matplotlib's missing-glyph warnings
-    are silenced (they would print a user's text raw) and any failure is one line."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Glyph .* missing", category=UserWarning)
-        warnings.filterwarnings("ignore", message="Tight layout not applied", category=UserWarning)
-        try:
-            yield
-        except SpecError:
-            raise
-        except OSError as exc:
-            raise SpecError(f"cannot write the plot {path}: {printable(str(exc))}") from None
-        except Exception as exc:  # matplotlib's own limits: one line, not a traceback
-            first = (str(exc).splitlines() or [""])[0][:200]
-            raise SpecError(
-                f"cannot draw the plot: {type(exc).__name__}: {printable(first)}"
-            ) from None
+from orchestrator.signals.redact import drawing, drawn
 
 
 def _drawn_inside(build):
@@ -65,7 +42,7 @@ def save(fig, path: Path) -> None:
         raise SpecError(
             f"cannot write the plot {path}: format {kind!r} unknown; known: {', '.join(known)}"
         )
-    with drawing(path):
+    with drawing("the plot", path):
         fig.savefig(path, dpi=110)
 
 

@@ -26,12 +26,19 @@ RESTARTABLE = FINAL | {JobState.LOST}
 BAD_END = (JobState.FAILED, JobState.CANCELLED, JobState.LOST)
 
 
-def _jobs(session: Session, job_ids: list[int], user: User) -> list[Job]:
+def _jobs(
+    session: Session, job_ids: list[int], user: User, states=None, only: str = ""
+) -> list[Job]:
+    """The jobs, locked, each one ``user`` may change and (``states``) in one of those
+    states, else one line for the first that is not: ``job N is S: only {only}``."""
     if not job_ids:
         raise SpecError("give at least one job id")
     jobs = [get_job(session, i, lock=True) for i in dict.fromkeys(job_ids)]
     for job in jobs:
         check_may_change(job, user)
+    for job in jobs:
+        if states is not None and job.state not in states:
+            raise UserError(f"job {job.id} is {job.state}: only {only}")
     return jobs
 
 
@@ -39,13 +46,8 @@ def hold(db: Database, job_ids: list[int], *, user: User, now: datetime) -> list
     """queued → held; a held job stays held. Any other state refuses them all."""
 
     def _hold(session: Session) -> list[tuple[int, str]]:
-        jobs = _jobs(session, job_ids, user)
-        for job in jobs:
-            if job.state not in WAITING:
-                raise UserError(
-                    f"job {job.id} is {job.state}: only a queued job can be held "
-                    "(cancel stops a started one)"
-                )
+        only = "a queued job can be held (cancel stops a started one)"
+        jobs = _jobs(session, job_ids, user, WAITING, only)
         out = []
         for job in jobs:
             if job.state == JobState.HELD:
@@ -98,9 +100,7 @@ def edit(
                         "--gpus or --name")  # fmt: skip
 
     def _edit(session: Session) -> dict[str, Any]:
-        (job,) = _jobs(session, [job_id], user)
-        if job.state not in WAITING:
-            raise UserError(f"job {job.id} is {job.state}: only a queued or held job can be edited")
+        (job,) = _jobs(session, [job_id], user, WAITING, "a queued or held job can be edited")
         spec = _checked(job, given, now)
         if largest_node_gpus is not None and spec.gpus_min > largest_node_gpus:
             raise SpecError(f"needs {spec.gpus_min} GPUs; the largest node has "
@@ -177,13 +177,8 @@ def restart(
     from orchestrator.queue.retention import dropped_waits
 
     def _restart(session: Session) -> list[tuple[int, int, str | None]]:
-        jobs = _jobs(session, job_ids, user)
-        for job in jobs:
-            if job.state not in RESTARTABLE:
-                raise UserError(
-                    f"job {job.id} is {job.state}: only a finished job (completed, failed, "
-                    "cancelled or lost) can be restarted"
-                )
+        only = "a finished job (completed, failed, cancelled or lost) can be restarted"
+        jobs = _jobs(session, job_ids, user, RESTARTABLE, only)
         after = dependencies(session, [j.id for j in jobs])
         copies: dict[int, int] = {}
         notes: dict[int, str | None] = {}

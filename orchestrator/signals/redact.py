@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import logging
 import re
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 HIDDEN = "***"
@@ -96,6 +99,30 @@ def drawn(value: object) -> str:
     """User text as a figure draws it literally: control characters written out, and
     ``$`` escaped so matplotlib never reads ``$...$`` as mathtext (``cost $5 and $6``)."""
     return printable(str(value)).replace("$", "\\$")
+
+
+@contextmanager
+def drawing(what: str = "the plot", where: object = None) -> Iterator[None]:
+    """Where figures are built, laid out and saved: matplotlib's missing-glyph warnings
+    are silenced (they would print a user's text raw) and any failure is one line:
+    ``cannot write {what} {where}: ...`` for the file, ``cannot draw {what}: ...`` else."""
+    from orchestrator.errors import SpecError
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Glyph .* missing", category=UserWarning)
+        warnings.filterwarnings("ignore", message="Tight layout not applied", category=UserWarning)
+        try:
+            yield
+        except SpecError:
+            raise
+        except OSError as exc:
+            target = f"{what} {where}" if where is not None else what
+            raise SpecError(f"cannot write {target}: {printable(str(exc))}") from None
+        except Exception as exc:  # matplotlib's own limits: one line, not a traceback
+            first = (str(exc).splitlines() or [""])[0][:200]
+            raise SpecError(
+                f"cannot draw {what}: {type(exc).__name__}: {printable(first)}"
+            ) from None
 
 
 class LogHygiene(logging.Filter):

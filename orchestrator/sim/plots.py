@@ -16,15 +16,13 @@ mathtext); a figure that cannot be drawn or written is one line (exit 2).
 
 from __future__ import annotations
 
-import warnings
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from orchestrator.errors import SpecError
-from orchestrator.signals.redact import drawn, printable
+from orchestrator.signals.redact import drawing, drawn
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.metrics import power_timeline
 from orchestrator.sim.runner import Outcome
@@ -33,27 +31,17 @@ from orchestrator.sim.runner import Outcome
 def write_plots(outcome: Outcome, folder: Path) -> list[Path]:
     """Draw the figures and write them into ``folder`` (made if missing)."""
     paths = []
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Glyph .* missing", category=UserWarning)
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            for name, fig in figures(outcome).items():
-                paths.append(folder / f"{name}.png")
-                fig.savefig(paths[-1], dpi=110)
-        except OSError as exc:
-            raise SpecError(f"cannot write the plots in {folder}: {printable(str(exc))}") from None
-        except Exception as exc:  # matplotlib's own limits: one line, not a traceback
-            first = (str(exc).splitlines() or [""])[0][:200]
-            raise SpecError(
-                f"cannot draw the plots: {type(exc).__name__}: {printable(first)}"
-            ) from None
+    with drawing("the plots", f"in {folder}"):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, fig in figures(outcome).items():
+            paths.append(folder / f"{name}.png")
+            fig.savefig(paths[-1], dpi=110)
     return paths
 
 
 def figures(outcome: Outcome) -> dict:
     """The figures by file stem (``matplotlib.figure.Figure``; tests inspect them)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Glyph .* missing", category=UserWarning)
+    with drawing("the plots"):
         return {
             "carbon_power": _carbon_power(outcome),
             "carbon_vs_jct": _carbon_vs_jct(outcome),
