@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -18,7 +19,12 @@ import pytest
 
 from tests.conftest import ROOT
 
+# one worker builds the wheel once: two `pip wheel` runs in one source tree race on its
+# build/ and egg-info folders (the module-scoped fixture runs once per worker)
+pytestmark = pytest.mark.xdist_group("wheel")
+
 PY = "python{}.{}".format(*sys.version_info[:2])
+NOT_SOURCES = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +32,12 @@ def venv(tmp_path_factory) -> Path:
     """A fresh venv with the wheel installed: returns the venv's folder."""
     tmp = tmp_path_factory.mktemp("wheel")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    # built from a copy of the sources: a build/ folder left in the checkout (by an
+    # interrupted build, or another running at once) made setuptools fail with EEXIST
+    src = tmp / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*NOT_SOURCES))
     subprocess.run(
-        [*pip, "wheel", "--no-deps", "-w", str(tmp / "dist"), str(ROOT)],
+        [*pip, "wheel", "--no-deps", "-w", str(tmp / "dist"), str(src)],
         check=True,
         capture_output=True,
     )
