@@ -59,6 +59,9 @@ from executors.slurm.jobs import (
 log = logging.getLogger(__name__)
 
 RECORD = "slurm.json"
+# an ended job whose end time Slurm's records do not hold yet (slurmdbd stores it a moment
+# later) is polled as still running this long, then ends when it was first seen ended
+END_TIME_WAIT_S = 30.0
 
 
 class SlurmExecutor(Executor):
@@ -85,6 +88,7 @@ class SlurmExecutor(Executor):
         self._fresh: set[str] = set()  # jobs the last refresh covered, not yet polled
         self._down: tuple[float, str] | None = None  # since when, and why, Slurm cannot answer
         self._done: dict[str, SlurmJob] = {}  # sacct's finished jobs (they do not change)
+        self._unended: dict[str, float] = {}  # ended, no end time recorded yet: seen since
 
     # -- commands -----------------------------------------------------------------------
     def _run(self, name: str, *args: str, check: bool = True, **kw):
@@ -189,7 +193,7 @@ class SlurmExecutor(Executor):
             return {}
         found = parse_sacct(proc.stdout)
         for job_id, job in found.items():
-            if job.state not in LIVE | RUNNING:
+            if job.state not in LIVE | RUNNING and job.ended_at is not None:
                 self._done[job_id] = job
         return found
 
@@ -222,7 +226,7 @@ class SlurmExecutor(Executor):
         job = SlurmJob(job_id, fields.get("JobName", ""), state, code, sig,
                        parse_time(fields.get("StartTime", "")),
                        parse_time(fields.get("EndTime", "")))  # fmt: skip
-        if state not in LIVE | RUNNING:
+        if state not in LIVE | RUNNING and job.ended_at is not None:
             self._done[job_id] = job
         return job
 
@@ -247,9 +251,16 @@ class SlurmExecutor(Executor):
         if job.state in LOST:
             return PollResult(RunStatus.LOST, detail=f"Slurm job {job_id} {job.state}",
                               started_at=job.started_at)  # fmt: skip
+        ended_at = job.ended_at
+        if ended_at is None:  # Slurm says ended before its records hold the end time
+            seen = self._unended.setdefault(job_id, time.time())
+            if time.time() - seen < END_TIME_WAIT_S:
+                return PollResult(RunStatus.RUNNING, started_at=job.started_at)
+            ended_at = datetime.fromtimestamp(seen, UTC)  # when it was first seen ended
+        self._unended.pop(job_id, None)
         detail = None if job.state == "COMPLETED" else f"Slurm job {job_id} {job.state}"
         return PollResult(RunStatus.EXITED, exit_code=job.exit_code, signal=job.signal,
-                          ended_at=job.ended_at, energy_j=job.energy_j,
+                          ended_at=ended_at, energy_j=job.energy_j,
                           started_at=job.started_at, detail=detail)  # fmt: skip
 
     def _mirror(self, handle: Handle, job: SlurmJob) -> None:
