@@ -48,6 +48,9 @@ class NodeRouter(Executor):
         return out
 
     def refresh(self, handles: list[Handle]) -> None:
+        from executors import gang
+
+        handles = [p for h in handles for p in (gang.parts(h) if gang.is_gang(h) else [h])]
         for ex in self._backends():
             ex.refresh([h for h in handles if self._of(h) is ex])
 
@@ -58,6 +61,8 @@ class NodeRouter(Executor):
         return out
 
     def fence(self, handle: Handle) -> bool:
+        if handle.data.get("parts"):  # each part on its node's executor
+            return super().fence(handle)
         return self._of(handle).fence(handle)
 
     def foreign_gpus(self) -> dict[str, int]:

@@ -49,9 +49,10 @@ class SshExecutor(Executor):
         self.poll_wait_s = poll_wait_s
         self._pool = ThreadPoolExecutor(max(1, len(links)), thread_name_prefix="ssh")
         self._inflight: dict[str, Future] = {}
-        self._answers: dict[int, dict] = {}  # attempt -> the server's latest answer
-        self._fresh: set[int] = set()  # attempts answered since the last refresh began
-        self._offsets: dict[int, int] = {}  # bytes of each power log mirrored so far
+        # by (attempt, node): the parts of a job across servers share their attempt
+        self._answers: dict[tuple, dict] = {}  # the server's latest answer
+        self._fresh: set[tuple] = set()  # answered since the last refresh began
+        self._offsets: dict[tuple, int] = {}  # bytes of each power log mirrored so far
         self._accounts: dict[tuple[str, str], SshLink] = {}  # {user} nodes' other accounts
         self._accounts_lock = threading.Lock()
 
@@ -95,7 +96,7 @@ class SshExecutor(Executor):
         remote = {
             **spec.to_dict(),
             "log_path": t.remote_path("logs", Path(spec.log_path).name),
-            "run_dir": t.remote_path("run", f"attempt-{spec.attempt_id}"),
+            "run_dir": t.remote_path("run", _remote_name(spec.attempt_id, spec.run_dir)),
             "run_as_uid": None,  # a server runs jobs as the account they log in as
             "run_as_gid": None,
             "log_gid": None,
@@ -127,7 +128,7 @@ class SshExecutor(Executor):
         """Ask each server about its attempts (all servers at once), and retry servers
         that are down when their retry is due, so one that is back is used again."""
         self._fresh.clear()
-        keep = {h.attempt_id for h in handles}  # attempts no longer asked about are gone
+        keep = {_key(h) for h in handles}  # attempts no longer asked about are gone
         self._answers = {a: v for a, v in self._answers.items() if a in keep}
         self._offsets = {a: v for a, v in self._offsets.items() if a in keep}
         by_link: dict[tuple, list[Handle]] = {(n, None): [] for n in self.links}
@@ -162,7 +163,7 @@ class SshExecutor(Executor):
                 for handle, answer in answers.values():
                     self._take(handle, answer)
 
-    def _status(self, link: SshLink, handles: list[Handle]) -> dict[int, tuple[Handle, dict]]:
+    def _status(self, link: SshLink, handles: list[Handle]) -> dict[tuple, tuple[Handle, dict]]:
         request = {
             "runs": [
                 {
@@ -176,15 +177,15 @@ class SshExecutor(Executor):
         runs = link.verb("status", request=request)["runs"]
         if len(runs) != len(handles):
             raise link.bad_answer("status", f"{len(runs)} runs for {len(handles)} asked")
-        return {h.attempt_id: (h, run) for h, run in zip(handles, runs, strict=True)}
+        return {_key(h): (h, run) for h, run in zip(handles, runs, strict=True)}
 
     def _mirrored(self, handle: Handle) -> int:
         """Bytes of the power log mirrored so far (a restarted daemon: what its
         predecessor mirrored, whole lines in order)."""
-        if handle.attempt_id not in self._offsets:
+        if _key(handle) not in self._offsets:
             path = Path(handle.run_dir) / runfiles.POWER
-            self._offsets[handle.attempt_id] = path.stat().st_size if path.exists() else 0
-        return self._offsets[handle.attempt_id]
+            self._offsets[_key(handle)] = path.stat().st_size if path.exists() else 0
+        return self._offsets[_key(handle)]
 
     def _take(self, handle: Handle, answer: dict) -> None:
         """Keep the answer and mirror what accounting reads (power log before job.json,
@@ -196,7 +197,7 @@ class SshExecutor(Executor):
             if answer["power_exists"]:
                 with open(power, "a") as fh:
                     fh.write(answer["power"])
-                self._offsets[handle.attempt_id] = self._offsets.get(handle.attempt_id, 0) + len(
+                self._offsets[_key(handle)] = self._offsets.get(_key(handle), 0) + len(
                     answer["power"].encode()
                 )
             if answer["job"] and not (local / runfiles.JOB).exists():
@@ -208,8 +209,8 @@ class SshExecutor(Executor):
                     runfiles.write_json(local / runfiles.JOB, answer["job"])
         except OSError as exc:
             log.warning("attempt %s: cannot mirror %s: %s", handle.attempt_id, local, exc)
-        self._answers[handle.attempt_id] = answer
-        self._fresh.add(handle.attempt_id)
+        self._answers[_key(handle)] = answer
+        self._fresh.add(_key(handle))
 
     def _answer(self, handle: Handle) -> dict | None:
         """This pass's answer for the attempt; asked now when no request for its server
@@ -217,14 +218,14 @@ class SshExecutor(Executor):
         key = (handle.data.get("node"), handle.data.get("account"))
         link = self._handle_link(handle)
         self._collect(0)
-        fresh = handle.attempt_id in self._fresh
+        fresh = _key(handle) in self._fresh
         if not fresh and key not in self._inflight and link.retry_due():
             self._inflight[key] = self._pool.submit(self._status, link, [handle])
             self._collect(self.poll_wait_s)
-        if handle.attempt_id not in self._fresh:
+        if _key(handle) not in self._fresh:
             return None
-        self._fresh.discard(handle.attempt_id)  # each answer serves one poll
-        return self._answers[handle.attempt_id]
+        self._fresh.discard(_key(handle))  # each answer serves one poll
+        return self._answers[_key(handle)]
 
     def _do_poll(self, handle: Handle) -> PollResult:
         answer = self._answer(handle)
@@ -235,7 +236,7 @@ class SshExecutor(Executor):
         return poll_result(answer["exit"], answer["monitor_alive"], answer["job_alive"])
 
     def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
-        answer = self._answers.get(handle.attempt_id)
+        answer = self._answers.get(_key(handle))
         text = answer.get("progress") if answer else None
         return runfiles.parse_progress(text) if text else None
 
@@ -252,7 +253,8 @@ class SshExecutor(Executor):
     def fence(self, handle: Handle) -> bool:
         link = self._handle_link(handle)
         remote = handle.data.get("remote_run_dir")  # none: its launch never answered
-        remote = remote or link.target.remote_path("run", f"attempt-{handle.attempt_id}")
+        name = _remote_name(handle.attempt_id, handle.run_dir)
+        remote = remote or link.target.remote_path("run", name)
         try:
             out = link.verb("fence", remote)
         except HostUnreachable:
@@ -264,7 +266,7 @@ class SshExecutor(Executor):
 
     def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None:
         link = self._handle_link(Handle(attempt_id, run_dir, {"node": node}))
-        out = link.verb("claim", link.target.remote_path("run", f"attempt-{attempt_id}"))
+        out = link.verb("claim", link.target.remote_path("run", _remote_name(attempt_id, run_dir)))
         claim = out["claim"] or ""  # checked: "abandoned" or "started <pid> <ticks>"
         if out["claimed"] or not claim.startswith("started"):
             return None
@@ -286,3 +288,15 @@ class SshExecutor(Executor):
                 link.close()
             except Exception as exc:  # closing is best effort
                 log.debug("node %s: close: %s", link.target.node, exc)
+
+
+def _key(handle: Handle) -> tuple:
+    """An attempt on a node (the parts of a job across servers share their attempt)."""
+    return (handle.attempt_id, handle.data.get("node"))
+
+
+def _remote_name(attempt_id: int, run_dir: str) -> str:
+    """The attempt's run directory's name on its server: a part of a job across servers
+    (local run directory ``part-<rank>``) has its own, as servers may share a home."""
+    part = Path(run_dir).name
+    return f"attempt-{attempt_id}-{part}" if part.startswith("part-") else f"attempt-{attempt_id}"

@@ -64,7 +64,7 @@ class Accountant:
         self.carbon = carbon
         self.price = price
         self.modelled_power_w = modelled_power_w
-        self._meters: dict[int, _Meter] = {}
+        self._meters: dict[object, _Meter] = {}  # attempt (or (attempt, part))
 
     def measure(self, att: Attempt, now_s: float, end_s: float | None = None) -> Totals | None:
         """Bring the attempt's meter up to date (to ``end_s`` when it ended). None for an
@@ -74,16 +74,51 @@ class Accountant:
         start .. ``now_s`` + ``CLOCK_SLACK_S`` (a sample dated far in the future cannot
         make the meter walk day by day up to it), energy to ``MAX_GPU_W`` per GPU
         between samples, and malformed lines are skipped (``runfiles.parse_power``)."""
+        if att.parts:
+            return self._measure_parts(att, now_s, end_s)
+        return self._measure(att, att.id, att.run_dir, now_s, end_s)
+
+    def _measure_parts(self, att: Attempt, now_s: float, end_s: float | None) -> Totals | None:
+        """A job across servers: each part metered from its own run files (its local run
+        directory ``part-<rank>``, its GPUs), and the attempt's meter their sum."""
+        from executors.gang import part_dir
+
+        total = _Meter()
+        measured = []
+        for rank, part in enumerate(att.parts or []):
+            one = att.model_copy(update={"node": part["node"], "gpu_ids": part["gpu_ids"],
+                                         "parts": None})  # fmt: skip
+            totals = self._measure(one, (att.id, rank), part_dir(att.run_dir, rank), now_s, end_s)
+            if totals is None:
+                continue
+            measured.append(totals)
+            meter = self._meters[(att.id, rank)]
+            for day, values in meter.days.items():
+                total.days[day] = [a + b for a, b in zip(total.days[day], values, strict=True)]
+            total.carbon_known &= meter.carbon_known
+            total.cost_known &= meter.cost_known
+            total.power_w = (total.power_w or 0.0) + (meter.power_w or 0.0)
+        if not measured:
+            return None
+        self._meters[att.id] = total
+        energy = sum(t.energy_j for t in measured)
+        carbon = sum(v[1] for v in total.days.values()) if total.carbon_known else None
+        cost = sum(v[2] for v in total.days.values()) if total.cost_known else None
+        return Totals(energy, carbon, cost, any(t.modelled for t in measured))
+
+    def _measure(
+        self, att: Attempt, key: object, where: str, now_s: float, end_s: float | None
+    ) -> Totals | None:
         if not att.gpu_ids:
             return None
-        run_dir = Path(att.run_dir)
+        run_dir = Path(where)
         if not (run_dir / runfiles.JOB).exists():
             return None  # not started (yet): nothing ran
         try:
             started_at = runfiles.started_at(runfiles.read_json(run_dir / runfiles.JOB))
         except runfiles.BadRunFile:
             started_at = None  # there, but not believable: the daemon's own record counts
-        meter = self._meters.setdefault(att.id, _Meter())
+        meter = self._meters.setdefault(key, _Meter())
         lo_s, hi_s = self._bounds(att, started_at, now_s)
         max_w = MAX_GPU_W * len(att.gpu_ids)
         log = run_dir / runfiles.POWER
@@ -183,6 +218,8 @@ class Accountant:
 
     def forget(self, attempt_id: int) -> None:
         self._meters.pop(attempt_id, None)
+        for key in [k for k in self._meters if isinstance(k, tuple) and k[0] == attempt_id]:
+            del self._meters[key]
 
 
 def job_totals(session: Session, job_id: int) -> None:

@@ -21,8 +21,9 @@ from sqlmodel import Session, col, select
 
 from executors.base import Executor, Handle
 from executors.errors import HostUnreachable
+from executors.gang import PartsNotStarted
 from orchestrator.daemon.launchspec import gpu_list as _gpu_list
-from orchestrator.daemon.launchspec import launch_spec
+from orchestrator.daemon.launchspec import launch_spec, part_specs
 from orchestrator.daemon.reaper import mark_running
 from orchestrator.errors import ExecutorError, translate
 from orchestrator.nodes.inventory import ResolvedNode, topology
@@ -73,6 +74,12 @@ class Dispatcher:
         rows = session.exec(select(Attempt).where(col(Attempt.state).in_(held))).all()
         batch = {n.name for n in self.nodes if n.executor == "slurm"}
         for att in rows:
+            if att.parts:  # a job across servers holds its servers whole
+                for name in {p["node"] for p in att.parts} & set(alloc.node_names):
+                    free = alloc.free_on(name)
+                    if free:
+                        alloc.hold(("attempt", att.id), name, free)
+                continue
             if not att.gpu_ids:
                 continue
             if att.node not in alloc.node_names:  # a node no longer configured
@@ -135,18 +142,22 @@ class Dispatcher:
         now: datetime,
         decision: Decision | None = None,
         begin_at: datetime | None = None,
+        parts: list[tuple[str, list[int]]] | None = None,
     ) -> bool:
+        """Start a queued job on ``gpus`` of ``node_name``; a job across servers on
+        ``parts`` ((node, GPUs) per server, rank order; the first is ``node_name``'s)."""
         node = next(n for n in self.nodes if n.name == node_name)
         cap, until = piece_cap_until(decision, now.timestamp())
-        if self.caps is None or not self.caps.enabled_on(node_name) or not gpus:
-            cap = None
+        width = sum(len(g) for _, g in parts) if parts else len(gpus)
+        if self.caps is None or not self.caps.enabled_on(node_name) or not gpus or parts:
+            cap = None  # a job across servers runs uncapped
         with self.db.write() as session:  # transaction 1: planned + launching attempt
             if self.lease_check is not None:
                 self.lease_check(session)
             job = session.get(Job, queued.id, with_for_update=True)
             if job.state != JobState.QUEUED.value:
                 return False  # cancelled meanwhile
-            if _edited(queued, job, len(gpus)):  # planned again at the next pass
+            if _edited(queued, job, width):  # planned again at the next pass
                 log.info("job %s: edited since this pass planned it; planned again", job.id)
                 return False
             job.attempts += 1
@@ -163,6 +174,7 @@ class Dispatcher:
                 cap=cap,
                 planned_until=until if job.interruptible else None,
                 gpu_model=node.model_of(gpus) if gpus else None,
+                parts=[{"node": n, "gpu_ids": list(g)} for n, g in parts] if parts else None,
             )
             att.run_dir = str(self.settings.runs_dir / f"attempt-{att.id}")
             transition(
@@ -171,7 +183,7 @@ class Dispatcher:
                 JobState.PLANNED,
                 at=now,
                 actor=ACTOR,
-                reason=f"placed on {node_name} GPUs {_gpu_list(gpus) or 'none'}",
+                reason=_placed(node_name, gpus, parts),
             )
         left_s = None
         if node.executor == "slurm" and job.duration_s:  # its time limit
@@ -184,7 +196,16 @@ class Dispatcher:
         try:
             if cap is not None:  # before the job draws: it starts under its cap
                 self.caps.apply(node_name, gpus, cap)
-            handle = self.executor.launch(spec)
+            if parts:
+                by_name = {n.name: n for n in self.nodes}
+                specs = part_specs(self.settings, job, att, [by_name[n] for n, _ in parts],
+                                   power_sample_s=self.power_sample_s)  # fmt: skip
+                handle = self.executor.launch_parts(specs, att.run_dir)
+            else:
+                handle = self.executor.launch(spec)
+        except PartsNotStarted as exc:
+            self._parts_not_started(att.id, exc, now)
+            return False
         except HostUnreachable as exc:
             # Started or not is unknown: the attempt stays ``launching`` and recovery
             # settles it when the server answers (or gives it up after ``lost_after``).
@@ -216,10 +237,31 @@ class Dispatcher:
             log.info("job %s: submitted to Slurm as job %s", job.id, handle.data["slurm_job_id"])
             return True
         capped = f" capped at {100 * cap:.0f}%" if cap else ""
-        log.info(
-            "job %s: running on %s GPUs %s%s", job.id, node_name, _gpu_list(gpus) or "-", capped
-        )
+        where = _placed(node_name, gpus, parts).removeprefix("placed on ")
+        log.info("job %s: running on %s%s", job.id, where, capped)
         return True
+
+    def _parts_not_started(self, attempt_id: int, exc: PartsNotStarted, now: datetime) -> None:
+        """A part of a job across servers did not start; the others were stopped. Every
+        part known not to run: the launch failed (the job fails) or, where a server went
+        away, the job is requeued. Else the attempt is orphaned with every part's handle
+        (it keeps its GPUs) until its servers answer and each part is fenced."""
+        with self.db.write() as session:
+            row = session.get(Attempt, attempt_id)
+            job = session.get(Job, row.job_id)
+            if exc.fenced and not exc.unreachable:
+                attempts.move(session, row, AttemptState.FAILED, at=now, finished_at=now,
+                              detail=str(exc))  # fmt: skip
+                transition(session, job, JobState.FAILED, at=now, actor=ACTOR,
+                           reason=f"launch failed: {exc}")  # fmt: skip
+                log.error("job %s: launch failed: %s", job.id, exc)
+                return
+            to = AttemptState.ABANDONED if exc.fenced else AttemptState.ORPHANED
+            attempts.move(session, row, to, at=now, finished_at=now, detail=str(exc),
+                          handle=exc.handle.to_dict())  # fmt: skip
+            transition(session, job, JobState.QUEUED, at=now, actor=ACTOR,
+                       reason=f"launch interrupted: {exc}; requeued")  # fmt: skip
+        log.warning("job %s: launch interrupted: %s; requeued", row.job_id, exc)
 
     def _record_launch(self, attempt_id: int, handle: Handle, now: datetime) -> bool:
         """Transaction 2: the attempt is running (or handed to Slurm), when this daemon
@@ -326,6 +368,12 @@ class Dispatcher:
 
 #: What ``edit`` changes that the plan (when, how many GPUs, its pieces) was made on.
 PLANNED_ON = ("gpus_min", "gpus_max", "duration_s", "deadline")
+
+
+def _placed(node: str, gpus: list[int], parts: list[tuple[str, list[int]]] | None) -> str:
+    if not parts:
+        return f"placed on {node} GPUs {_gpu_list(gpus) or 'none'}"
+    return "placed on " + ", ".join(f"{n} GPUs {_gpu_list(g)}" for n, g in parts)
 
 
 def _edited(planned: Job, row: Job, gpus: int) -> bool:

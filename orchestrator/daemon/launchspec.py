@@ -4,11 +4,14 @@ Slurm, its begin time and time limit."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from executors.base import LaunchSpec
+from executors.gang import part_dir
 from orchestrator.nodes.backends import FAKE_GPU_STATE
 from orchestrator.nodes.inventory import ResolvedNode
+from orchestrator.queue.attempts import parts_of
 from orchestrator.queue.models import Attempt, Job
 from orchestrator.settings import Settings
 
@@ -84,3 +87,42 @@ def launch_spec(
         time_limit_s=limit_s,
         interruptible=job.interruptible,
     )
+
+
+MASTER_PORT_BASE = 20000  # rank 0 listens on this plus the attempt's id modulo 10,000
+
+
+def part_specs(
+    settings: Settings,
+    job: Job,
+    att: Attempt,
+    nodes: list[ResolvedNode],
+    *,
+    power_sample_s: float | None = None,
+) -> list[LaunchSpec]:
+    """One spec per part of a job across servers (``nodes``: each part's, rank order):
+    its node's GPUs, and the rendezvous ``torchrun`` and ``torch.distributed`` read:
+    ``MASTER_ADDR`` (rank 0's host), ``MASTER_PORT``, ``NNODES`` (servers),
+    ``NODE_RANK``, ``NPROC_PER_NODE`` (this server's GPUs) and ``WORLD_SIZE`` (every
+    GPU of the job: one process per GPU)."""
+    parts = parts_of(att)
+    master = nodes[0]
+    rendezvous = {
+        "MASTER_ADDR": master.host or master.name,
+        "MASTER_PORT": str(MASTER_PORT_BASE + att.id % 10000),
+        "NNODES": str(len(parts)),
+        "WORLD_SIZE": str(sum(len(gpus) for _, gpus in parts)),
+    }
+    out = []
+    for rank, ((name, gpus), node) in enumerate(zip(parts, nodes, strict=True)):
+        spec = launch_spec(settings, job, att, node, power_sample_s=power_sample_s)
+        env = {
+            **spec.env,
+            **rendezvous,
+            "CUDA_VISIBLE_DEVICES": gpu_list(gpus),
+            "NODE_RANK": str(rank),
+            "NPROC_PER_NODE": str(len(gpus)),
+        }
+        out.append(replace(spec, env=env, gpu_indices=list(gpus), node=name,
+                           run_dir=part_dir(att.run_dir, rank)))  # fmt: skip
+    return out

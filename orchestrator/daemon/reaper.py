@@ -68,11 +68,19 @@ class Reaper:
                 self._recover_one(attempt, down, now)
 
     def _recover_one(self, attempt: Attempt, down: dict[str, float], now: datetime) -> None:
-        if attempt.node in down:  # not asked: that would wait on a dead server
+        nodes = [n for n, _ in attempts.parts_of(attempt)]
+        if any(n in down for n in nodes):  # not asked: that would wait on a dead server
             self._unreachable(attempt, "unreachable", now)
             return
         try:
-            handle = self.executor.recover(attempt.id, attempt.run_dir, attempt.node)
+            if attempt.parts:  # every part found started, or every part fenced
+                with self.db.read() as session:
+                    interruptible = session.get(Job, attempt.job_id).interruptible
+                handle = self.executor.recover_parts(
+                    attempt.id, attempt.run_dir, nodes, interruptible
+                )
+            else:
+                handle = self.executor.recover(attempt.id, attempt.run_dir, attempt.node)
         except HostUnreachable as exc:
             self._unreachable(attempt, str(exc), now)
             return
@@ -101,7 +109,8 @@ class Reaper:
         been down for its node's ``lost_after``; then the attempt is given up (it may
         still run there: it is fenced when the server is back) and its job is lost and
         requeued, to resume from its checkpoint where it made one."""
-        since = self.executor.unreachable_nodes().get(att.node)
+        down = self.executor.unreachable_nodes()
+        since = min((down[n] for n, _ in attempts.parts_of(att) if n in down), default=None)
         if since is None or now.timestamp() - since < self._lost_after_s(att.node):
             return
         with self.db.write() as session:
@@ -141,7 +150,7 @@ class Reaper:
                 continue
             handle = Handle.from_dict(att.handle) if att.handle else None
             if handle is None:
-                handle = Handle(att.id, att.run_dir, {"node": att.node})
+                handle = _bare_handle(att)
             try:
                 settled = self.executor.fence(handle)
             except Exception as exc:  # logged; the next pass tries again
@@ -410,6 +419,18 @@ def mark_running(
     )  # fmt: skip
     job.started_at = job.started_at or now
     transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason=reason)
+
+
+def _bare_handle(att: Attempt) -> Handle:
+    """What is known of an attempt whose launch never answered: its id, run directory
+    and node(s) (a job across servers: each part's)."""
+    if not att.parts:
+        return Handle(att.id, att.run_dir, {"node": att.node})
+    from executors import gang
+
+    parts = [Handle(att.id, gang.part_dir(att.run_dir, rank), {"node": node})
+             for rank, (node, _) in enumerate(attempts.parts_of(att))]  # fmt: skip
+    return gang.gang_handle(att.id, att.run_dir, parts, interruptible=False)
 
 
 def _now() -> datetime:

@@ -24,15 +24,21 @@ from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
+from orchestrator.nodes.inventory import widest_job_gpus
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, QueuedJob
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
-from orchestrator.planning.snapshot import RunEstimate
+from orchestrator.planning.snapshot import RunEstimate, across_servers_width
 from orchestrator.queue import cron
-from orchestrator.queue.attempts import AttemptState, note_forced, remaining_run_s
-from orchestrator.queue.checks import stored_job_problem
+from orchestrator.queue.attempts import (
+    AttemptState,
+    note_forced,
+    remaining_run_s,
+    width_of_attempt,
+)
+from orchestrator.queue.checks import stored_job_problem, too_wide
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt, Job
 from orchestrator.queue.states import JobState
@@ -80,7 +86,7 @@ class SqlQueue:
 
     def admit(self, now_s: float) -> None:
         """Cron occurrences that are due become queued jobs."""
-        largest = max((n.gpu_count for n in self.dispatcher.nodes), default=0)
+        largest = widest_job_gpus(self.dispatcher.nodes)
         cron.materialise(self.db, self._at(now_s), largest)
 
     def plan(self, now_s: float) -> Scheduler:
@@ -130,6 +136,7 @@ class SqlQueue:
         for job_id, why in bad.items():
             d.fail_queued(job_id, now, f"the stored job cannot be believed: {why}")
         largest = alloc.max_node_gpus
+        widest = widest_job_gpus(d.nodes)  # or whole SSH servers together
         eligible: dict[int, Job] = {}
         waiting: dict[int, Job] = {}  # planned ahead for show, not started
         for job in queued:
@@ -142,10 +149,10 @@ class SqlQueue:
                 _note_held(self.db, job, held)
                 continue
             if any(dep_state[x] != JobState.COMPLETED for x in deps[job.id]):
-                if self._cannot_run(job, largest) is None:
+                if self._cannot_run(job, widest) is None:
                     waiting[job.id] = job
                 continue  # still waiting for a dependency
-            reason = self._cannot_run(job, largest)
+            reason = self._cannot_run(job, widest)
             if reason is not None:
                 d.fail_queued(job.id, now, reason)
                 continue
@@ -179,14 +186,29 @@ class SqlQueue:
         allocation = self.alloc.allocate(("job", view.id), width)
         if allocation is None:
             return None
-        (node, gpu_tuple), *_ = allocation.parts
-        return (node, list(gpu_tuple))
+        (node, gpu_tuple), *more = allocation.parts
+        if not more:
+            return (node, list(gpu_tuple))
+        return self._across_servers(view, allocation.parts, width)
+
+    def _across_servers(self, view: QueuedJob, held, width: int):
+        """A job wider than one server, on whole servers (network packing holds them all):
+        SSH servers only; the width spread evenly over them (the first ones one GPU more
+        where it does not divide), each part on its server's first GPUs."""
+        ssh = {n.name for n in self.dispatcher.nodes if n.executor == "ssh"}
+        if any(node not in ssh for node, _ in held):
+            self.alloc.free(("job", view.id))
+            return None  # whole servers of another kind: it waits for SSH ones
+        share, extra = divmod(width, len(held))
+        parts = [(node, list(gpus[: share + (rank < extra)]))
+                 for rank, (node, gpus) in enumerate(held)]  # fmt: skip
+        return (parts[0][0], parts[0][1], parts)
 
     def launch(self, view: QueuedJob, decision: Decision, allocation, now_s: float) -> None:
         """Start (or resume) one job. A fault of this job's launch fails the job (while
         it is still queued; one recorded as launching is settled by recovery), and the
         pass goes on with the others (``contain``)."""
-        node, gpus = allocation
+        node, gpus, *across = allocation
         now = self._at(now_s)
         started, resumed = False, view.id in self.stopped
         with self.faults.contained(
@@ -197,7 +219,8 @@ class SqlQueue:
                 self.dispatcher.resume(self.stopped.pop(view.id), decision, now)
                 started = True
             else:
-                started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision)
+                started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision,
+                                                 parts=across[0] if across else None)  # fmt: skip
         if not started:
             if not resumed and gpus:
                 self.alloc.free(("job", view.id))
@@ -225,7 +248,7 @@ class SqlQueue:
                 known = est is not None and est.source != "default"
                 total_s = est.run_s if known else job.duration_s
                 left = remaining_run_s(session, job, now, total_s) if total_s else None
-                view = replace(_queued_view(job, len(att.gpu_ids)), duration_s=total_s)
+                view = replace(_queued_view(job, width_of_attempt(att)), duration_s=total_s)
                 checkpointing = att.suspend_sent_at is not None
                 out.append(Running(("attempt", att.id), view, left, checkpointing, att))
         return out
@@ -251,9 +274,9 @@ class SqlQueue:
         return min(times, default=None)
 
     # -- parts --------------------------------------------------------------------------
-    def _cannot_run(self, job: Job, largest: int) -> str | None:
-        if job.gpus_min > largest:
-            return f"needs {job.gpus_min} GPUs; the largest node has {largest}"
+    def _cannot_run(self, job: Job, widest: int) -> str | None:
+        if (why := too_wide(job.gpus_min, widest)) is not None:
+            return why
         user = self.dispatcher.user
         if not user.is_root and job.uid != user.uid:
             return (
@@ -331,13 +354,13 @@ def _running_rows(session: Session) -> list:
         .join(Job, col(Job.id) == col(Attempt.job_id))
         .where(Attempt.state == AttemptState.RUNNING)
     ).all()
-    return [(job, len(att.gpu_ids), att.started_at or job.started_at) for att, job in rows]
+    return [(job, width_of_attempt(att), att.started_at or job.started_at) for att, job in rows]
 
 
 def _queued_view(job: Job, largest: int) -> QueuedJob:
     return QueuedJob(
         id=job.id,
-        gpus=min(job.gpus_max, largest),
+        gpus=across_servers_width(job.gpus_min, job.gpus_max, largest),
         submitted_s=job.submitted_at.timestamp(),
         priority=job.priority,
         duration_s=job.duration_s,

@@ -11,6 +11,7 @@ from sqlmodel import Session, delete
 
 from executors.gpu import GpuInfo, detect_gpus
 from executors.gpu.fake import FakeGpuControl
+from orchestrator.queue.checks import GpuLimit
 from orchestrator.queue.models import Gpu, Node
 from orchestrator.settings import NodeConfig, Settings
 from placement.topology import ClusterTopology, NodeTopology, order_from_link_levels
@@ -86,12 +87,14 @@ def resolve_nodes(
     return nodes
 
 
-def largest_node_gpus(settings: Settings, db) -> int | None:
-    """GPUs of the largest node as far as is known here: an SSH server's count as
-    declared or as the daemon last discovered it; None while some server's is unknown."""
+def largest_node_gpus(settings: Settings, db) -> GpuLimit | None:
+    """The most GPUs one job may have (``job_gpu_limit``) as far as is known here: an SSH
+    server's count as declared or as the daemon last discovered it; None while some
+    server's is unknown."""
     from sqlmodel import func, select
 
     largest = 0
+    counts: dict[str, tuple[str, int]] = {}
     with db.read() as session:
         for node in resolve_nodes(settings):
             count = node.gpu_count
@@ -102,7 +105,25 @@ def largest_node_gpus(settings: Settings, db) -> int | None:
                 if not count:
                     return None
             largest = max(largest, count)
-    return largest
+            counts[node.name] = (node.executor, count)
+    return job_gpu_limit(counts)
+
+
+def job_gpu_limit(counts: dict[str, tuple[str, int]]) -> GpuLimit:
+    """The most GPUs one job may have (``counts``: node -> (executor, GPUs)): the largest
+    node's, or every SSH server's together where there are several (a job wider than one
+    server runs on whole SSH servers), with why in words."""
+    largest = max((n for _, n in counts.values()), default=0)
+    ssh = [n for kind, n in counts.values() if kind == "ssh" and n]
+    words = f"the largest node has {largest}"
+    if len(ssh) < 2 or sum(ssh) <= largest:
+        return GpuLimit(largest, words)
+    return GpuLimit(sum(ssh), f"{words} and the {len(ssh)} SSH servers together {sum(ssh)}")
+
+
+def widest_job_gpus(nodes: list[ResolvedNode]) -> GpuLimit:
+    """``job_gpu_limit`` over resolved nodes (the daemon's)."""
+    return job_gpu_limit({n.name: (n.executor, n.gpu_count) for n in nodes})
 
 
 def _declared(cfg: NodeConfig) -> list[GpuInfo]:

@@ -133,3 +133,16 @@ def note_forced(session: Session, job_id: int, grams: float, wh: float) -> None:
         att.forced_g = (att.forced_g or 0.0) + grams
         att.forced_wh = (att.forced_wh or 0.0) + wh
         session.add(att)
+
+
+def parts_of(att: Attempt) -> list[tuple[str, list[int]]]:
+    """(node, GPUs) of each part of an attempt, in rank order: one for a single-node
+    attempt, one per server for a job across servers (``Attempt.parts``)."""
+    if not att.parts:
+        return [(att.node, list(att.gpu_ids))]
+    return [(str(p["node"]), [int(g) for g in p["gpu_ids"]]) for p in att.parts]
+
+
+def width_of_attempt(att: Attempt) -> int:
+    """The GPUs an attempt runs on, over all its parts."""
+    return sum(len(gpus) for _, gpus in parts_of(att))

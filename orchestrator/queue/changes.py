@@ -11,6 +11,7 @@ from typing import Any
 from sqlmodel import Session
 
 from orchestrator.errors import PlacementError, SpecError, UserError
+from orchestrator.queue.checks import too_wide
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Job
 from orchestrator.queue.ownership import User, check_may_change
@@ -102,9 +103,8 @@ def edit(
     def _edit(session: Session) -> dict[str, Any]:
         (job,) = _jobs(session, [job_id], user, WAITING, "a queued or held job can be edited")
         spec = _checked(job, given, now)
-        if largest_node_gpus is not None and spec.gpus_min > largest_node_gpus:
-            raise SpecError(f"needs {spec.gpus_min} GPUs; the largest node has "
-                            f"{largest_node_gpus}")  # fmt: skip
+        if (why := too_wide(spec.gpus_min, largest_node_gpus)) is not None:
+            raise SpecError(why)
         said = []
         if "name" in given:
             job.name = spec.name
@@ -235,8 +235,6 @@ def _spec_of(job: Job, after: list[int], now: datetime, largest_node_gpus: int |
                           check_workdir=False)  # fmt: skip
     except SpecError as exc:
         raise SpecError(f"job {job.id}: {exc}") from None
-    if largest_node_gpus is not None and spec.gpus_min > largest_node_gpus:
-        raise PlacementError(
-            f"job {job.id}: needs {spec.gpus_min} GPUs; the largest node has {largest_node_gpus}"
-        )
+    if (why := too_wide(spec.gpus_min, largest_node_gpus)) is not None:
+        raise PlacementError(f"job {job.id}: {why}")
     return spec

@@ -21,6 +21,25 @@ MAX_GPUS = 65_536
 MAX_TEXT = 4096  # characters in a name, label or argument
 
 
+class GpuLimit(int):
+    """The most GPUs one job may have here (an int), with why in words."""
+
+    words: str
+
+    def __new__(cls, gpus: int, words: str) -> GpuLimit:
+        out = super().__new__(cls, gpus)
+        out.words = words
+        return out
+
+
+def too_wide(gpus_min: int, limit: int | None) -> str | None:
+    """Why a job of ``gpus_min`` GPUs can never run here, or None (``limit`` None: not
+    known yet)."""
+    if limit is None or gpus_min <= limit:
+        return None
+    return f"needs {gpus_min} GPUs; {getattr(limit, 'words', f'the largest node has {limit}')}"
+
+
 def shown(value: Any, limit: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

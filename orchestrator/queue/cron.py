@@ -33,6 +33,7 @@ from sqlmodel import Session, col, select
 
 from orchestrator.errors import NotFoundError, PermissionDenied, SpecError
 from orchestrator.queue import crontime
+from orchestrator.queue.checks import too_wide
 from orchestrator.queue.models import CronTemplate
 from orchestrator.queue.ownership import User
 from orchestrator.queue.spec import build_spec
@@ -234,10 +235,8 @@ def _queue(db, row: CronTemplate, todo: Due, largest_node_gpus: int) -> int | No
         when = todo.chosen
         try:
             spec = _build(fresh, when)
-            if spec.gpus_min > largest_node_gpus:
-                raise SpecError(
-                    f"needs {spec.gpus_min} GPUs; the largest node has {largest_node_gpus}"
-                )
+            if (why := too_wide(spec.gpus_min, largest_node_gpus)) is not None:
+                raise SpecError(why)
         except SpecError as exc:
             fault = f"{PAUSED}{exc}"
         if fault is not None:

@@ -120,6 +120,9 @@ class Attempt(SQLModel, table=True):
     # spend when it started (g CO2e, and Wh for an energy budget). None: not forced.
     forced_g: float | None = None
     forced_wh: float | None = None
+    # A job across servers: one part per server, rank order ({"node", "gpu_ids"}; the
+    # first is ``node``/``gpu_ids``). None: a single-node attempt.
+    parts: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
 
 
 class Usage(SQLModel, table=True):

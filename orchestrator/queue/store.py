@@ -9,6 +9,7 @@ from sqlmodel import Session, col, func, select
 
 from orchestrator.errors import NotFoundError, PlacementError, SpecError
 from orchestrator.queue.attempts import AttemptState
+from orchestrator.queue.checks import too_wide
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt, Dependency, Event, Job
 from orchestrator.queue.ownership import User, check_may_change
@@ -27,11 +28,9 @@ def submit(
     """Queue ``specs`` in one transaction, all or nothing. ``largest_node_gpus`` None: not
     known yet (a server never asked), so the daemon checks it."""
     for i, spec in enumerate(specs):
-        if largest_node_gpus is not None and spec.gpus_min > largest_node_gpus:
+        if (why := too_wide(spec.gpus_min, largest_node_gpus)) is not None:
             where = f"job {i + 1}: " if len(specs) > 1 else ""
-            raise PlacementError(
-                f"{where}needs {spec.gpus_min} GPUs; the largest node has {largest_node_gpus}"
-            )
+            raise PlacementError(f"{where}{why}")
 
     return db.write_retrying(lambda session: insert_jobs(session, specs, user=user, now=now))
 

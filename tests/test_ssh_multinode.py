@@ -1,0 +1,112 @@
+"""Jobs across servers, end to end: the real CLI and daemon, two real sshd servers on
+127.0.0.1 with fake GPUs (``tests/helpers/sshd.py``), a job wider than either."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from executors import runfiles
+from tests.conftest import E2E
+from tests.helpers.waiting import wait_for
+from tests.test_ssh_daemon import _alive, ssh_node, write_config
+
+pytestmark = [pytest.mark.slow, E2E, pytest.mark.backends("sqlite")]
+
+# Each part writes what it was given (and its pid) to OUT.<NODE_RANK>, then sleeps.
+RANK = (
+    "import json, os, sys, time\n"
+    "keys = ['MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'NODE_RANK', 'NPROC_PER_NODE',\n"
+    "        'NNODES', 'CUDA_VISIBLE_DEVICES']\n"
+    "got = {k: os.environ[k] for k in keys}\n"
+    "got['pid'] = os.getpid()\n"
+    "path = sys.argv[1] + '.' + os.environ['NODE_RANK']\n"
+    "json.dump(got, open(path + '.tmp', 'w')); os.replace(path + '.tmp', path)\n"
+    "time.sleep(float(sys.argv[2]))\n"
+)
+
+
+def _two_servers(cli, ssh_servers):
+    a, b = ssh_servers(gpus=2), ssh_servers(gpus=2)
+    write_config(cli.home, [ssh_node(a, ssh_servers, "a"), ssh_node(b, ssh_servers, "b")],
+                 top={"daemon_interval_s": 0.2})  # fmt: skip
+    return a, b
+
+
+def _parts(out: Path) -> list[dict]:
+    return [json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1)]
+
+
+def test_a_job_wider_than_a_server_runs_on_both_with_one_rendezvous(cli, ssh_servers, tmp_path):
+    _two_servers(cli, ssh_servers)
+    out = tmp_path / "rank"
+    job = cli.submit("--gpus", "4", "--", sys.executable, "-c", RANK, str(out), "1.5")
+    cli.run_until_idle(timeout=60)
+    shown = cli.json("show", str(job))
+    assert shown["state"] == "completed", shown
+    zero, one = _parts(out)
+    assert zero["MASTER_ADDR"] == one["MASTER_ADDR"] == "127.0.0.1"
+    assert zero["MASTER_PORT"] == one["MASTER_PORT"]
+    assert (zero["NODE_RANK"], one["NODE_RANK"]) == ("0", "1")
+    for part in (zero, one):
+        assert (part["WORLD_SIZE"], part["NNODES"], part["NPROC_PER_NODE"]) == ("4", "2", "2")
+        assert part["CUDA_VISIBLE_DEVICES"] == "0,1"
+    ((parts_json, run_dir, energy_j),) = cli.db_rows(
+        f"SELECT parts, run_dir, energy_j FROM attempt WHERE job_id = {job}"
+    )
+    assert [p["node"] for p in json.loads(parts_json)] == ["a", "b"]
+    # the attempt's energy is both parts' (each part's power log, mirrored from its server)
+    part_j = []
+    for rank in (0, 1):
+        samples, _ = runfiles.read_power_log(Path(run_dir, f"part-{rank}", runfiles.POWER), 0)
+        part_j.append(samples[-1][1] - samples[0][1] if len(samples) > 1 else 0.0)
+    assert all(j > 0 for j in part_j), part_j
+    assert energy_j == pytest.approx(sum(part_j), rel=0.05)
+    assert shown["energy_modelled"] is False
+
+
+@pytest.mark.parametrize("interruptible", [False, True])
+def test_killing_one_part_stops_the_other_and_ends_the_job(
+    cli, ssh_servers, tmp_path, interruptible
+):
+    _two_servers(cli, ssh_servers)
+    out = tmp_path / "rank"
+    flags = ["--interruptible"] if interruptible else []
+    job = cli.submit("--gpus", "4", *flags, "--", sys.executable, "-c", RANK, str(out), "60")
+    daemon = cli.daemon()
+    try:
+        wait_for(lambda: all(Path(f"{out}.{r}").exists() for r in (0, 1)), timeout_s=30,
+                 what="both parts started")  # fmt: skip
+        zero, one = _parts(out)
+        os.kill(one["pid"], signal.SIGKILL)  # rank 1 dies
+        wait_for(lambda: not _alive(zero["pid"]), timeout_s=15, what="rank 0 stopped")
+        if interruptible:  # resumes from its checkpoint: requeued, as if lost
+            states = wait_for(lambda: "lost" in (s := _states(cli, job)) and s, timeout_s=15,
+                              what="the job requeued")  # fmt: skip
+            assert states[states.index("lost") + 1] == "queued", states
+            shown = cli.json("show", str(job))
+            assert shown["attempts"] >= 1 and "failed" not in states, shown
+        else:
+            shown = cli.wait_state(job, {"failed"}, timeout=15)
+            assert "part 1 on b" in shown["reason"] and "SIGKILL" in shown["reason"], shown
+    finally:
+        cli.run("cancel", str(job), check=False)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and cli.json("show", str(job))["state"] in (
+            "running",
+            "planned",
+            "queued",
+        ):
+            time.sleep(0.3)
+        daemon.terminate()
+        daemon.wait(timeout=30)
+
+
+def _states(cli, job: int) -> list[str]:
+    return [e["to"] for e in cli.json("show", str(job))["events"]]
