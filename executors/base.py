@@ -97,36 +97,23 @@ class Executor(ABC):
         return handle
 
     def poll(self, handle: Handle) -> PollResult:
-        if handle.data.get("parts"):  # a job across servers (``executors.gang``)
-            from executors import gang
-
-            return gang.poll(self.poll, self.signal, handle)
         return self._do_poll(handle)
 
     def launch_parts(self, specs: list[LaunchSpec], run_dir: str) -> Handle:
         """Start a job across servers, one part per spec (rank order), all or none
-        (``executors.gang``). Raises ``gang.PartsNotStarted`` when a part did not start."""
-        from executors import gang
-
-        if not specs or not specs[0].command:
-            raise LaunchError("a job across servers needs its parts and a command")
-        return gang.launch(self.launch, self.fence, specs, run_dir)
+        (``executors.gang``, behind the ``NodeRouter``)."""
+        raise LaunchError("a job across servers runs on SSH servers only")
 
     def recover_parts(
         self, attempt_id: int, run_dir: str, nodes: list[str], interruptible: bool
     ) -> Handle | None:
-        """``recover`` for a job across servers: its handle when every part started,
-        else every part is fenced and None."""
-        from executors import gang
-
-        return gang.recover(self.recover, self.fence, attempt_id, run_dir, nodes, interruptible)
+        """``recover`` over an attempt's nodes (a job across servers: one per part)."""
+        if len(nodes) != 1:
+            raise LaunchError("a job across servers runs on SSH servers only")
+        return self.recover(attempt_id, run_dir, nodes[0])
 
     def signal(self, handle: Handle, sig: int) -> bool:
         """Send ``sig`` to the job's process group. False when nothing was there to signal."""
-        if handle.data.get("parts"):
-            from executors import gang
-
-            return gang.signal(self.signal, handle, sig)
         sent = self._do_signal(handle, sig)
         log.debug(
             "attempt %s: %s %s",
@@ -148,10 +135,6 @@ class Executor(ABC):
 
     def progress(self, handle: Handle) -> tuple[float, float | None] | None:
         """The job's own progress report (done, total), or None when it made none."""
-        if handle.data.get("parts"):  # rank 0's
-            from executors import gang
-
-            return self.progress(gang.parts(handle)[0])
         return self._do_progress(handle)
 
     def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
@@ -173,10 +156,6 @@ class Executor(ABC):
     def fence(self, handle: Handle) -> bool:
         """Make sure an attempt the daemon gave up on (its host was unreachable) is not
         running: it never starts, or it is killed. False while that cannot be done yet."""
-        if handle.data.get("parts"):
-            from executors import gang
-
-            return gang.fence(self.fence, handle)
         self.signal(handle, _signal.SIGKILL)
         return True
 

@@ -232,5 +232,14 @@ def recover(
     return None
 
 
+def bare_handle(attempt_id: int, run_dir: str, nodes: list[str]) -> Handle:
+    """What is known of an attempt whose launch never answered: its id, run directory
+    and node(s) (a job across servers: each part's)."""
+    if len(nodes) == 1:
+        return Handle(attempt_id, run_dir, {"node": nodes[0]})
+    hs = [Handle(attempt_id, part_dir(run_dir, r), {"node": n}) for r, n in enumerate(nodes)]
+    return gang_handle(attempt_id, run_dir, hs, interruptible=False)
+
+
 def part_dir(run_dir: str, rank: int) -> str:
     return f"{run_dir}/part-{rank}"

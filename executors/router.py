@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from executors import gang
 from executors.base import Executor, Handle, LaunchSpec, PollResult
+from executors.errors import LaunchError
 
 
 class NodeRouter(Executor):
@@ -29,16 +31,34 @@ class NodeRouter(Executor):
         return handle
 
     def _do_poll(self, handle: Handle) -> PollResult:
+        if gang.is_gang(handle):  # a job across servers: each part on its node's
+            return gang.poll(self.poll, self.signal, handle)
         return self._of(handle).poll(handle)
 
     def _do_signal(self, handle: Handle, sig: int) -> bool:
+        if gang.is_gang(handle):
+            return gang.signal(self.signal, handle, sig)
         return self._of(handle).signal(handle, sig)
 
     def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
+        if gang.is_gang(handle):  # rank 0's report
+            return self.progress(gang.parts(handle)[0])
         return self._of(handle).progress(handle)
 
     def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None:
         return self._for(node).recover(attempt_id, run_dir, node)
+
+    def launch_parts(self, specs: list[LaunchSpec], run_dir: str) -> Handle:
+        if not specs or not specs[0].command:
+            raise LaunchError("a job across servers needs its parts and a command")
+        return gang.launch(self.launch, self.fence, specs, run_dir)
+
+    def recover_parts(
+        self, attempt_id: int, run_dir: str, nodes: list[str], interruptible: bool
+    ) -> Handle | None:
+        if len(nodes) == 1:
+            return self.recover(attempt_id, run_dir, nodes[0])
+        return gang.recover(self.recover, self.fence, attempt_id, run_dir, nodes, interruptible)
 
     def _backends(self) -> list[Executor]:
         out: list[Executor] = [self.default]
@@ -48,8 +68,6 @@ class NodeRouter(Executor):
         return out
 
     def refresh(self, handles: list[Handle]) -> None:
-        from executors import gang
-
         handles = [p for h in handles for p in (gang.parts(h) if gang.is_gang(h) else [h])]
         for ex in self._backends():
             ex.refresh([h for h in handles if self._of(h) is ex])
@@ -61,8 +79,8 @@ class NodeRouter(Executor):
         return out
 
     def fence(self, handle: Handle) -> bool:
-        if handle.data.get("parts"):  # each part on its node's executor
-            return super().fence(handle)
+        if gang.is_gang(handle):  # each part on its node's executor
+            return gang.fence(self.fence, handle)
         return self._of(handle).fence(handle)
 
     def foreign_gpus(self) -> dict[str, int]:

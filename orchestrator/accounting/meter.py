@@ -74,7 +74,7 @@ class Accountant:
         start .. ``now_s`` + ``CLOCK_SLACK_S`` (a sample dated far in the future cannot
         make the meter walk day by day up to it), energy to ``MAX_GPU_W`` per GPU
         between samples, and malformed lines are skipped (``runfiles.parse_power``)."""
-        if att.parts:
+        if getattr(att, "parts", None):  # a job across servers
             return self._measure_parts(att, now_s, end_s)
         return self._measure(att, att.id, att.run_dir, now_s, end_s)
 

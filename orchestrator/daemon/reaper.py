@@ -18,6 +18,7 @@ from sqlmodel import Session, col, func, select
 from executors import runfiles
 from executors.base import Executor, Handle, PollResult, RunStatus
 from executors.errors import HostUnreachable
+from executors.gang import bare_handle
 from orchestrator.accounting.calibration import learn
 from orchestrator.accounting.meter import Accountant
 from orchestrator.daemon.contain import Faults
@@ -68,19 +69,14 @@ class Reaper:
                 self._recover_one(attempt, down, now)
 
     def _recover_one(self, attempt: Attempt, down: dict[str, float], now: datetime) -> None:
-        nodes = [n for n, _ in attempts.parts_of(attempt)]
-        if any(n in down for n in nodes):  # not asked: that would wait on a dead server
+        if attempts.down_since(attempt, down) is not None:  # not asked: it would wait on it
             self._unreachable(attempt, "unreachable", now)
             return
-        try:
-            if attempt.parts:  # every part found started, or every part fenced
-                with self.db.read() as session:
-                    interruptible = session.get(Job, attempt.job_id).interruptible
-                handle = self.executor.recover_parts(
-                    attempt.id, attempt.run_dir, nodes, interruptible
-                )
-            else:
-                handle = self.executor.recover(attempt.id, attempt.run_dir, attempt.node)
+        with self.db.read() as session:
+            wait = session.get(Job, attempt.job_id).interruptible
+        try:  # a job across servers: every part found started, or every part fenced
+            nodes = attempts.nodes_of(attempt)
+            handle = self.executor.recover_parts(attempt.id, attempt.run_dir, nodes, wait)
         except HostUnreachable as exc:
             self._unreachable(attempt, str(exc), now)
             return
@@ -109,8 +105,7 @@ class Reaper:
         been down for its node's ``lost_after``; then the attempt is given up (it may
         still run there: it is fenced when the server is back) and its job is lost and
         requeued, to resume from its checkpoint where it made one."""
-        down = self.executor.unreachable_nodes()
-        since = min((down[n] for n, _ in attempts.parts_of(att) if n in down), default=None)
+        since = attempts.down_since(att, self.executor.unreachable_nodes())
         if since is None or now.timestamp() - since < self._lost_after_s(att.node):
             return
         with self.db.write() as session:
@@ -148,9 +143,8 @@ class Reaper:
         for att in orphans:
             if att.node in down:
                 continue
-            handle = Handle.from_dict(att.handle) if att.handle else None
-            if handle is None:
-                handle = _bare_handle(att)
+            bare = bare_handle(att.id, att.run_dir, attempts.nodes_of(att))
+            handle = Handle.from_dict(att.handle) if att.handle else bare
             try:
                 settled = self.executor.fence(handle)
             except Exception as exc:  # logged; the next pass tries again
@@ -405,32 +399,14 @@ def modelled_power(nodes: list[ResolvedNode], curve=None) -> Callable[[Attempt],
     return power_w
 
 
-def mark_running(
-    session: Session,
-    att: Attempt,
-    job: Job,
-    handle: Handle,
-    now: datetime,
-    reason: str | None = None,
-) -> None:
+def mark_running(session: Session, att: Attempt, job: Job, handle: Handle, now: datetime,
+                 reason: str | None = None) -> None:  # fmt: skip
     attempts.move(
         session, att, AttemptState.RUNNING, at=now, reason=reason, handle=handle.to_dict(),
         started_at=now,
     )  # fmt: skip
     job.started_at = job.started_at or now
     transition(session, job, JobState.RUNNING, at=now, actor=ACTOR, reason=reason)
-
-
-def _bare_handle(att: Attempt) -> Handle:
-    """What is known of an attempt whose launch never answered: its id, run directory
-    and node(s) (a job across servers: each part's)."""
-    if not att.parts:
-        return Handle(att.id, att.run_dir, {"node": att.node})
-    from executors import gang
-
-    parts = [Handle(att.id, gang.part_dir(att.run_dir, rank), {"node": node})
-             for rank, (node, _) in enumerate(attempts.parts_of(att))]  # fmt: skip
-    return gang.gang_handle(att.id, att.run_dir, parts, interruptible=False)
 
 
 def _now() -> datetime:

@@ -143,6 +143,17 @@ def parts_of(att: Attempt) -> list[tuple[str, list[int]]]:
     return [(str(p["node"]), [int(g) for g in p["gpu_ids"]]) for p in att.parts]
 
 
+def nodes_of(att: Attempt) -> list[str]:
+    """The node of each part of an attempt, in rank order."""
+    return [node for node, _ in parts_of(att)]
+
+
+def down_since(att: Attempt, down: dict[str, float]) -> float | None:
+    """Since when a node of the attempt has been unreachable (``down``: node -> since),
+    the earliest; None while every node of it answers."""
+    return min((down[n] for n in nodes_of(att) if n in down), default=None)
+
+
 def width_of_attempt(att: Attempt) -> int:
     """The GPUs an attempt runs on, over all its parts."""
     return sum(len(gpus) for _, gpus in parts_of(att))
