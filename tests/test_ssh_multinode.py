@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from executors import runfiles
+from executors.base import LaunchSpec
 from tests.conftest import E2E
 from tests.helpers.waiting import wait_for
 from tests.test_ssh_daemon import _alive, ssh_node, write_config
@@ -110,3 +111,110 @@ def test_killing_one_part_stops_the_other_and_ends_the_job(
 
 def _states(cli, job: int) -> list[str]:
     return [e["to"] for e in cli.json("show", str(job))["events"]]
+
+
+def test_a_server_gone_mid_launch_leaves_no_part_running(ssh_servers, tmp_path):
+    from executors.gang import PartsNotStarted, part_dir
+    from executors.local import LocalExecutor
+    from executors.router import NodeRouter
+    from executors.ssh import SshExecutor
+    from executors.sshlink import SshLink
+    from orchestrator.nodes.ssh import ssh_target
+    from orchestrator.settings import NodeConfig
+
+    a, b = ssh_servers(gpus=2), ssh_servers(gpus=2)
+    links = {
+        name: SshLink(ssh_target(NodeConfig(**ssh_node(srv, ssh_servers, name))))
+        for name, srv in (("a", a), ("b", b))
+    }
+    out = tmp_path / "rank"
+
+    class GoesAway(NodeRouter):  # b goes away once part 0 runs, before part 1 starts
+        def launch(self, spec):
+            if spec.node == "b":
+                wait_for(lambda: Path(f"{out}.0").exists(), what="part 0 running")
+                b.stop()
+            return super().launch(spec)
+
+    router = GoesAway(dict.fromkeys(links, SshExecutor(links)), default=LocalExecutor())
+    run_dir = str(tmp_path / "run-7")
+    env = {
+        "PATH": os.environ["PATH"],
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": "20007",
+        "WORLD_SIZE": "4",
+        "NPROC_PER_NODE": "2",
+        "NNODES": "2",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }
+    specs = [
+        LaunchSpec(7, 7, [sys.executable, "-c", RANK, str(out), "60"], str(tmp_path),
+                   {**env, "NODE_RANK": str(rank)}, [0, 1],
+                   str(tmp_path / "7.log"), part_dir(run_dir, rank), node=node)
+        for rank, node in enumerate(["a", "b"])
+    ]  # fmt: skip
+    try:
+        with pytest.raises(PartsNotStarted) as caught:
+            router.launch_parts(specs, run_dir)
+        assert caught.value.unreachable and not caught.value.fenced
+        zero = _parts_0(out)
+        wait_for(lambda: not _alive(zero["pid"]), timeout_s=5, what="part 0 killed")
+        assert not router.fence(caught.value.handle), "b cannot be fenced while it is away"
+        b.start()
+        wait_for(lambda: router.fence(caught.value.handle), timeout_s=15, every_s=0.5,
+                 what="fenced once b answers (its link retried)")  # fmt: skip
+        claim = Path(b.root, "home", "run", "attempt-7-part-1", "claim")
+        assert claim.read_text() == "abandoned", "a monitor arriving late never starts it"
+    finally:
+        router.close()
+
+
+def _parts_0(out: Path) -> dict:
+    return json.loads(Path(f"{out}.0").read_text())
+
+
+# Each part appends its pid to OUT.<NODE_RANK>; rank 0's first start runs FIRST_S seconds.
+STARTS = (
+    "import os, sys, time\n"
+    "rank = os.environ['NODE_RANK']; path = sys.argv[1] + '.' + rank\n"
+    "first = not os.path.exists(path)\n"
+    "open(path, 'a').write(f'{os.getpid()}\\n')\n"
+    "time.sleep(float(sys.argv[2]) if first and rank == '0' else 0.5)\n"
+)
+
+
+@pytest.mark.parametrize("every_part_started", [False, True])
+def test_a_crash_mid_launch_reattaches_every_part_or_fences_them_all(
+    cli, ssh_servers, tmp_path, monkeypatch, every_part_started
+):
+    from executors.router import NodeRouter
+    from tests.test_crash_recovery import _Crash, _daemon
+
+    _two_servers(cli, ssh_servers)
+    out = tmp_path / "rank"
+    first_s = "1" if every_part_started else "60"
+    job = cli.submit("--gpus", "4", "--", sys.executable, "-c", STARTS, str(out), first_s)
+
+    def crash(self, specs, run_dir):  # the daemon dies after starting some parts
+        for spec in specs if every_part_started else specs[:1]:
+            self.launch(spec)
+        raise _Crash
+
+    monkeypatch.setattr(NodeRouter, "launch_parts", crash)
+    crashing = _daemon(cli, monkeypatch)
+    with pytest.raises(_Crash):
+        crashing.tick(crashing.clock.now())
+    crashing.executor.close()
+    if crashing.lease is not None:
+        crashing.lease.release()
+    wait_for(lambda: Path(f"{out}.0").exists(), what="part 0 started")
+    cli.run_until_idle(timeout=60)
+    shown = cli.json("show", str(job))
+    assert shown["state"] == "completed", shown
+    states = [s for (s,) in cli.db_rows(f"SELECT state FROM attempt WHERE job_id = {job}")]
+    starts = [Path(f"{out}.{r}").read_text().split() for r in (0, 1)]
+    if every_part_started:  # found started on both servers: followed to its end
+        assert states == ["exited"] and [len(s) for s in starts] == [1, 1]
+    else:  # part 1 never started: part 0 killed, the job requeued and run again
+        assert states == ["abandoned", "exited"] and [len(s) for s in starts] == [2, 1]
+        assert not _alive(int(starts[0][0])), "the part started before the crash was killed"
