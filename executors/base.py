@@ -41,6 +41,7 @@ class LaunchSpec:
     begin_at: str | None = None
     time_limit_s: float | None = None
     interruptible: bool = False
+    nodes: int = 1  # batch schedulers: machines a job across servers runs on (one process each)
 
     def to_dict(self) -> dict[str, Any]:
         """What the job monitor reads (its ``spec.json``)."""

@@ -136,3 +136,58 @@ def test_a_launch_whose_lease_was_lost_is_withdrawn_before_it_ran(tmp_path):
     with db.read() as session:
         (att,) = session.exec(__import__("sqlmodel").select(Attempt)).all()
         assert att.state == "launching", "left for the lease holder's recovery"
+
+
+# What each machine's process was told, written to OUT.<NODE_RANK>.
+TELL = (
+    "import json, os, sys\n"
+    "keys = ['MASTER_ADDR', 'MASTER_PORT', 'WORLD_SIZE', 'NODE_RANK', 'NPROC_PER_NODE',\n"
+    "        'NNODES']\n"
+    "path = sys.argv[1] + '.' + os.environ['NODE_RANK']\n"
+    "json.dump({k: os.environ[k] for k in keys}, open(path, 'w'))\n"
+)
+# srun on two machines of 2 GPUs each: the task once per machine, as Slurm would run it
+SRUN = """#!/bin/sh
+echo "srun $*" >> {calls}
+while [ "${{1#--}}" != "$1" ]; do shift; done
+SLURM_NODEID=0 SLURM_LAUNCH_NODE_IPADDR=10.0.0.1 SLURM_GPUS_ON_NODE=2 "$@" &
+SLURM_NODEID=1 SLURM_LAUNCH_NODE_IPADDR=10.0.0.1 SLURM_GPUS_ON_NODE=2 "$@"
+wait
+"""
+
+
+def test_a_job_wider_than_a_machine_runs_one_process_per_machine(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from executors.base import LaunchSpec
+    from orchestrator.daemon.launchspec import slurm_machines
+
+    assert slurm_machines(4, SimpleNamespace(gpus_per_node=2)) == 2
+    assert slurm_machines(5, SimpleNamespace(gpus_per_node=4)) == 2
+    assert slurm_machines(4, SimpleNamespace(gpus_per_node=4)) == 1
+    assert slurm_machines(8, SimpleNamespace(gpus_per_node=None)) == 1, "unset: one machine"
+    calls, bin_dir, out = tmp_path / "calls", tmp_path / "bin", tmp_path / "rank"
+    _fake_slurm(bin_dir, calls)
+    (bin_dir / "sbatch").write_text(
+        f'#!/bin/sh\necho "sbatch $*" >> {calls}\ncat > {tmp_path / "script"}\necho 4242\n'
+    )
+    (bin_dir / "srun").write_text(SRUN.format(calls=calls))
+    (bin_dir / "srun").chmod(0o755)
+    ex = SlurmExecutor(node="cluster", bin_dir=str(bin_dir))
+    env = {"PATH": os.environ["PATH"], "MASTER_PORT": "20007", "NNODES": "2", "WORLD_SIZE": "4"}
+    spec = LaunchSpec(7, 7, [sys.executable, "-c", TELL, str(out)], str(tmp_path), env,
+                      [0, 1, 2, 3], str(tmp_path / "7.log"), str(tmp_path / "run"),
+                      node="cluster", nodes=2)  # fmt: skip
+    ex.launch(spec)
+    sbatch = next(line for line in calls.read_text().splitlines() if line.startswith("sbatch"))
+    assert {"--nodes=2", "--gpus=4", "--ntasks-per-node=1"} <= set(sbatch.split())
+    assert "--gres" not in sbatch, "the GPUs are the job's in all, not each machine's"
+    subprocess.run(["sh", str(tmp_path / "script")], check=True, timeout=30)
+    assert "--kill-on-bad-exit=1" in calls.read_text(), "a machine's failure ends the others"
+    zero, one = (json.loads(Path(f"{out}.{rank}").read_text()) for rank in (0, 1))
+    assert zero["MASTER_ADDR"] == one["MASTER_ADDR"] == "10.0.0.1"
+    assert zero["MASTER_PORT"] == one["MASTER_PORT"] == "20007"
+    assert (zero["NODE_RANK"], one["NODE_RANK"]) == ("0", "1")
+    assert zero["NPROC_PER_NODE"] == "2" and zero["WORLD_SIZE"] == "4" and one["NNODES"] == "2"

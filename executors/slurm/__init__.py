@@ -40,6 +40,7 @@ from executors.slurm.commands import (
     Commands,
     RunAs,
     batch_script,
+    find,
     prepare_user_files,
     read_small,
 )
@@ -115,8 +116,10 @@ class SlurmExecutor(Executor):
         # that lost its lease meanwhile can be withdrawn before it ever ran
         argv = ["--parsable", "--hold", f"--job-name={self.job_name(spec.attempt_id)}",
                 f"--output={spec.log_path}", "--open-mode=append", f"--chdir={spec.workdir}",
-                "--export=NONE", "--nodes=1"]  # fmt: skip
-        if spec.gpu_indices:
+                "--export=NONE", f"--nodes={spec.nodes}"]  # fmt: skip
+        if spec.nodes > 1:  # across machines: its GPUs in all, one task per machine
+            argv += [f"--gpus={len(spec.gpu_indices)}", "--ntasks-per-node=1"]
+        elif spec.gpu_indices:
             argv.append(f"--gres=gpu:{len(spec.gpu_indices)}")
         if spec.begin_at is not None:
             argv.append(f"--begin={format_time(datetime.fromisoformat(spec.begin_at))}")
@@ -131,7 +134,8 @@ class SlurmExecutor(Executor):
             argv.append(f"--account={self.account}")
         argv += self.extra_args
         env = {**spec.env, "GRIDSHIFT_PROGRESS_FILE": str(job_dir / runfiles.PROGRESS)}
-        script = batch_script(spec.command, env)
+        srun = find("srun", self.commands.bin_dir) or "srun"
+        script = batch_script(spec.command, env, spec.nodes, srun)
         try:
             out = self._run("sbatch", *argv, stdin=script, as_user=who).stdout.strip()
         except HostUnreachable:

@@ -114,7 +114,9 @@ class Commands:
         return proc
 
 
-def batch_script(command: list[str], env: dict[str, str]) -> str:
+def batch_script(
+    command: list[str], env: dict[str, str], nodes: int = 1, srun: str = "srun"
+) -> str:
     """The batch script: it exports the job's environment (Slurm's own ``SLURM_*``
     values win over stale ones a submitter's shell held), then ``exec``s the command, so
     the job is the batch step."""
@@ -123,8 +125,21 @@ def batch_script(command: list[str], env: dict[str, str]) -> str:
         if NAME.match(key) and not key.startswith("SLURM_"):
             lines.append(f"export {key}={shlex.quote(value)}")
     lines.append("export SLURM_EXPORT_ENV=ALL")  # srun steps inside get the job's env
-    lines.append("exec " + shlex.join(command))
+    if nodes > 1:  # one process per machine, each told its rank; one failing ends them all
+        lines.append("exec " + shlex.join([srun, f"--nodes={nodes}", "--ntasks-per-node=1",
+                                           "--kill-on-bad-exit=1", "sh", "-c", PART, "part",
+                                           *command]))  # fmt: skip
+    else:
+        lines.append("exec " + shlex.join(command))
     return "\n".join(lines) + "\n"
+
+
+#: Each machine's process of a job across machines: the rendezvous from Slurm's values
+#: (rank 0 runs where the batch script runs, which launched the step).
+PART = (
+    'export MASTER_ADDR="$SLURM_LAUNCH_NODE_IPADDR" NODE_RANK="$SLURM_NODEID" '
+    'NPROC_PER_NODE="${SLURM_GPUS_ON_NODE:-0}"; exec "$@"'
+)
 
 
 def _open_own(path: Path, flags: int, uid: int, gid: int, mode: int) -> None:

@@ -15,6 +15,8 @@ from orchestrator.queue.attempts import parts_of
 from orchestrator.queue.models import Attempt, Job
 from orchestrator.settings import Settings
 
+MASTER_PORT_BASE = 20000  # rank 0 listens on this plus the attempt's id modulo 10,000
+
 
 def gpu_list(gpus: list[int]) -> str:
     return ",".join(str(g) for g in gpus)
@@ -57,10 +59,15 @@ def launch_spec(
     )
     remote = node.executor != "local"
     begin_iso = limit_s = None
+    machines = 1
     if node.executor == "slurm":  # Slurm picks the GPUs and sets CUDA_VISIBLE_DEVICES
         env.pop("CUDA_VISIBLE_DEVICES")
         limit_s = time_limit_s(job, att, node, left_s)
         begin_iso = begin_at.isoformat() if begin_at else None
+        machines = slurm_machines(len(att.gpu_ids), node.config)
+        if machines > 1:  # the rest of the rendezvous comes from Slurm on each machine
+            env |= {"MASTER_PORT": str(MASTER_PORT_BASE + att.id % 10000),
+                    "NNODES": str(machines), "WORLD_SIZE": str(len(att.gpu_ids))}  # fmt: skip
     if node.fake:
         power = settings.fake_gpu_power_w
         state = settings.home / FAKE_GPU_STATE
@@ -86,10 +93,15 @@ def launch_spec(
         begin_at=begin_iso,
         time_limit_s=limit_s,
         interruptible=job.interruptible,
+        nodes=machines,
     )
 
 
-MASTER_PORT_BASE = 20000  # rank 0 listens on this plus the attempt's id modulo 10,000
+def slurm_machines(gpus: int, config) -> int:
+    """Machines a Slurm job of ``gpus`` GPUs runs on: one, unless the node declares its
+    machines' ``gpus_per_node`` and the job is wider (then as few as carry it)."""
+    per = getattr(config, "gpus_per_node", None)
+    return 1 if not per or gpus <= per else -(-gpus // per)
 
 
 def part_specs(
