@@ -218,3 +218,94 @@ def test_a_crash_mid_launch_reattaches_every_part_or_fences_them_all(
     else:  # part 1 never started: part 0 killed, the job requeued and run again
         assert states == ["abandoned", "exited"] and [len(s) for s in starts] == [2, 1]
         assert not _alive(int(starts[0][0])), "the part started before the crash was killed"
+
+
+def test_a_part_not_started_orphans_the_attempt_until_every_part_is_fenced(tmp_path):
+    """The daemon's side: a server gone mid-launch leaves the attempt orphaned with every
+    part's handle (its servers held, the job requeued) until each part is fenced."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from sqlmodel import select
+
+    from executors.base import Executor, Handle, PollResult, RunStatus
+    from executors.gang import PartsNotStarted, gang_handle
+    from executors.gpu import GpuInfo
+    from orchestrator.accounting.meter import Accountant
+    from orchestrator.daemon.dispatch import Dispatcher
+    from orchestrator.daemon.reaper import Reaper
+    from orchestrator.nodes.inventory import ResolvedNode
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Attempt, Job
+    from orchestrator.queue.ownership import current_user
+    from orchestrator.settings import NodeConfig, Settings
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+
+    class GoneMidLaunch(Executor):
+        def __init__(self) -> None:
+            self.fenced: list[Handle] = []
+
+        def launch_parts(self, specs, run_dir):
+            assert [s.env["NODE_RANK"] for s in specs] == ["0", "1"]
+            hs = [Handle(s.attempt_id, s.run_dir, {"node": s.node}) for s in specs]
+            raise PartsNotStarted("b went away", gang_handle(specs[0].attempt_id, run_dir, hs,
+                                  False), fenced=False, unreachable=True)  # fmt: skip
+
+        def fence(self, handle):
+            self.fenced.append(handle)
+            return True
+
+        def _do_launch(self, spec):
+            raise AssertionError("a job across servers starts through launch_parts")
+
+        def _do_poll(self, handle):
+            return PollResult(RunStatus.RUNNING)
+
+        def _do_signal(self, handle, sig):
+            return False
+
+        def _do_recover(self, attempt_id, run_dir, node):
+            return None
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        job = Job(state="queued", user="u", uid=os.getuid(), command=["true"],
+                  workdir=str(tmp_path), gpus_min=4, gpus_max=4, submitted_at=now)  # fmt: skip
+        session.add(job)
+        session.flush()
+        session.expunge(job)
+    gpus = tuple(GpuInfo(index=i, uuid=f"gpu{i}", model="m") for i in range(2))
+    nodes = [
+        ResolvedNode(n, "ssh", gpus, "config", host="127.0.0.1",
+                     config=NodeConfig(name=n, executor="ssh", host="127.0.0.1", gpus=2))
+        for n in ("a", "b")
+    ]  # fmt: skip
+    ex = GoneMidLaunch()
+    d = Dispatcher(settings=Settings(home=tmp_path / "home"), db=db, executor=ex, nodes=nodes,
+                   user=current_user())  # fmt: skip
+    assert not d.launch(job, "a", [0, 1], now, parts=[("a", [0, 1]), ("b", [0, 1])])
+    with db.read() as session:
+        att = session.exec(select(Attempt)).one()
+        assert att.state == "orphaned" and len(att.handle["data"]["parts"]) == 2
+        assert session.get(Job, job.id).state == "queued", "requeued"
+        alloc = d.allocator(session)
+    assert alloc.free_gpus == 0, "both servers held until every part is fenced"
+    reaper = Reaper(db=db, executor=ex, settings=SimpleNamespace(cancel_grace_s=10.0),
+                    nodes=nodes, accountant=Accountant(lambda a, b: None, lambda a, b: None,
+                                                       lambda a: 0.0))  # fmt: skip
+    reaper.fence_orphans()
+    assert len(ex.fenced) == 1 and len(ex.fenced[0].data["parts"]) == 2
+    with db.read() as session:
+        assert session.exec(select(Attempt)).one().state == "lost"
+
+
+def test_the_width_is_spread_as_evenly_as_the_servers_allow():
+    from orchestrator.daemon.sqlqueue import spread
+
+    assert spread(4, [2, 2]) == [2, 2]
+    assert spread(6, [4, 4]) == [3, 3]
+    assert spread(7, [4, 4]) == [4, 3]
+    assert spread(10, [8, 4]) == [6, 4], "even would give the 4-GPU server 5"
+    assert spread(12, [4, 8, 2]) == [4, 6, 2]

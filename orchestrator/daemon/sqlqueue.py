@@ -193,15 +193,14 @@ class SqlQueue:
 
     def _across_servers(self, view: QueuedJob, held, width: int):
         """A job wider than one server, on whole servers (network packing holds them all):
-        SSH servers only; the width spread evenly over them (the first ones one GPU more
-        where it does not divide), each part on its server's first GPUs."""
+        SSH servers only; the width spread as evenly as their sizes allow (``spread``),
+        each part on its server's first GPUs."""
         ssh = {n.name for n in self.dispatcher.nodes if n.executor == "ssh"}
         if any(node not in ssh for node, _ in held):
             self.alloc.free(("job", view.id))
             return None  # whole servers of another kind: it waits for SSH ones
-        share, extra = divmod(width, len(held))
-        parts = [(node, list(gpus[: share + (rank < extra)]))
-                 for rank, (node, gpus) in enumerate(held)]  # fmt: skip
+        counts = spread(width, [len(gpus) for _, gpus in held])
+        parts = [(node, list(gpus[:n])) for (node, gpus), n in zip(held, counts, strict=True)]
         return (parts[0][0], parts[0][1], parts)
 
     def launch(self, view: QueuedJob, decision: Decision, allocation, now_s: float) -> None:
@@ -355,6 +354,16 @@ def _running_rows(session: Session) -> list:
         .where(Attempt.state == AttemptState.RUNNING)
     ).all()
     return [(job, width_of_attempt(att), att.started_at or job.started_at) for att, job in rows]
+
+
+def spread(width: int, sizes: list[int]) -> list[int]:
+    """GPUs of each server for a job of ``width`` GPUs on servers of ``sizes`` GPUs (at
+    least ``width`` in all): as even as they allow, a small server all it has."""
+    out, left = [0] * len(sizes), width
+    for pos, i in enumerate(sorted(range(len(sizes)), key=lambda i: sizes[i])):
+        out[i] = min(sizes[i], -(-left // (len(sizes) - pos)))
+        left -= out[i]
+    return out
 
 
 def _queued_view(job: Job, largest: int) -> QueuedJob:
