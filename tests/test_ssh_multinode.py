@@ -29,6 +29,7 @@ RANK = (
     "got['pid'] = os.getpid()\n"
     "path = sys.argv[1] + '.' + os.environ['NODE_RANK']\n"
     "json.dump(got, open(path + '.tmp', 'w')); os.replace(path + '.tmp', path)\n"
+    "print('rank', os.environ['NODE_RANK'], flush=True)\n"
     "time.sleep(float(sys.argv[2]))\n"
 )
 
@@ -70,6 +71,11 @@ def test_a_job_wider_than_a_server_runs_on_both_with_one_rendezvous(cli, ssh_ser
     assert all(j > 0 for j in part_j), part_j
     assert energy_j == pytest.approx(sum(part_j), rel=0.05)
     assert shown["energy_modelled"] is False
+    assert (shown["node"], shown["gpus"]) == ("a+b", 4)
+    assert shown["runs"][0]["parts"] == [{"node": "a", "gpu_ids": [0, 1]},
+                                         {"node": "b", "gpu_ids": [0, 1]}]  # fmt: skip
+    assert "on a GPU 0, 1 + b GPU 0, 1" in cli.run("show", str(job)).stdout
+    assert cli.run("logs", str(job)).stdout == "rank 0\nrank 1\n", "each part's log, by rank"
 
 
 @pytest.mark.parametrize("interruptible", [False, True])

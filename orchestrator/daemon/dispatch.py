@@ -162,6 +162,9 @@ class Dispatcher:
                 return False
             job.attempts += 1
             job.node, job.gpu_ids = node_name, gpus
+            if parts:  # its servers joined with "+", every part's GPUs in rank order
+                job.node = "+".join(n for n, _ in parts)
+                job.gpu_ids = [g for _, part in parts for g in part]
             att = attempts.begin(
                 session,
                 at=now,

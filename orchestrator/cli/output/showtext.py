@@ -131,8 +131,12 @@ def show(d: dict[str, Any]) -> None:
 
 
 def _run(r: dict[str, Any]) -> str:
-    parts = [f"#{r['attempt']} {r['state']} on {r['node']}"]
-    parts.append(f"GPU {', '.join(map(str, r['gpu_ids']))}" if r["gpu_ids"] else "no GPU")
+    if r.get("parts"):  # a job across servers
+        on = " + ".join(f"{p['node']} GPU {', '.join(map(str, p['gpu_ids']))}" for p in r["parts"])
+        parts = [f"#{r['attempt']} {r['state']} on {on}"]
+    else:
+        parts = [f"#{r['attempt']} {r['state']} on {r['node']}"]
+        parts.append(f"GPU {', '.join(map(str, r['gpu_ids']))}" if r["gpu_ids"] else "no GPU")
     if r["started_at"]:
         span = when(r["started_at"])
         parts.append(span + (f" → {when(r['finished_at'])}" if r["finished_at"] else ""))

@@ -12,7 +12,7 @@ def nodes(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
 
     from orchestrator.nodes import ssh as sshnodes
     from orchestrator.nodes.inventory import resolve_nodes
-    from orchestrator.queue.attempts import ON_GPU, AttemptState, values
+    from orchestrator.queue.attempts import ON_GPU, AttemptState, parts_of, values
     from orchestrator.queue.models import Attempt, Gpu, Node
 
     refresh = bool(args.get("refresh", bool, False))
@@ -30,8 +30,9 @@ def nodes(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
         for att in session.exec(
             select(Attempt).where(col(Attempt.state).in_(values([AttemptState.LAUNCHING, *ON_GPU])))
         ):
-            for gpu in att.gpu_ids:
-                holders[(att.node, gpu)] = att.job_id
+            for node, gpus in parts_of(att):  # a job across servers: each part's
+                for gpu in gpus:
+                    holders[(node, gpu)] = att.job_id
         stored = {n.name: n for n in session.exec(select(Node)).all()}
         stored_gpus: dict[str, list[Gpu]] = {}
         for g in session.exec(select(Gpu).order_by(Gpu.node, Gpu.index)).all():

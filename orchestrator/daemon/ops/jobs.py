@@ -145,6 +145,10 @@ def _run(a) -> dict[str, Any]:
         "state": a.state,
         "node": a.node,
         "gpu_ids": list(a.gpu_ids),
+        # a job across servers: each part's node and GPUs, by rank (None: one node)
+        "parts": [{"node": p["node"], "gpu_ids": list(p["gpu_ids"])} for p in a.parts]
+        if a.parts
+        else None,
         "cap": a.cap,
         "started_at": iso(a.started_at),
         "finished_at": iso(a.finished_at),
@@ -246,19 +250,35 @@ def _sources(ctx: OpContext, job_id: int) -> list[tuple[str, str, str | None]]:
         ).all()
     ssh_nodes = {n.name: n for n in ctx.settings.nodes if n.executor == "ssh"}
     keys: list[tuple[str, str, str | None]] = []
-    for att in attempts:
-        if att.node in ssh_nodes:
-            target = ssh_target(ssh_nodes[att.node])
-            account = (att.handle or {}).get("data", {}).get("account")
+    for node, data in _runs(attempts):  # a job across servers: each part's, by rank
+        if node in ssh_nodes:
+            target = ssh_target(ssh_nodes[node])
+            account = data.get("account")
             account = account if isinstance(account, str) and target.per_user else None
             if account is not None:
                 target = target.for_account(account)
-            key = (att.node, target.remote_path("logs", f"{job_id}.log"), account)
+            key = (node, target.remote_path("logs", f"{job_id}.log"), account)
         else:
             key = ("", str(ctx.settings.log_path(job_id)), None)
         if key not in keys:
             keys.append(key)
     return keys or [("", str(ctx.settings.log_path(job_id)), None)]
+
+
+def _runs(attempts) -> list[tuple[str, dict]]:
+    """(node, its handle's data) of each attempt, or of each part of one."""
+    out = []
+    for att in attempts:
+        data = (att.handle or {}).get("data", {})
+        data = data if isinstance(data, dict) else {}
+        parts = data.get("parts") if isinstance(data.get("parts"), list) else None
+        if not att.parts or not parts or len(parts) != len(att.parts):
+            out.append((att.node, data))
+            continue
+        for part, handle in zip(att.parts, parts, strict=True):
+            part_data = handle.get("data") if isinstance(handle, dict) else None
+            out.append((part["node"], part_data if isinstance(part_data, dict) else {}))
+    return out
 
 
 def _read_local(path: str, offset: int) -> bytes | None:
