@@ -315,3 +315,18 @@ def test_the_width_is_spread_as_evenly_as_the_servers_allow():
     assert spread(7, [4, 4]) == [4, 3]
     assert spread(10, [8, 4]) == [6, 4], "even would give the 4-GPU server 5"
     assert spread(12, [4, 8, 2]) == [4, 6, 2]
+
+
+def test_submit_refuses_only_what_neither_a_node_nor_the_ssh_servers_together_carry():
+    from orchestrator.nodes.inventory import job_gpu_limit
+    from orchestrator.queue.checks import too_wide
+
+    four_ssh = job_gpu_limit({f"s{i}": ("ssh", 8) for i in range(4)} | {"here": ("local", 2)})
+    assert four_ssh == 32 and too_wide(32, four_ssh) is None
+    assert too_wide(40, four_ssh) == (
+        "needs 40 GPUs; the largest node has 8 and the 4 SSH servers together 32"
+    )
+    one_ssh = job_gpu_limit({"s": ("ssh", 8), "here": ("local", 4), "c": ("slurm", 16)})
+    assert too_wide(17, one_ssh) == "needs 17 GPUs; the largest node has 16", "as before"
+    assert too_wide(5, 4) == "needs 5 GPUs; the largest node has 4", "a plain count: as before"
+    assert too_wide(5, None) is None, "not known yet: the daemon checks it"

@@ -38,7 +38,8 @@ def submit(
         typer.Option(
             help="GPUs: a count (2; 0 for none) or a range the job can run at (2-8): "
             "with a grid signal the planner picks the width, without one it runs at "
-            "the maximum (capped to the largest node)."
+            "the maximum (capped to the largest node; a job whose minimum needs more "
+            "runs across whole SSH servers)."
         ),
     ] = "1",
     duration: Annotated[
