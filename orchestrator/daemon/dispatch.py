@@ -315,7 +315,7 @@ class Dispatcher:
         """SIGCONT a stopped job on the GPUs it kept, under its new piece's cap."""
         cap, until = piece_cap_until(decision, now.timestamp())
         try:
-            capped = self.caps is not None and self.caps.enabled_on(att.node)
+            capped = self.caps is not None and self.caps.enabled_on(att.node) and not att.parts
             if capped:
                 self.caps.apply(att.node, att.gpu_ids, cap)
             self.executor.signal(Handle.from_dict(att.handle), signal.SIGCONT)

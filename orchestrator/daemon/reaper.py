@@ -105,18 +105,21 @@ class Reaper:
         been down for its node's ``lost_after``; then the attempt is given up (it may
         still run there: it is fenced when the server is back) and its job is lost and
         requeued, to resume from its checkpoint where it made one."""
-        since = attempts.down_since(att, self.executor.unreachable_nodes())
-        if since is None or now.timestamp() - since < self._lost_after_s(att.node):
+        down = self.executor.unreachable_nodes()
+        gone = [n for n in attempts.nodes_of(att) if n in down]  # a job across servers: any
+        node = min(gone, key=down.__getitem__) if gone else att.node  # part's, first down
+        since = down.get(node)
+        if since is None or now.timestamp() - since < self._lost_after_s(node):
             return
         with self.db.write() as session:
             row, job = session.get(Attempt, att.id), session.get(Job, att.job_id)
             if row.state not in (AttemptState.LAUNCHING, *attempts.ON_GPU):
                 return
-            detail = f"node {att.node} unreachable for {now.timestamp() - since:.0f}s: {why}"
+            detail = f"node {node} unreachable for {now.timestamp() - since:.0f}s: {why}"
             attempts.move(
                 session, row, AttemptState.ORPHANED, at=now, finished_at=now, detail=detail
             )
-            reason = f"node {att.node} unreachable since {_hms(since)}"
+            reason = f"node {node} unreachable since {_hms(since)}"
             if job.cancel_requested_at is not None:
                 transition(session, job, JobState.CANCELLED, at=now, actor=ACTOR, reason=reason)
             elif job.state == JobState.PLANNED.value:
@@ -130,7 +133,7 @@ class Reaper:
                 session.add(job)
         self.accountant.forget(att.id)
         log.warning("job %s: node %s lost; attempt %s given up, job requeued",
-                    att.job_id, att.node, att.id)  # fmt: skip
+                    att.job_id, node, att.id)  # fmt: skip
 
     def fence_orphans(self) -> None:
         """Attempts given up while their server was away: once it answers, make sure they
