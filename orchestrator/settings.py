@@ -88,11 +88,8 @@ class NodeConfig(BaseModel):
     time_margin: float = Field(
         default=0.25, ge=0, le=100, description="--time: the estimate plus this share, plus 5 min"
     )
-    gpus_per_node: int | None = Field(
-        default=None, ge=1, le=MAX_NODE_GPUS,
-        description="GPUs of each machine of the partition: a wider job runs on sbatch "
-        "--nodes N, one process per machine (srun); unset: every job on one machine",
-    )  # fmt: skip
+    gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_NODE_GPUS, description="GPUs "
+                                      "per machine: a wider job gets sbatch --nodes N")  # fmt: skip
     slurm_bin_dir: Path | None = Field(
         default=None,
         description="where sbatch, squeue, sacct, scancel and scontrol are (absolute); "

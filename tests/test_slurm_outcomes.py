@@ -168,6 +168,21 @@ def test_a_job_wider_than_a_machine_runs_one_process_per_machine(tmp_path):
     assert slurm_machines(5, SimpleNamespace(gpus_per_node=4)) == 2
     assert slurm_machines(4, SimpleNamespace(gpus_per_node=4)) == 1
     assert slurm_machines(8, SimpleNamespace(gpus_per_node=None)) == 1, "unset: one machine"
+    from orchestrator.daemon.launchspec import launch_spec
+    from orchestrator.nodes.inventory import ResolvedNode
+    from orchestrator.settings import NodeConfig, Settings
+
+    cfg = NodeConfig(name="cluster", executor="slurm", gpus=16, gpus_per_node=4)
+    node = ResolvedNode("cluster", "slurm", (), "config", config=cfg)
+    job = Job(id=3, state="queued", user="u", uid=os.getuid(), command=["true"], workdir="/",
+              gpus_min=8, gpus_max=8, submitted_at=NOW)  # fmt: skip
+    att = Attempt(id=7, job_id=3, number=1, state="launching", node="cluster",
+                  gpu_ids=list(range(8)), run_dir=str(tmp_path / "run"))  # fmt: skip
+    wide = launch_spec(Settings(home=tmp_path / "home"), job, att, node)
+    assert wide.nodes == 2 and wide.env["NNODES"] == "2" and wide.env["WORLD_SIZE"] == "8"
+    narrow = launch_spec(Settings(home=tmp_path / "home"), job, att.model_copy(
+        update={"gpu_ids": [0, 1, 2, 3]}), node)  # fmt: skip
+    assert narrow.nodes == 1 and "NNODES" not in narrow.env, "one machine: as before"
     calls, bin_dir, out = tmp_path / "calls", tmp_path / "bin", tmp_path / "rank"
     _fake_slurm(bin_dir, calls)
     (bin_dir / "sbatch").write_text(
