@@ -33,9 +33,11 @@ RANK = (
 )
 
 
-def _two_servers(cli, ssh_servers):
+def _two_servers(cli, ssh_servers, shared_home: bool = False):
+    """Two 2-GPU servers; ``shared_home``: one remote_dir for both (an NFS home)."""
     a, b = ssh_servers(gpus=2), ssh_servers(gpus=2)
-    write_config(cli.home, [ssh_node(a, ssh_servers, "a"), ssh_node(b, ssh_servers, "b")],
+    home = {"remote_dir": str(a.root / "home")} if shared_home else {}
+    write_config(cli.home, [ssh_node(a, ssh_servers, "a"), ssh_node(b, ssh_servers, "b", **home)],
                  top={"daemon_interval_s": 0.2})  # fmt: skip
     return a, b
 
@@ -80,7 +82,7 @@ def test_a_job_wider_than_a_server_runs_on_both_with_one_rendezvous(cli, ssh_ser
 def test_killing_one_part_stops_the_other_and_ends_the_job(
     cli, ssh_servers, tmp_path, interruptible
 ):
-    _two_servers(cli, ssh_servers)
+    _two_servers(cli, ssh_servers, shared_home=True)  # each part's run dir its own there
     out = tmp_path / "rank"
     flags = ["--interruptible"] if interruptible else []
     job = cli.submit("--gpus", "4", *flags, "--", sys.executable, "-c", RANK, str(out), "60")
