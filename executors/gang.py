@@ -123,19 +123,20 @@ def poll(
 ) -> PollResult:
     hs = parts(handle)
     results = [poll_one(h) for h in hs]
+    bad = [i for i, r in enumerate(results) if r.status in _ENDED and not _ended_well(r)]
+    live = [h for h, r in zip(hs, results, strict=True) if r.status is RunStatus.RUNNING]
+    if bad and live:  # also while another part's server cannot be asked
+        _stop(signal_one, handle.attempt_id, live)
     for rank, r in enumerate(results):
         if r.status is RunStatus.UNREACHABLE:
             return replace(r, detail=f"part {rank}: {r.detail or 'unreachable'}")
-    bad = [i for i, r in enumerate(results) if r.status in _ENDED and not _ended_well(r)]
     if not bad:
         if all(r.status is RunStatus.EXITED for r in results):
             _stop_sent.pop(handle.attempt_id, None)
             ends = [r.ended_at for r in results if r.ended_at is not None]
             return PollResult(RunStatus.EXITED, exit_code=0, ended_at=max(ends, default=None))
         return PollResult(RunStatus.RUNNING)
-    live = [h for h, r in zip(hs, results, strict=True) if r.status not in _ENDED]
-    if live:
-        _stop(signal_one, handle.attempt_id, live)
+    if any(r.status not in _ENDED for r in results):  # stopping (or pending)
         return PollResult(RunStatus.RUNNING, detail="a part ended; stopping the others")
     _stop_sent.pop(handle.attempt_id, None)
     return _outcome(hs, results, bad, bool(handle.data.get("interruptible")))

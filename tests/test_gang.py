@@ -1,0 +1,81 @@
+"""A job across servers, the parts' bookkeeping alone (``executors.gang``): what the
+attempt's state is from its parts' states, and who is told to stop."""
+
+from __future__ import annotations
+
+import signal
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from executors import gang
+from executors.base import Handle, PollResult, RunStatus
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+RUNNING = PollResult(RunStatus.RUNNING)
+
+
+def _exited(code: int, after_s: float = 0.0, sig: int | None = None) -> PollResult:
+    return PollResult(RunStatus.EXITED, exit_code=code, signal=sig,
+                      ended_at=T0 + timedelta(seconds=after_s))  # fmt: skip
+
+
+def _gang(attempt_id: int, interruptible: bool = False) -> Handle:
+    parts = [Handle(attempt_id, f"/r/part-{r}", {"node": n}) for r, n in enumerate("abc")]
+    return gang.gang_handle(attempt_id, "/r", parts, interruptible)
+
+
+def _poll(handle: Handle, states: dict[str, PollResult]):
+    sent: list[tuple[str, int]] = []
+
+    def signal_one(h: Handle, sig: int) -> bool:
+        sent.append((h.data["node"], sig))
+        return True
+
+    return gang.poll(lambda h: states[h.data["node"]], signal_one, handle), sent
+
+
+def test_a_part_that_ended_well_waits_for_the_others():
+    result, sent = _poll(_gang(1), {"a": _exited(0), "b": RUNNING, "c": RUNNING})
+    assert result.status is RunStatus.RUNNING and sent == []
+    result, _ = _poll(_gang(1), {"a": _exited(0, 1), "b": _exited(0, 3), "c": _exited(0, 2)})
+    assert (result.status, result.exit_code, result.ended_at) == (
+        RunStatus.EXITED,
+        0,
+        T0 + timedelta(seconds=3),
+    )
+
+
+def test_a_part_that_fails_stops_the_others_term_then_kill(monkeypatch):
+    handle = _gang(2)
+    states = {"a": RUNNING, "b": _exited(3), "c": RUNNING}
+    result, sent = _poll(handle, states)
+    assert result.status is RunStatus.RUNNING
+    assert sent == [("a", signal.SIGTERM), ("c", signal.SIGTERM)]
+    assert _poll(handle, states)[1] == [], "told once; SIGKILL only after the grace"
+    monkeypatch.setattr(gang, "STOP_GRACE_S", 0.0)
+    assert _poll(handle, states)[1] == [("a", signal.SIGKILL), ("c", signal.SIGKILL)]
+    # the others end of the signals (later): the attempt ends as the first failing part did
+    states = {"a": _exited(143, 5), "b": _exited(3, 1), "c": _exited(137, 9)}
+    result, _ = _poll(handle, states)
+    assert (result.status, result.exit_code) == (RunStatus.EXITED, 3)
+    assert result.detail == "part 1 on b: exit code 3; the other parts were stopped"
+
+
+@pytest.mark.parametrize("interruptible", [False, True])
+def test_a_part_killed_requeues_only_an_interruptible_job(interruptible):
+    states = {"a": _exited(143, 5), "b": _exited(137, 1, signal.SIGKILL), "c": _exited(0, 2)}
+    result, _ = _poll(_gang(3, interruptible), states)
+    if interruptible:  # lost, so requeued: it resumes from its checkpoint
+        assert result.status is RunStatus.LOST
+    else:
+        assert (result.status, result.exit_code) == (RunStatus.EXITED, 137)
+    assert result.detail.startswith("part 1 on b: killed by SIGKILL")
+
+
+def test_one_part_unreachable_makes_the_attempt_unreachable_and_a_failure_still_stops():
+    states = {"a": RUNNING, "b": PollResult(RunStatus.UNREACHABLE, detail="node b: down"),
+              "c": _exited(1)}  # fmt: skip
+    result, sent = _poll(_gang(4), states)
+    assert result.status is RunStatus.UNREACHABLE and result.detail == "part 1: node b: down"
+    assert sent == [("a", signal.SIGTERM)], "a failed part stops what can be reached"
