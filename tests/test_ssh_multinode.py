@@ -335,3 +335,28 @@ def test_show_names_every_part_of_a_run():
            "energy_kwh": None, "energy_modelled": None, "carbon_g": None}  # fmt: skip
     assert _run(run).startswith("#1 exited on a GPU 0, 1 + b GPU 0, 1, exit 0")
     assert _run(run | {"parts": None}).startswith("#1 exited on a, GPU 0, 1, exit 0")
+
+
+def test_a_job_across_servers_is_packed_on_ssh_servers_alone():
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.sqlqueue import SqlQueue
+    from orchestrator.planning.policies.base import QueuedJob
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    names = {"here": "local", "a": "ssh", "b": "ssh"}
+    topo = ClusterTopology(tuple(NodeTopology(n, (0, 1, 2, 3)) for n in names))
+    nodes = [SimpleNamespace(name=n, executor=kind) for n, kind in names.items()]
+    q = SqlQueue(db=None, dispatcher=SimpleNamespace(nodes=nodes), reaper=None,
+                 suspender=None, alloc=ClusterAllocator(topo))  # fmt: skip
+    view = QueuedJob(id=1, gpus=8, submitted_s=0.0)
+    first = q.alloc.allocate(("job", 1), 8)  # network packing alone takes "here" and "a"
+    assert [n for n, _ in first.parts] == ["here", "a"]
+    node, gpus, parts = q._across_servers(view, first.parts, 8)
+    assert parts == [("a", [0, 1, 2, 3]), ("b", [0, 1, 2, 3])] and (node, gpus) == (
+        "a",
+        parts[0][1],
+    )
+    assert q.alloc.free_on("here") == [0, 1, 2, 3], "this host's GPUs are free again"
+    assert q.alloc.free_gpus == 4

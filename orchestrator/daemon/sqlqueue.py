@@ -196,9 +196,18 @@ class SqlQueue:
         SSH servers only; the width spread as evenly as their sizes allow (``spread``),
         each part on its server's first GPUs."""
         ssh = {n.name for n in self.dispatcher.nodes if n.executor == "ssh"}
-        if any(node not in ssh for node, _ in held):
-            self.alloc.free(("job", view.id))
-            return None  # whole servers of another kind: it waits for SSH ones
+        if any(node not in ssh for node, _ in held):  # packed again, on SSH servers alone
+            key, others = ("job", view.id), ("not ssh", view.id)
+            self.alloc.free(key)
+            hidden = [n for n in self.alloc.node_names if n not in ssh and self.alloc.free_on(n)]
+            for name in hidden:
+                self.alloc.hold(others, name, self.alloc.free_on(name))
+            allocation = self.alloc.allocate(key, width)
+            if hidden:
+                self.alloc.free(others)
+            if allocation is None:
+                return None  # it waits for enough idle SSH servers
+            held = allocation.parts
         counts = spread(width, [len(gpus) for _, gpus in held])
         parts = [(node, list(gpus[:n])) for (node, gpus), n in zip(held, counts, strict=True)]
         return (parts[0][0], parts[0][1], parts)
