@@ -360,3 +360,11 @@ def test_a_job_across_servers_is_packed_on_ssh_servers_alone():
     )
     assert q.alloc.free_on("here") == [0, 1, 2, 3], "this host's GPUs are free again"
     assert q.alloc.free_gpus == 4
+
+
+def test_a_range_wider_than_every_ssh_server_is_planned_at_what_they_carry():
+    from orchestrator.planning.snapshot import across_servers_width
+
+    assert across_servers_width(2, 16, 8) == 8, "fits one server: on one, as before"
+    assert across_servers_width(12, 16, 8) == 16
+    assert across_servers_width(12, 64, 8, 32) == 32, "not more than the servers carry"

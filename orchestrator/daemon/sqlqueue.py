@@ -64,6 +64,7 @@ class SqlQueue:
     faults: Faults = field(default_factory=Faults)
     history: object = None  # accounting.estimates.History: earlier runs, kept between passes
     known: dict = field(default_factory=dict)  # this pass's run-time estimates, by job id
+    widest: int = 0  # GPUs one job may have: a node's, or the SSH servers' together
 
     @property
     def slot_s(self) -> float:
@@ -161,7 +162,7 @@ class SqlQueue:
             if job.cancel_requested_at is None:
                 eligible[job.id] = job
         self.eligible, self.stopped, self.alloc = eligible, stopped, alloc
-        self.waiting = waiting
+        self.waiting, self.widest = waiting, widest
         if self.planner is not None:
             load = expected_load(
                 submitted, first, known, self.planner.default_run_s, now_s, alloc.total_gpus,
@@ -172,7 +173,7 @@ class SqlQueue:
                 spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
             )  # fmt: skip
         scheduler = Scheduler(Fifo())  # the decision core the simulator drives too
-        scheduler.add(_queued_view(job, largest) for job in eligible.values())
+        scheduler.add(_queued_view(job, largest, widest) for job in eligible.values())
         scheduler.plan(now.timestamp())
         return scheduler
 
@@ -181,6 +182,8 @@ class SqlQueue:
         if held is not None:  # a stopped job resumes on the GPUs it holds
             return (held.node, list(held.gpu_ids))
         width = width_of(view, decision, now_s)
+        if self.widest:  # a job across servers: at most every SSH server's GPUs
+            width = min(width, self.widest)
         if width == 0:  # a CPU-only job: the first node, no GPUs
             return (self.dispatcher.nodes[0].name, [])
         allocation = self.alloc.allocate(("job", view.id), width)
@@ -375,10 +378,10 @@ def spread(width: int, sizes: list[int]) -> list[int]:
     return out
 
 
-def _queued_view(job: Job, largest: int) -> QueuedJob:
+def _queued_view(job: Job, largest: int, widest: int | None = None) -> QueuedJob:
     return QueuedJob(
         id=job.id,
-        gpus=across_servers_width(job.gpus_min, job.gpus_max, largest),
+        gpus=across_servers_width(job.gpus_min, job.gpus_max, largest, widest),
         submitted_s=job.submitted_at.timestamp(),
         priority=job.priority,
         duration_s=job.duration_s,

@@ -91,17 +91,21 @@ def _checkpoint_s(job, lab_s: float) -> float:
     return lab_s if own is None else own
 
 
-def across_servers_width(gpus_min: int, gpus_max: int, largest_node: int) -> int:
+def across_servers_width(
+    gpus_min: int, gpus_max: int, largest_node: int, most: int | None = None
+) -> int:
     """The widest a job is planned: at most one node where it fits one; a job that needs
-    more than the largest node runs across servers (whole ones) at its full width."""
-    return gpus_max if gpus_min > largest_node else min(gpus_max, largest_node)
+    more than the largest node runs across servers (whole ones), at most ``most``."""
+    if gpus_min <= largest_node:
+        return min(gpus_max, largest_node)
+    return gpus_max if most is None else max(gpus_min, min(gpus_max, most))
 
 
 def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
     jobs = []
     left = inp.remaining_s or {}
     for job in inp.queued:
-        width = across_servers_width(job.gpus_min, job.gpus_max, largest_node)
+        width = across_servers_width(job.gpus_min, job.gpus_max, largest_node, inp.total_gpus)
         est = estimate_of(inp, job)
         duration = left.get(job.id, est.run_s if est else None)
         jobs.append(
