@@ -79,3 +79,29 @@ def test_one_part_unreachable_makes_the_attempt_unreachable_and_a_failure_still_
     result, sent = _poll(_gang(4), states)
     assert result.status is RunStatus.UNREACHABLE and result.detail == "part 1: node b: down"
     assert sent == [("a", signal.SIGTERM)], "a failed part stops what can be reached"
+
+
+def test_each_part_is_metered_on_its_own_and_a_forged_log_is_bounded_by_its_gpus(tmp_path):
+    import json
+
+    from executors import runfiles
+    from orchestrator.accounting.meter import MAX_GPU_W, Accountant
+    from orchestrator.queue.models import Attempt
+
+    t = T0.timestamp()
+    for rank, power in enumerate([f"{t} 0\n{t + 60} 12000\n", f"{t} 0\n{t + 60} 1e12\n"]):
+        part = tmp_path / f"part-{rank}"
+        part.mkdir()
+        start = {"pid": 4242, "start_ticks": 1, "started_at": T0.isoformat()}
+        (part / runfiles.JOB).write_text(json.dumps(start))
+        (part / runfiles.POWER).write_text(power)  # rank 1's job forged its log
+    parts = [{"node": "a", "gpu_ids": [0, 1]}, {"node": "b", "gpu_ids": [0, 1]}]
+    att = Attempt(id=9, job_id=1, number=1, state="running", node="a", gpu_ids=[0, 1],
+                  run_dir=str(tmp_path), started_at=T0, parts=parts)  # fmt: skip
+    acc = Accountant(lambda a, b: 0.5 * (b - a), lambda a, b: None, lambda a: 0.0)
+    totals = acc.measure(att, t + 60)
+    bound = MAX_GPU_W * 2 * 60  # rank 1: at most what its two GPUs can draw
+    assert totals.energy_j == pytest.approx(12000 + bound)
+    assert set(acc._meters) == {9, (9, 0), (9, 1)}
+    acc.forget(9)
+    assert acc._meters == {}, "every part's meter forgotten with its attempt"
