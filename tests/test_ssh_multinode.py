@@ -368,3 +368,41 @@ def test_a_range_wider_than_every_ssh_server_is_planned_at_what_they_carry():
     assert across_servers_width(2, 16, 8) == 8, "fits one server: on one, as before"
     assert across_servers_width(12, 16, 8) == 16
     assert across_servers_width(12, 64, 8, 32) == 32, "not more than the servers carry"
+
+
+# Each part appends its pid to OUT.<NODE_RANK>; a rank's first start runs a minute.
+AGAIN = (
+    "import os, sys, time\n"
+    "path = sys.argv[1] + '.' + os.environ['NODE_RANK']\n"
+    "first = not os.path.exists(path)\n"
+    "open(path, 'a').write(f'{os.getpid()}\\n')\n"
+    "time.sleep(60 if first else 0.5)\n"
+)
+
+
+def test_rank_0s_server_gone_the_job_is_requeued_and_no_part_left_running(
+    cli, ssh_servers, tmp_path
+):
+    a, _ = _two_servers(cli, ssh_servers)
+    out = tmp_path / "rank"
+    job = cli.submit("--gpus", "4", "--interruptible", "--", sys.executable, "-c", AGAIN, str(out))
+    daemon = cli.daemon()
+    try:
+        wait_for(lambda: all(Path(f"{out}.{r}").exists() for r in (0, 1)), timeout_s=30,
+                 what="both parts started")  # fmt: skip
+        first = [int(Path(f"{out}.{r}").read_text().split()[0]) for r in (0, 1)]
+        a.stop()  # rank 0's server goes off the network; its part runs on there, unseen
+        wait_for(lambda: "lost" in _states(cli, job), timeout_s=20, what="the job lost")
+        wait_for(lambda: not _alive(first[1]), timeout_s=10,
+                 what="rank 1 fenced while rank 0's server is away")  # fmt: skip
+        assert _alive(first[0]), "out of reach: killed once its server is back"
+        a.start()
+        done = cli.wait_state(job, {"completed"}, timeout=40)
+        assert done["attempts"] == 2 and not _alive(first[0])
+        states = [s for (s,) in cli.db_rows(f"SELECT state FROM attempt WHERE job_id = {job} "
+                                            "ORDER BY number")]  # fmt: skip
+        assert states == ["lost", "exited"]
+    finally:
+        cli.run("cancel", str(job), check=False)
+        daemon.terminate()
+        daemon.wait(timeout=30)

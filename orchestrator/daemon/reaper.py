@@ -143,8 +143,8 @@ class Reaper:
                 select(Attempt).where(Attempt.state == AttemptState.ORPHANED)
             ).all()
         down = self.executor.unreachable_nodes()
-        for att in orphans:
-            if att.node in down:
+        for att in orphans:  # a job across servers: its reachable parts fenced at once
+            if all(n in down for n in attempts.nodes_of(att)):
                 continue
             bare = bare_handle(att.id, att.run_dir, attempts.nodes_of(att))
             handle = Handle.from_dict(att.handle) if att.handle else bare
