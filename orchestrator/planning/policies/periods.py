@@ -56,9 +56,14 @@ class Periods:
         self.left[0] = state.remaining_g
         watts = p.power_w[:, :, None]
         self.grams = np.empty((n, *p.start.shape))
+        # ∫ to each option's start and end once; clipped to a period, the value at its
+        # bound (the same numbers as integrating from the clipped times)
+        at_start, at_end = signal.cumulative(p.start), signal.cumulative(p.end)
         for i, (a, b) in enumerate(self.bounds):
-            s, e = np.clip(p.start, a, b), np.clip(p.end, a, b)
-            self.grams[i] = np.where(p.exists, watts * signal.integral(s, e) / J_PER_KWH, 0)
+            at_a, at_b = signal.cumulative(a), signal.cumulative(b)
+            s = np.where(p.start < a, at_a, np.where(p.start > b, at_b, at_start))
+            e = np.where(p.end < a, at_a, np.where(p.end > b, at_b, at_end))
+            self.grams[i] = np.where(p.exists, watts * (e - s) / J_PER_KWH, 0)
             for c in p.snapshot.committed:
                 s_c, e_c = np.clip(max(c.start_s, p.now), a, b), np.clip(c.end_s, a, b)
                 self.left[i] -= c.power_w * float(signal.integral(s_c, e_c)) / J_PER_KWH
@@ -69,6 +74,7 @@ class Periods:
         mids = (p.t[:-1] + p.t[1:]) / 2
         self.slot_period = np.searchsorted(cuts[1:-1], mids, side="right")
         self.slot_units = p.per_slot(signal) / J_PER_KWH  # per watt, per slot
+        self._kept: tuple | None = None  # (key, cost) of ``_best``'s fixed periods
         self.base, self.arrivals = self._expected()
         self.target = self._pace()
 
@@ -137,10 +143,19 @@ class Periods:
 
     def _best(self, lambdas: np.ndarray) -> np.ndarray:
         """Each job's cheapest deadline-meeting option (flat over C × S), no capacity; the
-        earliest start at full power where none meets its deadline."""
+        earliest start at full power where none meets its deadline.
+
+        The search for λ prices one period at a time, the earlier ones' λ fixed and the
+        later ones' 0: the cost of all but the last priced period is kept between calls."""
         p = self.problem
-        cost = np.where(p.meets, self.cost(lambdas), np.inf)
-        flat = cost.reshape(len(p.jobs), -1)
+        n = len(p.jobs)
+        priced = np.flatnonzero(lambdas)
+        i = int(priced[-1]) if len(priced) else 0
+        key = (i, lambdas[:i].tobytes())
+        if self._kept is None or self._kept[0] != key:
+            head = self.jct + np.tensordot(lambdas[:i], self.grams[:i], axes=1)
+            self._kept = (key, np.where(p.meets, head, np.inf).reshape(n, -1))
+        flat = self._kept[1] + lambdas[i] * self.grams[i].reshape(n, -1)
         best = flat.argmin(axis=1)
         forced = ~np.isfinite(flat[np.arange(len(best)), best])
         if forced.any():

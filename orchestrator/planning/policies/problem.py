@@ -221,6 +221,7 @@ class Problem:
         self.slot_obj = self.per_slot(self.obj)  # per watt, per slot
         self.slot_carbon = self.per_slot(self.carbon) / J_PER_KWH
         self.free_gpus, self.free_w = self._capacity()
+        self._cover_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     def per_slot(self, series) -> np.ndarray:
         """``series`` integrated over each slot at its mean from now on (the first slot,
@@ -263,13 +264,22 @@ class Problem:
         covers (the part beyond the horizon is not checked)."""
         gpus, watts = self.gpus[j][:, None], self.power_w[j][:, None]
         bad = (free_gpus[None, :] < gpus - 1e-9) | (free_w[None, :] < watts - 1e-6)
-        cs = np.concatenate((np.zeros((self.C, 1)), np.cumsum(bad, axis=1)), axis=1)
-        k = self.k[j]  # (C, S)
-        m = np.ceil((self.end[j] - (self.origin + k * self.slot)) / self.slot - 1e-9)
-        a = np.clip(k, 0, self.K)
-        b = np.clip(k + np.maximum(m, 1).astype(np.int64), 0, self.K)
-        rows = np.arange(self.C)[:, None]
-        return (cs[rows, b] - cs[rows, a]) == 0
+        cs = np.zeros((self.C, self.K + 1), dtype=np.int64)
+        np.cumsum(bad, axis=1, out=cs[:, 1:])
+        a, b = self._covers(j)
+        return cs.ravel()[b] == cs.ravel()[a]
+
+    def _covers(self, j: int) -> tuple[np.ndarray, np.ndarray]:
+        """(C, S) flat indices into a (C, K + 1) array of the slot edges each option of
+        job j starts and ends its cover at (for ``fits``; kept per job)."""
+        if j not in self._cover_cache:
+            k = self.k[j]  # (C, S)
+            m = np.ceil((self.end[j] - (self.origin + k * self.slot)) / self.slot - 1e-9)
+            a = np.clip(k, 0, self.K)
+            b = np.clip(k + np.maximum(m, 1).astype(np.int64), 0, self.K)
+            rows = (self.K + 1) * np.arange(self.C)[:, None]
+            self._cover_cache[j] = (rows + a, rows + b)
+        return self._cover_cache[j]
 
     def reserve(self, free_gpus, free_w, gpus: int, power_w: float, intervals) -> None:
         for a_s, b_s in intervals:
