@@ -58,7 +58,7 @@ class Periods:
         self.grams = np.empty((n, *p.start.shape))
         # ∫ to each option's start and end once; clipped to a period, the value at its
         # bound (the same numbers as integrating from the clipped times)
-        at_start, at_end = signal.cumulative(p.start), signal.cumulative(p.end)
+        at_start, at_end = p.cumulative(signal, "start"), p.cumulative(signal, "end")
         for i, (a, b) in enumerate(self.bounds):
             at_a, at_b = signal.cumulative(a), signal.cumulative(b)
             s = np.where(p.start < a, at_a, np.where(p.start > b, at_b, at_start))

@@ -215,13 +215,27 @@ class Problem:
         self.carbon = snap.forecast.window(now, now, self.t_end)
         self.obj = objective_series(snap, now, self.t_end)
         p = self.power_w[:, :, None]
-        self.obj_cost = np.where(self.exists, p * self.obj.integral(self.start, self.end), np.inf)
-        carbon_g = p * self.carbon.integral(self.start, self.end) / J_PER_KWH
+        self._index: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        obj = self.cumulative(self.obj, "end") - self.cumulative(self.obj, "start")
+        self.obj_cost = np.where(self.exists, p * obj, np.inf)
+        carbon = self.cumulative(self.carbon, "end") - self.cumulative(self.carbon, "start")
+        carbon_g = p * carbon / J_PER_KWH
         self.carbon_g = np.where(self.exists, carbon_g, np.inf)
         self.slot_obj = self.per_slot(self.obj)  # per watt, per slot
         self.slot_carbon = self.per_slot(self.carbon) / J_PER_KWH
         self.free_gpus, self.free_w = self._capacity()
         self._cover_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def cumulative(self, series, at: str) -> np.ndarray:
+        """``series.cumulative`` (the same numbers) at every option's ``at`` ("start" or
+        "end"), the slot indices kept for every series on the same steps."""
+        t = self.start if at == "start" else self.end
+        key = (series.start_s, series.step_s, len(series.values), at)
+        if key not in self._index:
+            i = series.index(t)
+            self._index[key] = (i, t - (series.start_s + i * series.step_s))
+        i, offset = self._index[key]
+        return series.cum[i] + series.values[i] * offset
 
     def per_slot(self, series) -> np.ndarray:
         """``series`` integrated over each slot at its mean from now on (the first slot,
