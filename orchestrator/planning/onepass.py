@@ -29,6 +29,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from orchestrator.planning.backfill import Cluster
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import Decision, QueuedJob
 from orchestrator.planning.scheduler import Scheduler
@@ -107,6 +108,10 @@ class QueueState(Protocol):
     def next_due_s(self, now_s: float) -> float | None:
         """The state's own next due time (a piece's end, an arrival), if any."""
 
+    def cluster(self, now_s: float) -> Cluster:
+        """What holds GPUs now (the allocator ``allocate`` takes from) and until when (the
+        running jobs' expected ends), for backfill; asked only when the head is blocked."""
+
 
 class Pass:
     """The named steps over a ``QueueState``; ``tick(now_s)`` runs them in order."""
@@ -165,7 +170,11 @@ class Pass:
 
     def launch(self, now_s: float) -> None:
         state = self.state
-        for job, decision, allocation in self.scheduler.launchable(now_s, self._allocate(now_s)):
+        cluster = getattr(state, "cluster", None)  # for backfill: what holds GPUs until when
+        ready = self.scheduler.launchable(
+            now_s, self._allocate(now_s), cluster and (lambda: cluster(now_s))
+        )
+        for job, decision, allocation in ready:
             state.launch(job, decision, allocation, now_s)
 
     def guard(self, now_s: float) -> None:

@@ -32,6 +32,7 @@ import numpy as np
 
 from executors.base import Handle, LaunchSpec
 from executors.simulated import SimulatedExecutor, Workload
+from orchestrator.planning.backfill import Cluster
 from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.planning.onepass import Pass, Running
 from orchestrator.planning.perfmodel import JobModel
@@ -83,7 +84,7 @@ class SimDaemon:
         self.alloc = ClusterAllocator(inputs.topology)
         self.scheduler = Scheduler(
             policy, forecaster, inputs.max_defer_s, self._context,
-            self._ahead if inputs.jobs.after is not None else None,
+            self._ahead if inputs.jobs.after is not None else None, inputs.backfill,
         )  # fmt: skip
         self.ledger = None
         if inputs.budget is not None:  # a whole-run budget is paced to the last arrival
@@ -224,6 +225,10 @@ class SimDaemon:
 
     def make_room(self, width: int, movable: dict) -> list:
         return self.alloc.make_room(width, movable) or []
+
+    def cluster(self, now: float) -> Cluster:
+        """The allocator and each attempt's expected end (of its piece), for backfill."""
+        return Cluster(self.alloc, {a.key: a.end_s for a in self._running.values()})
 
     def checkpoint(self, run: Running, now: float) -> bool:
         return bool(self.executor.signal(run.ref.handle, signal.SIGTERM))
