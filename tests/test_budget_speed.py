@@ -118,3 +118,17 @@ def test_grams_per_period_are_the_integrals_over_each_period():
         s, e = np.clip(p.start, a, b), np.clip(p.end, a, b)
         direct = np.where(p.exists, watts * periods.signal.integral(s, e) / J_PER_KWH, 0)
         assert np.array_equal(periods.grams[i], direct)
+
+
+def test_choices_kept_between_lambdas_are_the_ones_found_afresh():
+    """λ's search evaluates only the jobs whose choice differs at the nearest λ below and
+    above: every choice is the one a fresh evaluation of all jobs finds."""
+    p = _problem([300, 120, 80, 400, 500, 90] * 4, [0.4, 1.0, 2.5, 6.0, 0.7, 1.3] * 3)
+    periods = Periods(p)
+    rng = np.random.default_rng(3)
+    for log_lam in rng.uniform(-6, 9, 40):
+        lambdas = np.zeros(len(periods.bounds))
+        lambdas[0] = 10**log_lam
+        kept = periods._best(lambdas)
+        fresh = Periods(p)._best(lambdas)
+        assert np.array_equal(kept, fresh)

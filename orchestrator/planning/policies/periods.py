@@ -8,6 +8,7 @@ For an energy budget, "grams" are watt-hours (``Budget.measure``).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
 
@@ -146,7 +147,10 @@ class Periods:
         earliest start at full power where none meets its deadline.
 
         The search for λ prices one period at a time, the earlier ones' λ fixed and the
-        later ones' 0: the cost of all but the last priced period is kept between calls."""
+        later ones' 0: the cost of all but the last priced period is kept between calls,
+        and each choice found at a λ of that period. A job whose choice is the same at the
+        nearest λ below and above is the same in between (its cost is the least of lines
+        in λ): only the others are evaluated."""
         p = self.problem
         n = len(p.jobs)
         priced = np.flatnonzero(lambdas)
@@ -154,12 +158,25 @@ class Periods:
         key = (i, lambdas[:i].tobytes())
         if self._kept is None or self._kept[0] != key:
             head = self.jct + np.tensordot(lambdas[:i], self.grams[:i], axes=1)
-            self._kept = (key, np.where(p.meets, head, np.inf).reshape(n, -1))
-        flat = self._kept[1] + lambdas[i] * self.grams[i].reshape(n, -1)
-        best = flat.argmin(axis=1)
-        forced = ~np.isfinite(flat[np.arange(len(best)), best])
-        if forced.any():
-            best[forced] = np.ravel_multi_index((0, 0), p.start.shape[1:])
+            self._kept = (key, np.where(p.meets, head, np.inf).reshape(n, -1), [], [])
+        _, base, at, found = self._kept
+        lam = float(lambdas[i])
+        k = bisect.bisect_left(at, lam)
+        if k < len(at) and at[k] == lam:
+            return found[k].copy()
+        if 0 < k < len(at):
+            best = found[k - 1].copy()
+            rows = np.flatnonzero(found[k - 1] != found[k])
+        else:
+            best, rows = np.zeros(n, dtype=np.int64), np.arange(n)
+        if len(rows):
+            flat = base[rows] + lam * self.grams[i].reshape(n, -1)[rows]
+            choice = flat.argmin(axis=1)
+            forced = ~np.isfinite(flat[np.arange(len(rows)), choice])
+            choice[forced] = np.ravel_multi_index((0, 0), p.start.shape[1:])
+            best[rows] = choice
+        at.insert(k, lam)
+        found.insert(k, best.copy())
         return best
 
     def choose(self, lambdas: np.ndarray) -> np.ndarray:
