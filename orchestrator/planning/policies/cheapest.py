@@ -43,6 +43,11 @@ def cheapest_pieces(p: Problem, j: int, free_g, free_w, periods, lambdas, bound=
     # what the caller takes in place of its best run in one piece must cost less by this
     beats = bound - 1e-9 * max(1.0, abs(bound)) if np.isfinite(bound) else np.inf
     if timed and (per_s >= 0).all():
+        # at the lowest price of the window, and the earliest end, the run and a restart
+        need_s = p.run_s[j] + job.checkpoint_s
+        least = need_s * (float(per_s.min()) * p.power_w[j] + 1.0) + edges_a[0] - job.submitted_s
+        if least.min() >= beats:
+            return None
         free = free_g[first:last], free_w[first:last]
         options = _timed_options(p, j, *free, per_s, edges_a, lengths, beats)
     else:
