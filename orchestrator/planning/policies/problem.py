@@ -224,7 +224,7 @@ class Problem:
         self.slot_obj = self.per_slot(self.obj)  # per watt, per slot
         self.slot_carbon = self.per_slot(self.carbon) / J_PER_KWH
         self.free_gpus, self.free_w = self._capacity()
-        self._cover_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._cover_a, self._cover_b = self._covers()
 
     def cumulative(self, series, at: str) -> np.ndarray:
         """``series.cumulative`` (the same numbers) at every option's ``at`` ("start" or
@@ -280,20 +280,18 @@ class Problem:
         bad = (free_gpus[None, :] < gpus - 1e-9) | (free_w[None, :] < watts - 1e-6)
         cs = np.zeros((self.C, self.K + 1), dtype=np.int64)
         np.cumsum(bad, axis=1, out=cs[:, 1:])
-        a, b = self._covers(j)
-        return cs.ravel()[b] == cs.ravel()[a]
+        flat = cs.ravel()
+        return flat[self._cover_b[j]] == flat[self._cover_a[j]]
 
-    def _covers(self, j: int) -> tuple[np.ndarray, np.ndarray]:
-        """(C, S) flat indices into a (C, K + 1) array of the slot edges each option of
-        job j starts and ends its cover at (for ``fits``; kept per job)."""
-        if j not in self._cover_cache:
-            k = self.k[j]  # (C, S)
-            m = np.ceil((self.end[j] - (self.origin + k * self.slot)) / self.slot - 1e-9)
-            a = np.clip(k, 0, self.K)
-            b = np.clip(k + np.maximum(m, 1).astype(np.int64), 0, self.K)
-            rows = (self.K + 1) * np.arange(self.C)[:, None]
-            self._cover_cache[j] = (rows + a, rows + b)
-        return self._cover_cache[j]
+    def _covers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(J, C, S) flat indices into a (C, K + 1) array of the slot edges each option
+        starts and ends its cover at (for ``fits``)."""
+        k = self.k
+        m = np.ceil((self.end - (self.origin + k * self.slot)) / self.slot - 1e-9)
+        a = np.clip(k, 0, self.K)
+        b = np.clip(k + np.maximum(m, 1).astype(np.int64), 0, self.K)
+        rows = (self.K + 1) * np.arange(self.C)[None, :, None]
+        return rows + a, rows + b
 
     def reserve(self, free_gpus, free_w, gpus: int, power_w: float, intervals) -> None:
         for a_s, b_s in intervals:
