@@ -39,7 +39,6 @@ def cheapest_pieces(p: Problem, j: int, free_g, free_w, periods, lambdas, bound=
         per_s = lambdas[periods.slot_period[first:last]] * periods.slot_units[first:last] / p.slot
     else:
         per_s = p.slot_obj[first:last] / p.slot
-    shortest_s = min_piece_s(job.checkpoint_s, p.slot)
     # what the caller takes in place of its best run in one piece must cost less by this
     beats = bound - 1e-9 * max(1.0, abs(bound)) if np.isfinite(bound) else np.inf
     if timed and (per_s >= 0).all():
@@ -49,7 +48,14 @@ def cheapest_pieces(p: Problem, j: int, free_g, free_w, periods, lambdas, bound=
         if least.min() >= beats:
             return None
         free = free_g[first:last], free_w[first:last]
+        # the same job, prices, room and bound as in an earlier greedy pass of this
+        # plan (λ raised only in other periods, the room the same so far): its answer
+        key = (j, bound, per_s.tobytes(), free[0].tobytes(), free[1].tobytes())
+        if key in p.memo:
+            return p.memo[key]
         options = _timed_options(p, j, *free, per_s, edges_a, lengths, beats)
+        p.memo[key] = best = _settled(p, j, options, bound, beats, lengths, edges_a, timed)
+        return best
     else:
         options = []
         for c, cfg in enumerate(p.configs[j]):
@@ -60,6 +66,14 @@ def cheapest_pieces(p: Problem, j: int, free_g, free_w, periods, lambdas, bound=
             price = np.where(ok, per_s * cfg.power_w, np.inf)
             floor, mask = _cover(price, lengths, cfg.run_s)
             options.append((floor, c, cfg, price, mask))
+    return _settled(p, j, options, bound, beats, lengths, edges_a, timed)
+
+
+def _settled(p: Problem, j: int, options, bound, beats, lengths, edges_a, timed):
+    """The cheapest of ``options`` once settled, in the order of their floors, skipping
+    those whose floor is above the best found (or ``bound``)."""
+    job = p.jobs[j]
+    shortest_s = min_piece_s(job.checkpoint_s, p.slot)
     options.sort(key=lambda o: (o[0], o[1]))
     best = None
     for floor, c, cfg, price, mask in options:

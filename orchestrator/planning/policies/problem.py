@@ -225,6 +225,7 @@ class Problem:
         self.slot_carbon = self.per_slot(self.carbon) / J_PER_KWH
         self.free_gpus, self.free_w = self._capacity()
         self._cover_a, self._cover_b = self._covers()
+        self.memo: dict = {}  # answers a policy keeps between its passes over this problem
 
     def cumulative(self, series, at: str) -> np.ndarray:
         """``series.cumulative`` (the same numbers) at every option's ``at`` ("start" or
