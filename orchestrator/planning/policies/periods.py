@@ -180,11 +180,13 @@ class Periods:
             best = found[k - 1].copy()
             rows = np.flatnonzero(found[k - 1] != found[k])
         else:
-            best, rows = np.zeros(n, dtype=np.int64), np.arange(n)
-        if len(rows):
-            flat = base[rows] + lam * self.grams[i].reshape(n, -1)[rows]
+            best, rows = np.zeros(n, dtype=np.int64), slice(None)
+        if isinstance(rows, slice) or len(rows):
+            grams = self.grams[i].reshape(n, -1)[rows]
+            flat = np.multiply(grams, lam, out=None if isinstance(rows, slice) else grams)
+            flat += base[rows]
             choice = flat.argmin(axis=1)
-            forced = ~np.isfinite(flat[np.arange(len(rows)), choice])
+            forced = ~np.isfinite(flat[np.arange(len(choice)), choice])
             choice[forced] = np.ravel_multi_index((0, 0), p.start.shape[1:])
             best[rows] = choice
         at.insert(k, lam)
