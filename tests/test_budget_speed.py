@@ -62,7 +62,8 @@ def test_the_timed_floor_is_under_every_pieces_cost(hours, run_h, lam, seed):
     lengths = p.t[first + 1 : last + 1] - edges_a
     per_s = lambdas[periods.slot_period[first:last]] * periods.slot_units[first:last] / p.slot
     free_g, free_w = p.free_gpus[first:last], p.free_w[first:last]
-    options = cheapest._timed_options(p, 0, free_g, free_w, per_s, edges_a, lengths, np.inf)
+    args = (p, 0, free_g, free_w, per_s, edges_a, lengths, np.inf)
+    options = cheapest._timed_options(*args, one_run=True)
     floors = {c: floor for floor, c, *_ in options}
     job, rng = p.jobs[0], np.random.default_rng(seed)
     shortest = min_piece_s(job.checkpoint_s, p.slot)
@@ -134,3 +135,18 @@ def test_choices_kept_between_lambdas_are_the_ones_found_afresh():
         kept = periods._best(lambdas)
         fresh = Periods(p)._best(lambdas)
         assert np.array_equal(kept, fresh)
+
+
+def test_with_a_budget_the_pieces_are_two_or_more():
+    """A run in one piece is the planner's own search (at every slot boundary): with a
+    budget the pieces' search offers two or more pieces, or nothing."""
+    p = _problem([300, 120, 80, 400, 500, 90] * 4, [0.4, 1.0, 1.6, 2.5, 0.8, 3.0])
+    periods = Periods(p)
+    found = 0
+    for lam in (0.01, 0.5, 5.0):
+        lambdas = np.full(len(periods.bounds), lam)
+        for j in range(len(p.jobs)):
+            best = cheapest.cheapest_pieces(p, j, p.free_gpus, p.free_w, periods, lambdas)
+            assert best is None or len(best[1]) >= 2
+            found += best is not None
+    assert found

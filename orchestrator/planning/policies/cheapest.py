@@ -84,6 +84,8 @@ def _settled(p: Problem, j: int, options, bound, beats, lengths, edges_a, timed)
         if settled is None:
             continue
         mask, cost = settled
+        if timed and np.count_nonzero(mask[1:] & ~mask[:-1]) + mask[0] < 2:
+            continue  # with a budget, pieces are two or more
         intervals = piece_intervals(
             price, lengths, edges_a, mask, cfg.run_s, shortest_s, job.checkpoint_s
         )
@@ -110,7 +112,9 @@ def _cover(price: np.ndarray, lengths: np.ndarray, run_s: float) -> tuple[float,
     return floor, mask
 
 
-def _timed_options(p: Problem, j: int, free_g, free_w, per_s, edges_a, lengths, beats) -> list:
+def _timed_options(
+    p: Problem, j: int, free_g, free_w, per_s, edges_a, lengths, beats, one_run: bool = False
+) -> list:
     """With a budget (prices ≥ 0): (floor, config, its config, price, slots to start from)
     of the configurations whose pieces may cost less than ``beats``.
 
@@ -120,7 +124,8 @@ def _timed_options(p: Problem, j: int, free_g, free_w, per_s, edges_a, lengths, 
     slots up to e; the floor is the least of that over e, and the pieces start from the
     cheapest slots covering the run up to that e. (First, more cheaply, the cover by any
     slots and the earliest end; then, for the configurations that leaves, the closer one
-    over e, all at once.)"""
+    over e, all at once.) Slots that are one run are left out (``one_run``: kept): they
+    settle into one piece."""
     job, n = p.jobs[j], len(edges_a)
     cfgs = p.configs[j]
     gpus, watts = p.gpus[j, : len(cfgs), None], p.power_w[j, : len(cfgs), None]
@@ -169,5 +174,7 @@ def _timed_options(p: Problem, j: int, free_g, free_w, per_s, edges_a, lengths, 
             continue
         mask = np.zeros(n, dtype=bool)
         mask[order[take[r]]] = True
+        if not one_run and np.count_nonzero(mask[1:] != mask[:-1]) + mask[0] + mask[-1] <= 2:
+            continue  # one run of slots: settling keeps it one piece
         out.append((float(floors[r]), c, cfgs[c], price[c], mask))
     return out
