@@ -53,7 +53,7 @@ def _problem(hours: list[float], runs_h: list[float], now_s: float = T0 + 500.0)
 )
 def test_the_timed_floor_is_under_every_pieces_cost(hours, run_h, lam, seed):
     """With a budget, the floor ``_timed_options`` skips a configuration by is at most the
-    price + end of any two or more pieces ``settle`` makes from any slots."""
+    price + end of any two or more pieces ``settle`` makes from any cover of the run."""
     p = _problem(hours, [run_h])
     periods = Periods(p)
     lambdas = np.full(len(periods.bounds), lam)
@@ -69,10 +69,14 @@ def test_the_timed_floor_is_under_every_pieces_cost(hours, run_h, lam, seed):
     shortest = min_piece_s(job.checkpoint_s, p.slot)
     for c, cfg in enumerate(p.configs[0]):
         price = per_s * cfg.power_w
-        for _ in range(10):
-            mask = rng.random(len(lengths)) < rng.uniform(0.2, 0.9)
-            if lengths[mask].sum() < cfg.run_s:
+        for _ in range(10):  # slots covering the run in a random order (what settle is
+            # given: a cover with less than a slot to spare)
+            order = rng.permutation(len(lengths))
+            count = int(np.searchsorted(np.cumsum(lengths[order]), cfg.run_s - 1e-6)) + 1
+            if count > len(lengths):
                 continue
+            mask = np.zeros(len(lengths), dtype=bool)
+            mask[order[:count]] = True
             settled = settle(price, lengths, mask, cfg.run_s, shortest, job.checkpoint_s)
             if settled is None or len(runs(settled[0])) < 2:
                 continue
