@@ -131,8 +131,9 @@ def _timed_options(
     gpus, watts = p.gpus[j, : len(cfgs), None], p.power_w[j, : len(cfgs), None]
     run = p.run_s[j, : len(cfgs)]
     need = run + job.checkpoint_s
-    ok = (free_g[None, :] >= gpus - 1e-9) & (free_w[None, :] >= watts - 1e-6)
-    price = np.where(ok, per_s[None, :] * watts, np.inf)
+    ok = free_g[None, :] >= gpus - 1e-9
+    if p.watt_limited:  # (with no power limit, every slot has the watts)
+        ok &= free_w[None, :] >= watts - 1e-6
     # the slots by price (the same order for every configuration: its watts scale the
     # prices); a slot where a configuration does not fit gives it no time
     order = np.argsort(per_s, kind="stable")
@@ -176,5 +177,6 @@ def _timed_options(
         mask[order[take[r]]] = True
         if not one_run and np.count_nonzero(mask[1:] != mask[:-1]) + mask[0] + mask[-1] <= 2:
             continue  # one run of slots: settling keeps it one piece
-        out.append((float(floors[r]), c, cfgs[c], price[c], mask))
+        price = np.where(ok[c], per_s * watts[c], np.inf)
+        out.append((float(floors[r]), c, cfgs[c], price, mask))
     return out

@@ -225,6 +225,7 @@ class Problem:
         self.slot_carbon = self.per_slot(self.carbon) / J_PER_KWH
         self.free_gpus, self.free_w = self._capacity()
         self._cover_a, self._cover_b = self._covers()
+        self.watt_limited = snap.power_limit_w is not None
         self.memo: dict = {}  # answers a policy keeps between its passes over this problem
 
     def cumulative(self, series, at: str) -> np.ndarray:
@@ -277,8 +278,9 @@ class Problem:
     def fits(self, j: int, free_gpus: np.ndarray, free_w: np.ndarray) -> np.ndarray:
         """(C, S): whether each option of job j finds its GPUs and watts in every slot it
         covers (the part beyond the horizon is not checked)."""
-        gpus, watts = self.gpus[j][:, None], self.power_w[j][:, None]
-        bad = (free_gpus[None, :] < gpus - 1e-9) | (free_w[None, :] < watts - 1e-6)
+        bad = free_gpus[None, :] < self.gpus[j][:, None] - 1e-9
+        if self.watt_limited:  # (with no power limit, every slot has the watts)
+            bad |= free_w[None, :] < self.power_w[j][:, None] - 1e-6
         cs = np.zeros((self.C, self.K + 1), dtype=np.int64)
         np.cumsum(bad, axis=1, out=cs[:, 1:])
         flat = cs.ravel()
