@@ -216,6 +216,7 @@ class Problem:
         self.obj = objective_series(snap, now, self.t_end)
         p = self.power_w[:, :, None]
         self._index: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._values: dict[tuple, tuple] = {}  # (series, its values) by (id, at)
         obj = self.cumulative(self.obj, "end") - self.cumulative(self.obj, "start")
         self.obj_cost = np.where(self.exists, p * obj, np.inf)
         carbon = self.cumulative(self.carbon, "end") - self.cumulative(self.carbon, "start")
@@ -230,14 +231,21 @@ class Problem:
 
     def cumulative(self, series, at: str) -> np.ndarray:
         """``series.cumulative`` (the same numbers) at every option's ``at`` ("start" or
-        "end"), the slot indices kept for every series on the same steps."""
+        "end"), the slot indices kept for every series on the same steps and the values
+        for each series (a carbon budget's ``Periods`` reads the carbon's again; not to
+        be written to)."""
+        kept = self._values.get((id(series), at))
+        if kept is not None and kept[0] is series:
+            return kept[1]
         t = self.start if at == "start" else self.end
         key = (series.start_s, series.step_s, len(series.values), at)
         if key not in self._index:
             i = series.index(t)
             self._index[key] = (i, t - (series.start_s + i * series.step_s))
         i, offset = self._index[key]
-        return series.cum[i] + series.values[i] * offset
+        out = series.cum[i] + series.values[i] * offset
+        self._values[(id(series), at)] = (series, out)
+        return out
 
     def per_slot(self, series) -> np.ndarray:
         """``series`` integrated over each slot at its mean from now on (the first slot,
