@@ -4,6 +4,7 @@ the shared ``Scheduler`` and the cluster's allocator, and the simulator with it.
 from __future__ import annotations
 
 import heapq
+import json
 from dataclasses import replace
 
 import pytest
@@ -164,3 +165,50 @@ def test_backfill_names():
     assert check_backfill(" EASY ") == EASY
     with pytest.raises(SpecError, match="use easy, conservative or strict"):
         check_backfill("aggressive")
+
+
+# -- the simulator --------------------------------------------------------------------------
+def _simulated_starts_h(tmp_path, backfill: str | None) -> list[float]:
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.sim.engine import SimDaemon
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.scenario import Scenario
+
+    rows = [(0, "10h", 4), (1, "1h", 8), (2, "1h", 2), (3, "20h", 2), (4, "6h", 2)]
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"submit": f"2023-03-01T00:0{m}:00", "duration": d, "gpus": g}) + "\n"
+            for m, d, g in rows
+        )
+    )
+    raw = {
+        "policies": ["fifo"],
+        "jobs": {"source": str(trace)},
+        "grid": {"source": "synthetic:days=5&start=2023-03-01"},
+        "cluster": {"gpus": 8, "gpus_per_node": 8},
+    }
+    if backfill is not None:
+        raw["backfill"] = backfill
+    inputs = prepare(Scenario.model_validate(raw), tmp_path)
+    run = SimDaemon(inputs, resolve_policy("fifo"), None).run()
+    t0 = float(inputs.jobs.submit_s[0])
+    return [round((s - t0) / 3600, 2) for s in run.first_start_s]
+
+
+def test_the_simulator_backfills_by_default_and_keeps_strict_order_as_an_option(tmp_path):
+    easy = _simulated_starts_h(tmp_path, None)
+    # the 8-GPU head starts at 10 h (the 4-GPU job's end); the 1 h and 6 h jobs ran in
+    # the gap, the 20 h one after the head
+    assert easy == [0.0, 10.0, 0.03, 11.0, 0.07]
+    assert _simulated_starts_h(tmp_path, "conservative") == easy
+    assert _simulated_starts_h(tmp_path, "strict") == [0.0, 10.0, 11.0, 11.0, 11.0]
+
+
+def test_simulate_refuses_an_unknown_backfill_in_one_line(cli):
+    proc = cli.run("simulate", "--backfill", "aggressive", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "gridshift: error: scenario: backfill: Value error, unknown backfill 'aggressive'; "
+        "use easy, conservative or strict"
+    ]
