@@ -1,4 +1,4 @@
-"""Backfill behind a blocked head of the queue, with reservations, as Slurm's ``sched/backfill``.
+"""Backfill behind a blocked head of the queue, with reservations.
 
 When the first due job in queue order does not fit, later due jobs that fit now may start
 ahead of it, as long as that cannot delay it:
@@ -10,8 +10,9 @@ ahead of it, as long as that cannot delay it:
   if it gives its GPUs back by then, or if the head still fits at its reservation with the
   job's GPUs (and those of the jobs backfilled before it) still held.
 - ``conservative``: every due job, in queue order, gets a reservation (GPUs over a time
-  span, on a profile of what is held when), and a later job may start now only if it
-  cannot delay any of them: it holds none of their GPUs before they give them back.
+  span, on a profile of what is held when: ``planning.profile``), as Slurm's backfill
+  plans the pending jobs it looks at, and a later job may start now only if it cannot
+  delay any of them: it holds none of their GPUs before they give them back.
 - ``strict``: no backfill; the first job that does not fit blocks every job behind it.
 
 Run times come from the plans (a job's planned piece or expected end) and from what the
