@@ -243,9 +243,8 @@ class SqlQueue:
     def cluster(self, now_s: float) -> tuple:
         """For backfill: this pass's allocator and each running attempt's expected end (by
         its estimate; unknown without one)."""
-        running = self.running(now_s)
-        return self.alloc, {r.key: None if r.remaining_s is None else now_s + r.remaining_s
-                            for r in running}  # fmt: skip
+        left = {r.key: r.remaining_s for r in self.running(now_s)}
+        return self.alloc, {k: None if s is None else now_s + s for k, s in left.items()}
 
     def next_due_s(self, now_s: float) -> float | None:
         """The next end of a planned piece, and the next cron occurrence."""
