@@ -162,6 +162,8 @@ class Backfill:
         started: list[tuple[int, object]] = []
         for index, (job, decision) in enumerate(queue):
             k = width_of(job, decision, now)
+            if len(reservations) >= MAX_RESERVATIONS and (index == 0 or k > alloc.free_gpus):
+                continue  # it neither starts now nor gets a reservation
             until = hold_until_s(job, decision, now)
             if index > 0 and k <= alloc.free_gpus:
                 allocation = self.allocate(job, decision)
