@@ -29,8 +29,15 @@ Speed: one replan of 1,000 queued jobs (from the same sample, all submitted now)
 48 h horizon in 15-minute slots on 256 GPUs: ``replan_s_budget`` (without and with a
 budget: the larger; each the median of five), ``replan_s_optimal`` (30 s limit, best found).
 
+Backfill (``--backfill-only``; ``backfill_wait``): ``fifo`` on Philly's *first* 3,000 jobs
+(the trace's start, about 1.0 of 256 GPUs over their 23 days of arrivals, in a burst), DE-LU
+2023, deadlines within 24 h, half the jobs interruptible, with no backfill (``strict``) and
+with ``easy`` and ``conservative`` backfill: ``backfill_wait_ratio`` is easy's mean wait over
+strict's (floor ≤ 0.5), next to each run's mean wait, busy share of the makespan and deadline
+misses.
+
     python benchmarks/planner.py [--grids DE-LU,GB] [--jobs 2000] [--quick] [--budgets-only]
-        [--no-carry]
+        [--no-carry] [--backfill-only]
 
 Each simulation runs in its own process, two at a time. Data come from
 ``$GRIDSHIFT_SHARED_DATA`` (default ../shared/data); without them: {"skipped": reason}.
@@ -166,6 +173,40 @@ def quality(grid: str, jobs: int, pool: ThreadPoolExecutor, budgets_only: bool =
     return out
 
 
+BACKFILL_JOBS = 3000  # Philly's first, in arrival order
+
+
+def backfill_wait(pool: ThreadPoolExecutor) -> dict:
+    """fifo without backfill (strict queue order) against easy and conservative backfill."""
+    modes = ("strict", "easy", "conservative")
+    specs = []
+    for mode in modes:
+        spec = scenario("DE-LU", BACKFILL_JOBS, "fifo", "perfect", None) | {"backfill": mode}
+        spec["jobs"] = spec["jobs"] | {"skip_jobs": 0}
+        spec["name"] = f"Philly first {BACKFILL_JOBS} on DE-LU 2023, backfill {mode}"
+        specs.append(spec)
+    runs = dict(zip(modes, pool.map(run, specs), strict=True))
+    keys = ("avg_wait_h", "gpu_util", "deadline_misses", "makespan_h", "avg_jct_h",
+            "guard_suspensions", "wall_s")  # fmt: skip
+    out: dict = {m: {k: r[k] for k in keys if k in r} for m, r in runs.items()}
+    strict = runs["strict"]["avg_wait_h"]
+    out["backfill_wait_ratio"] = round(runs["easy"]["avg_wait_h"] / strict, 3)
+    out["backfill_wait_ratio_conservative"] = round(runs["conservative"]["avg_wait_h"] / strict, 3)
+    return out
+
+
+def backfill_only(machine: str) -> dict:
+    out: dict = {"machine": machine, "scenario": {
+        "jobs": f"philly.csv, the first {BACKFILL_JOBS} jobs in arrival order", "gpus": GPUS,
+        "gpu": "a40", "grid": "DE-LU 2023", "policy": "fifo", "deadline_rule": "within:24h",
+        "interruptible": 0.5,
+    }}  # fmt: skip
+    with ThreadPoolExecutor(2) as pool:
+        out["backfill"] = backfill_wait(pool)
+    out["backfill_wait_ratio"] = out["backfill"]["backfill_wait_ratio"]
+    return out
+
+
 def oracle_capture(fifo: dict, perfect: dict, noisy: dict, oracle: dict) -> dict:
     # The oracle's saving as run; and against the lower of that and its plan's figure
     planned = oracle["solver"]["planned_objective"] / 1000
@@ -282,6 +323,11 @@ def main() -> None:
         action="store_true",
         help="each replan searches the budget's λ from scratch (not from the last one's)",
     )
+    parser.add_argument(
+        "--backfill-only",
+        action="store_true",
+        help="fifo on Philly's first 3,000 jobs: strict order against easy and conservative",
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     global CARRY
@@ -305,6 +351,9 @@ def main() -> None:
             "backfill": backfill_default(),
         },
     }
+    if args.backfill_only:
+        print(json.dumps(backfill_only(out["machine"]), indent=2))
+        return
     out["speed"] = replan_speed(args.quick or args.budgets_only)
     out["replan_s_budget"] = out["speed"]["replan_s_budget"]
     out["replan_s_optimal"] = out["speed"].get("replan_s_optimal")

@@ -24,7 +24,7 @@ from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
-from orchestrator.planning.backfill import DEFAULT_BACKFILL, Cluster
+from orchestrator.planning.backfill import DEFAULT_BACKFILL
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, QueuedJob
@@ -240,14 +240,11 @@ class SqlQueue:
     def checkpoint(self, run: Running, now_s: float) -> bool:
         return self.suspender.checkpoint(run.ref, self._at(now_s))
 
-    def cluster(self, now_s: float) -> Cluster:
-        """This pass's allocator and each running attempt's expected end (its estimate;
-        unknown without one), for backfill."""
-        ends = {
-            r.key: None if r.remaining_s is None else now_s + r.remaining_s
-            for r in self.running(now_s)
-        }
-        return Cluster(self.alloc, ends)
+    def cluster(self, now_s: float) -> tuple:
+        """For backfill: this pass's allocator and each running attempt's expected end (by
+        its estimate; unknown without one)."""
+        left = {r.key: r.remaining_s for r in self.running(now_s)}
+        return self.alloc, {k: None if s is None else now_s + s for k, s in left.items()}
 
     def next_due_s(self, now_s: float) -> float | None:
         """The next end of a planned piece, and the next cron occurrence."""

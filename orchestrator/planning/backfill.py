@@ -1,4 +1,4 @@
-"""Backfill behind a blocked head of the queue, with reservations, as Slurm's ``sched/backfill``.
+"""Backfill behind a blocked head of the queue, with reservations.
 
 When the first due job in queue order does not fit, later due jobs that fit now may start
 ahead of it, as long as that cannot delay it:
@@ -10,8 +10,9 @@ ahead of it, as long as that cannot delay it:
   if it gives its GPUs back by then, or if the head still fits at its reservation with the
   job's GPUs (and those of the jobs backfilled before it) still held.
 - ``conservative``: every due job, in queue order, gets a reservation (GPUs over a time
-  span, on a profile of what is held when), and a later job may start now only if it
-  cannot delay any of them: it holds none of their GPUs before they give them back.
+  span, on a profile of what is held when: ``planning.profile``), as Slurm's backfill
+  plans the pending jobs it looks at, and a later job may start now only if it cannot
+  delay any of them: it holds none of their GPUs before they give them back.
 - ``strict``: no backfill; the first job that does not fit blocks every job behind it.
 
 Run times come from the plans (a job's planned piece or expected end) and from what the
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from orchestrator.errors import SpecError
 from orchestrator.planning.pieces import piece_index, width_of
 from orchestrator.planning.policies.base import Decision, QueuedJob
+from orchestrator.planning.profile import Profile, Reservation
 from placement.cluster import ClusterAllocator
 
 EASY, CONSERVATIVE, STRICT = "easy", "conservative", "strict"
@@ -83,19 +85,6 @@ def hold_until_s(job: QueuedJob, decision: Decision, now_s: float) -> float | No
     return now_s + job.duration_s * model.throughput(job.gpus, 1.0) / model.throughput(width, cap)
 
 
-def _gpus(alloc: ClusterAllocator, key: Hashable) -> frozenset:
-    """The (node, GPU) pairs ``key`` holds (empty: none)."""
-    a = alloc.allocation(key)
-    return frozenset() if a is None else frozenset((n, g) for n, gs in a.parts for g in gs)
-
-
-@dataclass(slots=True)
-class _Reservation:
-    start_s: float
-    end_s: float | None  # None: never given back, as far as anyone knows
-    gpus: frozenset
-
-
 class Backfill:
     """One pass's backfill behind a blocked head. ``fill(queue)`` takes the due jobs in
     queue order, the first of them blocked (it did not fit), and starts those it may
@@ -140,8 +129,9 @@ class Backfill:
                 no_fit.add(k)
                 continue
             key = job_key(job.id)
-            gpus = _gpus(alloc, key)
-            if gpus and (until is None or until > at) and not _still_fits(shadow, key, gpus, width):
+            held = alloc.allocation(key)  # None: it took no new GPUs (resumed, CPU only)
+            late = until is None or until > at
+            if held is not None and late and not _still_fits(shadow, key, held.parts, width):
                 alloc.free(key)  # it would delay the head: not now
                 continue
             started.append((index, allocation))
@@ -165,69 +155,40 @@ class Backfill:
     # -- conservative -------------------------------------------------------------------
     def _conservative(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
         now, alloc = self.now_s, self.alloc
-        reservations: list[_Reservation] = []
+        profile = Profile(alloc.topology, now)
+        for key, held in alloc.allocations().items():
+            profile.hold(profile.masks(held.parts), self.ends.get(key))
+        reservations: list[Reservation] = []
         started: list[tuple[int, object]] = []
         for index, (job, decision) in enumerate(queue):
             k = width_of(job, decision, now)
+            if len(reservations) >= MAX_RESERVATIONS and (index == 0 or k > alloc.free_gpus):
+                continue  # it neither starts now nor gets a reservation
             until = hold_until_s(job, decision, now)
             if index > 0 and k <= alloc.free_gpus:
                 allocation = self.allocate(job, decision)
                 if allocation is not None:
                     key = job_key(job.id)
-                    gpus = _gpus(alloc, key)
-                    if not any(_overlaps(r, gpus, now, until) for r in reservations):
-                        self.ends[key] = until
+                    held = alloc.allocation(key)
+                    masks = {} if held is None else profile.masks(held.parts)
+                    if not any(r.overlaps(masks, now, until) for r in reservations):
+                        profile.hold(masks, until)
                         started.append((index, allocation))
                         continue
                     alloc.free(key)
             if len(reservations) >= MAX_RESERVATIONS:
                 continue  # no reservation of its own: it starts only where it fits
-            reservation = self._reserve(k, until - now if until is not None else None, reservations)
+            run_s = None if until is None else until - now
+            reservation = profile.reserve(k, run_s, reservations)
             if reservation is None:
                 break  # it waits for a run time nobody knows: nothing may pass it
             reservations.append(reservation)
         return started
 
-    def _reserve(
-        self, width: int, run_s: float | None, reservations: list[_Reservation]
-    ) -> _Reservation | None:
-        """The earliest span of ``run_s`` (None: for ever) over which ``width`` GPUs are
-        free of every holder and every reservation, and those GPUs; None if there is none
-        as far as anyone knows."""
-        now = self.now_s
-        times = {now} | {e for e in self.ends.values() if e is not None and e > now}
-        times |= {r.end_s for r in reservations if r.end_s is not None}
-        allocations = self.alloc.allocations().items()
-        held = [(self.ends.get(key), _pairs(a.parts)) for key, a in allocations]
-        for t in sorted(times):
-            end = None if run_s is None else t + run_s
-            busy: set = set()  # GPUs taken at some time of [t, end)
-            for e, gpus in held:
-                if e is None or e > t:
-                    busy |= gpus
-            for r in reservations:
-                if (end is None or r.start_s < end) and (r.end_s is None or r.end_s > t):
-                    busy |= r.gpus
-            shadow = ClusterAllocator(self.alloc.topology)
-            _hold_pairs(shadow, ("busy",), frozenset(busy))
-            got = shadow.allocate(("reserve",), width) if width else None
-            if got is not None or not width:
-                gpus = frozenset() if got is None else _pairs(got.parts)
-                return _Reservation(t, end, gpus)
-        return None
 
-
-def _overlaps(r: _Reservation, gpus: frozenset, now_s: float, until_s: float | None) -> bool:
-    """Would holding ``gpus`` from now until ``until_s`` (None: for ever) take any of a
-    reservation's GPUs before it gives them back?"""
-    if not gpus or not (r.gpus & gpus):
-        return False
-    return (until_s is None or until_s > r.start_s) and (r.end_s is None or r.end_s > now_s)
-
-
-def _still_fits(shadow: ClusterAllocator, key: Hashable, gpus: frozenset, width: int) -> bool:
-    """Hold ``gpus`` on the shadow; keep them if a request of ``width`` still fits."""
-    _hold_pairs(shadow, key, gpus)
+def _still_fits(shadow: ClusterAllocator, key: Hashable, parts, width: int) -> bool:
+    """Hold ``parts`` on the shadow; keep them if a request of ``width`` still fits."""
+    _hold(shadow, key, parts)
     if _fits(shadow, width):
         return True
     shadow.free(key)
@@ -246,20 +207,9 @@ def _fits(alloc: ClusterAllocator, width: int) -> bool:
     return True
 
 
-def _pairs(parts) -> frozenset:
-    return frozenset((n, g) for n, gs in parts for g in gs)
-
-
 def _hold(alloc: ClusterAllocator, key: Hashable, parts) -> None:
     for node, gpus in parts:
         alloc.hold(key, node, gpus)
-
-
-def _hold_pairs(alloc: ClusterAllocator, key: Hashable, pairs: frozenset) -> None:
-    by_node: dict[str, list[int]] = {}
-    for node, g in pairs:
-        by_node.setdefault(node, []).append(g)
-    _hold(alloc, key, by_node.items())
 
 
 def _copy(alloc: ClusterAllocator) -> ClusterAllocator:

@@ -33,6 +33,7 @@ from orchestrator.planning.backfill import Cluster
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import Decision, QueuedJob
 from orchestrator.planning.scheduler import Scheduler
+from placement.cluster import ClusterAllocator
 
 GUARD_SLACK_SLOTS = 4  # a job the guard suspends keeps at least this many slots of slack
 GUARD_ROUNDS = 8  # urgent jobs the guard makes room for in one pass, at most
@@ -108,9 +109,10 @@ class QueueState(Protocol):
     def next_due_s(self, now_s: float) -> float | None:
         """The state's own next due time (a piece's end, an arrival), if any."""
 
-    def cluster(self, now_s: float) -> Cluster:
-        """What holds GPUs now (the allocator ``allocate`` takes from) and until when (the
-        running jobs' expected ends), for backfill; asked only when the head is blocked."""
+    def cluster(self, now_s: float) -> tuple[ClusterAllocator, dict]:
+        """For backfill, asked only when the head is blocked: the allocator ``allocate``
+        takes from, and when each of its holders is expected to give its GPUs back (the
+        running jobs' expected ends; None: unknown)."""
 
 
 class Pass:
@@ -172,7 +174,7 @@ class Pass:
         state = self.state
         cluster = getattr(state, "cluster", None)  # for backfill: what holds GPUs until when
         ready = self.scheduler.launchable(
-            now_s, self._allocate(now_s), cluster and (lambda: cluster(now_s))
+            now_s, self._allocate(now_s), cluster and (lambda: Cluster(*cluster(now_s)))
         )
         for job, decision, allocation in ready:
             state.launch(job, decision, allocation, now_s)

@@ -32,7 +32,6 @@ import numpy as np
 
 from executors.base import Handle, LaunchSpec
 from executors.simulated import SimulatedExecutor, Workload
-from orchestrator.planning.backfill import Cluster
 from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.planning.onepass import Pass, Running
 from orchestrator.planning.perfmodel import JobModel
@@ -226,9 +225,8 @@ class SimDaemon:
     def make_room(self, width: int, movable: dict) -> list:
         return self.alloc.make_room(width, movable) or []
 
-    def cluster(self, now: float) -> Cluster:
-        """The allocator and each attempt's expected end (of its piece), for backfill."""
-        return Cluster(self.alloc, {a.key: a.end_s for a in self._running.values()})
+    def cluster(self, now: float) -> tuple:  # backfill's: the allocator, each attempt's end
+        return self.alloc, {a.key: a.end_s for a in self._running.values()}
 
     def checkpoint(self, run: Running, now: float) -> bool:
         return bool(self.executor.signal(run.ref.handle, signal.SIGTERM))
@@ -401,12 +399,9 @@ class SimDaemon:
         if now < self._next_sample:
             return
         self._next_sample = now + SAMPLE_S
-        blocked = self.scheduler.blocked()
-        total = self.alloc.total_gpus
-        if blocked is None or blocked.gpus > total:
-            self._frag.append(0.0)
-        else:
-            self._frag.append(self.alloc.fragmentation(blocked.gpus) / total)
+        blocked, total = self.scheduler.blocked(), self.alloc.total_gpus
+        wide = blocked is None or blocked.gpus > total  # nothing waits, or it never fits
+        self._frag.append(0.0 if wide else self.alloc.fragmentation(blocked.gpus) / total)
 
     # -- run ----------------------------------------------------------------------------
     def run(self) -> RunResult:

@@ -153,6 +153,7 @@ def _planning(scenario: Scenario, has_price: bool) -> dict:
         "objective": objective,
         "power_limit_w": scenario.power_limit_w,
         "slot_s": parse_duration_s(scenario.slot),
+        "backfill": scenario.backfill,
         "checkpoint_s": parse_checkpoint_s(scenario.jobs.checkpoint_cost),
         "time_limit_s": (
             parse_duration_s(scenario.time_limit) if scenario.time_limit is not None else None
