@@ -199,9 +199,7 @@ class DaemonSettings(BaseModel):
 
     grid: list[str] = Field(default_factory=list, description="carbon signal; default: grid.source")
     price: str | None = Field(default=None, description="price signal, for cost and accounts")
-    policy: str | None = Field(
-        default=None, description="default: budget with a grid signal, fifo without"
-    )
+    policy: str | None = Field(default=None, description="default: budget with a grid, else fifo")
     slot: str = Field(default="15m", description="planning slot, 1s to 1h")
     budget: str | None = Field(default=None, description="carbon budget, e.g. 20kg/day")
     default_duration: str = Field(
@@ -223,6 +221,7 @@ class DaemonSettings(BaseModel):
         default="6h", description="plan on cached data this long after the source fails"
     )
     fallback: Literal["run-now", "deadline-only"] = "deadline-only"
+    backfill: Literal["easy", "conservative", "strict"] = "easy"  # planning.backfill
     power_caps: bool = True
     power_sample: str = Field(default="5s", description="energy samples in each power log")
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

@@ -30,7 +30,7 @@ class _Scheduler:
     def launch_out_of_order(self, _job_id, _allocate):
         self.calls["launch_out_of_order"] += 1
 
-    def launchable(self, _now_s, _allocate):
+    def launchable(self, _now_s, _allocate, _cluster=None):
         return []
 
     def next_start_s(self):

@@ -34,6 +34,10 @@ def daemon(
         str | None,
         Opt(help="When the signal is too old: run-now or deadline-only (default)."),
     ] = None,
+    backfill: Annotated[
+        str | None,
+        Opt(help="Backfill behind a blocked job: easy (default), conservative or strict."),
+    ] = None,
     metrics_port: Annotated[
         int | None, Opt(min=1, max=65535, help="Serve Prometheus metrics on this port.")
     ] = None,
@@ -87,6 +91,7 @@ def daemon(
         "objective": objective,
         "suspend": suspend,
         "fallback": fallback,
+        "backfill": backfill,
         "metrics_port": metrics_port,
         "metrics_addr": metrics_addr,
     }

@@ -75,6 +75,10 @@ def simulate(
         Opt("--elastic", help="Share of jobs that may run on ½-2× their GPUs (0-1).", min=0, max=1),
     ] = None,
     slot: Annotated[str | None, Opt("--slot", help="The planners' slot, e.g. 15m.")] = None,
+    backfill: Annotated[
+        str | None,
+        Opt("--backfill", help="easy (default), conservative or strict (no backfill)."),
+    ] = None,
     time_limit: Annotated[
         str | None, Opt("--time-limit", help="optimal's solver limit per replan, e.g. 30s.")
     ] = None,
@@ -112,6 +116,7 @@ def simulate(
     put(None, "objective", objective)
     put(None, "power_limit_w", power_limit)
     put(None, "slot", slot)
+    put(None, "backfill", backfill)
     put(None, "time_limit", time_limit)
     put("jobs", "deadline_rule", deadline_rule)
     put("jobs", "interruptible", interruptible)

@@ -135,7 +135,8 @@ class Daemon:
         )
         self.suspender = Suspender(self.db, self.executor, self.settings.cancel_grace_s,
                                    cfg.suspend)  # fmt: skip
-        self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner)
+        self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner,
+                              backfill=cfg.backfill)  # fmt: skip
         self.onepass = Pass(
             self.queue,
             guard=self.planner is not None,

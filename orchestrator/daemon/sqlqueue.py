@@ -25,6 +25,7 @@ from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
 from orchestrator.nodes.inventory import widest_job_gpus
+from orchestrator.planning.backfill import DEFAULT_BACKFILL
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, QueuedJob
@@ -65,6 +66,7 @@ class SqlQueue:
     history: object = None  # accounting.estimates.History: earlier runs, kept between passes
     known: dict = field(default_factory=dict)  # this pass's run-time estimates, by job id
     widest: int = 0  # GPUs one job may have: a node's, or the SSH servers' together
+    backfill: str = DEFAULT_BACKFILL  # easy | conservative | strict (planning.backfill)
 
     @property
     def slot_s(self) -> float:
@@ -168,11 +170,13 @@ class SqlQueue:
                 submitted, first, known, self.planner.default_run_s, now_s, alloc.total_gpus,
                 largest, self.max_defer_s,
             )  # fmt: skip
-            return self.planner.schedule(
+            scheduler = self.planner.schedule(
                 now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
                 spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
             )  # fmt: skip
-        scheduler = Scheduler(Fifo())  # the decision core the simulator drives too
+            scheduler.backfill = self.backfill
+            return scheduler
+        scheduler = Scheduler(Fifo(), backfill=self.backfill)  # the simulator's core too
         scheduler.add(_queued_view(job, largest, widest) for job in eligible.values())
         scheduler.plan(now.timestamp())
         return scheduler
@@ -269,6 +273,12 @@ class SqlQueue:
 
     def checkpoint(self, run: Running, now_s: float) -> bool:
         return self.suspender.checkpoint(run.ref, self._at(now_s))
+
+    def cluster(self, now_s: float) -> tuple:
+        """For backfill: this pass's allocator and each running attempt's expected end (by
+        its estimate; unknown without one)."""
+        left = {r.key: r.remaining_s for r in self.running(now_s)}
+        return self.alloc, {k: None if s is None else now_s + s for k, s in left.items()}
 
     def next_due_s(self, now_s: float) -> float | None:
         """The next end of a planned piece, and the next cron occurrence."""

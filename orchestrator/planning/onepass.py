@@ -29,9 +29,11 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from orchestrator.planning.backfill import Cluster
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import Decision, QueuedJob
 from orchestrator.planning.scheduler import Scheduler
+from placement.cluster import ClusterAllocator
 
 GUARD_SLACK_SLOTS = 4  # a job the guard suspends keeps at least this many slots of slack
 GUARD_ROUNDS = 8  # urgent jobs the guard makes room for in one pass, at most
@@ -107,6 +109,11 @@ class QueueState(Protocol):
     def next_due_s(self, now_s: float) -> float | None:
         """The state's own next due time (a piece's end, an arrival), if any."""
 
+    def cluster(self, now_s: float) -> tuple[ClusterAllocator, dict]:
+        """For backfill, asked only when the head is blocked: the allocator ``allocate``
+        takes from, and when each of its holders is expected to give its GPUs back (the
+        running jobs' expected ends; None: unknown)."""
+
 
 class Pass:
     """The named steps over a ``QueueState``; ``tick(now_s)`` runs them in order."""
@@ -165,7 +172,11 @@ class Pass:
 
     def launch(self, now_s: float) -> None:
         state = self.state
-        for job, decision, allocation in self.scheduler.launchable(now_s, self._allocate(now_s)):
+        cluster = getattr(state, "cluster", None)  # for backfill: what holds GPUs until when
+        ready = self.scheduler.launchable(
+            now_s, self._allocate(now_s), cluster and (lambda: Cluster(*cluster(now_s)))
+        )
+        for job, decision, allocation in ready:
             state.launch(job, decision, allocation, now_s)
 
     def guard(self, now_s: float) -> None:

@@ -2,9 +2,10 @@
 plan queued jobs with a policy, then pick the jobs that are due and fit, in queue order.
 
 Queue order is priority (high first), then submission time, then id. Among jobs that are
-due, the order is strict: the first one that does not fit waits, and so does every job
-behind it, so a wide job is never starved by narrow ones. Jobs not yet due wait in a heap
-by planned start; ``next_start_s`` tells the daemon when to wake for them.
+due, the first one that does not fit waits; the jobs behind it start only by backfill
+(``planning.backfill``: ``easy`` by default, ``conservative``, or ``strict``: none),
+which never delays it, so a wide job is never starved by narrow ones. Jobs not yet due
+wait in a heap by planned start; ``next_start_s`` tells the daemon when to wake for them.
 
 A joint planner (``replans_all``) replans every queued job together at most every
 ``replan_every_s``, and whenever ``invalidate`` says something changed that all plans
@@ -27,6 +28,14 @@ import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from orchestrator.planning.backfill import (
+    DEFAULT_BACKFILL,
+    STRICT,
+    Backfill,
+    Cluster,
+    hold_until_s,
+    job_key,
+)
 from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
     DEFAULT_MAX_DEFER_S,
@@ -60,8 +69,10 @@ class Scheduler:
         max_defer_s: float | None = None,
         context: Context | None = None,
         ahead: Ahead | None = None,
+        backfill: str = DEFAULT_BACKFILL,
     ) -> None:
         self.policy = policy
+        self.backfill = backfill
         self.forecast = forecast
         self.max_defer_s = max_defer_s
         self.context = context
@@ -160,10 +171,12 @@ class Scheduler:
 
     # -- launch -------------------------------------------------------------------------
     def launchable(
-        self, now_s: float, allocate: Allocate
+        self, now_s: float, allocate: Allocate, cluster: Callable[[], Cluster] | None = None
     ) -> list[tuple[QueuedJob, Decision, object]]:
         """Due jobs that fit now, each with its plan and what ``allocate`` gave it, in
-        queue order up to the first that does not fit. They leave the scheduler."""
+        queue order up to the first that does not fit, then those that backfill behind it
+        (given ``cluster``: what holds GPUs now and until when). They leave the
+        scheduler. ``allocate`` holds a job's new GPUs under ``backfill.job_key``."""
         waiting, due, entries = self._waiting, self._due, self._entries
         while waiting and waiting[0][0] <= now_s:
             _, seq, job_id = heapq.heappop(waiting)
@@ -184,7 +197,31 @@ class Scheduler:
             heapq.heappop(due)
             del entries[job_id]
             started.append((entry.job, entry.decision, allocation))
+        if due and cluster is not None and self.backfill != STRICT:
+            started += self._backfill(now_s, allocate, cluster(), started)
         return started
+
+    def _backfill(
+        self, now_s: float, allocate: Allocate, cluster: Cluster, started: list
+    ) -> list[tuple[QueuedJob, Decision, object]]:
+        """The due jobs behind the blocked head that may start now without delaying it
+        (``planning.backfill``). The due heap is rebuilt sorted (a sorted list is a heap)."""
+        entries = self._entries
+        items = sorted(
+            item for item in self._due if (e := entries.get(item[3])) and e.seq == item[2]
+        )
+        for job, decision, _ in started:  # started in this pass: their ends from their plans
+            cluster.ends[job_key(job.id)] = hold_until_s(job, decision, now_s)
+        queue = [(entries[item[3]].job, entries[item[3]].decision) for item in items]
+        chosen = Backfill(self.backfill, now_s, cluster, allocate).fill(queue)
+        taken = {index for index, _ in chosen}
+        self._due = [item for index, item in enumerate(items) if index not in taken]
+        out = []
+        for index, allocation in chosen:
+            job, decision = queue[index]
+            del entries[job.id]
+            out.append((job, decision, allocation))
+        return out
 
     def blocked_latest_start_s(self) -> float | None:
         """When the blocked head of the queue must start at the latest to finish by its

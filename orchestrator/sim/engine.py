@@ -83,7 +83,7 @@ class SimDaemon:
         self.alloc = ClusterAllocator(inputs.topology)
         self.scheduler = Scheduler(
             policy, forecaster, inputs.max_defer_s, self._context,
-            self._ahead if inputs.jobs.after is not None else None,
+            self._ahead if inputs.jobs.after is not None else None, inputs.backfill,
         )  # fmt: skip
         self.ledger = None
         if inputs.budget is not None:  # a whole-run budget is paced to the last arrival
@@ -224,6 +224,9 @@ class SimDaemon:
 
     def make_room(self, width: int, movable: dict) -> list:
         return self.alloc.make_room(width, movable) or []
+
+    def cluster(self, now: float) -> tuple:  # backfill's: the allocator, each attempt's end
+        return self.alloc, {a.key: a.end_s for a in self._running.values()}
 
     def checkpoint(self, run: Running, now: float) -> bool:
         return bool(self.executor.signal(run.ref.handle, signal.SIGTERM))
@@ -396,12 +399,9 @@ class SimDaemon:
         if now < self._next_sample:
             return
         self._next_sample = now + SAMPLE_S
-        blocked = self.scheduler.blocked()
-        total = self.alloc.total_gpus
-        if blocked is None or blocked.gpus > total:
-            self._frag.append(0.0)
-        else:
-            self._frag.append(self.alloc.fragmentation(blocked.gpus) / total)
+        blocked, total = self.scheduler.blocked(), self.alloc.total_gpus
+        wide = blocked is None or blocked.gpus > total  # nothing waits, or it never fits
+        self._frag.append(0.0 if wide else self.alloc.fragmentation(blocked.gpus) / total)
 
     # -- run ----------------------------------------------------------------------------
     def run(self) -> RunResult:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from orchestrator.errors import GridDataError, SpecError
+from orchestrator.planning.backfill import DEFAULT_BACKFILL
 from orchestrator.planning.policies.base import DEFAULT_CHECKPOINT_S
 from orchestrator.sim.deadlines import DeadlineRule
 from orchestrator.sim.elastic import elastic_ranges, scaling_tables
@@ -45,6 +46,7 @@ class SimInputs:
     slot_s: float = 900.0
     checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs an interruptible job
     time_limit_s: float | None = None  # None: optimal stops on a node limit (deterministic)
+    backfill: str = DEFAULT_BACKFILL  # easy | conservative | strict (planning.backfill)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -151,6 +153,7 @@ def _planning(scenario: Scenario, has_price: bool) -> dict:
         "objective": objective,
         "power_limit_w": scenario.power_limit_w,
         "slot_s": parse_duration_s(scenario.slot),
+        "backfill": scenario.backfill,
         "checkpoint_s": parse_checkpoint_s(scenario.jobs.checkpoint_cost),
         "time_limit_s": (
             parse_duration_s(scenario.time_limit) if scenario.time_limit is not None else None

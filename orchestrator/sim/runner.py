@@ -48,6 +48,7 @@ class Outcome:
                 "budget": str(inp.budget) if inp.budget is not None else None,
                 "power_limit_w": inp.power_limit_w,
                 "slot_s": inp.slot_s,
+                "backfill": inp.backfill,
                 "checkpoint_s": inp.checkpoint_s,
                 "forecast": s.forecast,
                 "seed": s.seed,

@@ -8,6 +8,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     budget = "40kg/day"               # optional: kg per day, week or month, or a total
     power_limit_w = 20000             # optional: the site's limit on the jobs' draw
     slot = "15m"                      # the planners' slot
+    backfill = "easy"                 # easy | conservative | strict (no backfill)
     seed = 0
     timezone = "Europe/Berlin"        # deadline rules read clock times here
 
@@ -142,6 +143,7 @@ class Scenario(BaseModel):
     budget: str | None = None  # e.g. 20kg/day, 150kg/week, 500kg (the whole run)
     power_limit_w: float | None = Field(default=None, gt=0)  # the site's limit on jobs' draw
     slot: str = "15m"  # the planners' slot
+    backfill: str = "easy"  # easy | conservative | strict (planning.backfill)
     # optimal's wall-clock limit per replan (oracle: 10× this). None: a node limit instead,
     # so the answer does not depend on the machine's speed (runner.NODE_LIMIT)
     time_limit: str | None = None
@@ -159,6 +161,16 @@ class Scenario(BaseModel):
         except SpecError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("backfill")
+    @classmethod
+    def _backfill(cls, value: str) -> str:
+        from orchestrator.planning.backfill import check_backfill
+
+        try:
+            return check_backfill(value)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("policies")
     @classmethod

@@ -33,8 +33,8 @@ import numpy as np
 
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.policies.base import Decision, Plan, Policy, Snapshot
+from orchestrator.planning.policies.cheapest import cheapest_pieces
 from orchestrator.planning.policies.periods import LAMBDA_MAX, Periods
-from orchestrator.planning.policies.pieces import min_piece_s, piece_intervals, settle
 from orchestrator.planning.policies.problem import Problem, full_power
 
 
@@ -148,7 +148,7 @@ def greedy(
         c, s, best = _cheapest(options, p.end[j])
         intervals = None
         if jobs[j].interruptible:
-            alt = _lowest_slots(p, j, room, free_w, periods, lambdas, best)
+            alt = cheapest_pieces(p, j, room, free_w, periods, lambdas, best)
             if alt is not None and alt[2] < best - 1e-9 * max(1.0, abs(best)):
                 c, intervals, best = alt[0], alt[1], alt[2]
         victims: list[int] = []
@@ -278,67 +278,6 @@ def _cheapest(options: np.ndarray, ends: np.ndarray) -> tuple[int, int, float]:
     flat = np.where(near, ends, np.inf).argmin()
     c, s = np.unravel_index(flat, options.shape)
     return int(c), int(s), float(options[c, s])
-
-
-def _lowest_slots(p: Problem, j: int, free_g, free_w, periods, lambdas, bound=np.inf):
-    """For a job that may be suspended: the cheapest set of whole slots before its latest
-    finish, over its configurations. Returns (config, intervals, cost) or None (also when
-    none can cost less than ``bound``, the job's best run in one piece).
-
-    Each configuration's pieces are settled (``pieces.settle``) in the order of a floor
-    under their cost: its cheapest slots with no checkpoint (what settling starts from and
-    can only make dearer) and, with a budget, its earliest end. Those whose floor is above
-    the best found (or ``bound``) are not settled: the answer is the same, sooner."""
-    job = p.jobs[j]
-    last = int(p.slot_of(p.latest[j]))
-    first, last = int(p.rk[j]), min(last, p.K)
-    if last - first < 2:
-        return None
-    edges_a = np.maximum(p.t[first:last], p.release[j])
-    edges_b = p.t[first + 1 : last + 1]
-    lengths = edges_b - edges_a
-    if lambdas is None:
-        per_s = p.slot_obj[first:last] / p.slot
-    else:
-        per_s = lambdas[periods.slot_period[first:last]] * periods.slot_units[first:last] / p.slot
-    shortest_s = min_piece_s(job.checkpoint_s, p.slot)
-    options = []
-    for c, cfg in enumerate(p.configs[j]):
-        ok = (free_g[first:last] >= cfg.gpus - 1e-9) & (free_w[first:last] >= cfg.power_w - 1e-6)
-        if lengths[ok].sum() < cfg.run_s - 1e-6:
-            continue
-        price = np.where(ok, per_s * cfg.power_w, np.inf)
-        order = np.argsort(price, kind="stable")
-        taken = np.cumsum(lengths[order])
-        count = int(np.searchsorted(taken, cfg.run_s - 1e-6)) + 1
-        chosen = order[:count]
-        mask = np.zeros(len(lengths), dtype=bool)
-        mask[chosen] = True
-        floor = -np.inf
-        if (price[chosen] >= 0).all():  # a negative price could make a restart pay
-            floor = float(np.dot(price[chosen], lengths[chosen]))
-            floor -= float(price[chosen[-1]]) * (float(taken[count - 1]) - cfg.run_s)
-            if lambdas is not None:
-                floor += float(edges_a[0]) + cfg.run_s - job.submitted_s
-        options.append((floor, c, cfg, price, mask))
-    options.sort(key=lambda o: (o[0], o[1]))
-    best = None
-    for floor, c, cfg, price, mask in options:
-        limit = bound if best is None else min(bound, best[2])
-        if np.isfinite(limit) and floor > limit + 1e-6 * max(1.0, abs(limit)):
-            break
-        settled = settle(price, lengths, mask, cfg.run_s, shortest_s, job.checkpoint_s)
-        if settled is None:
-            continue
-        mask, cost = settled
-        intervals = piece_intervals(
-            price, lengths, edges_a, mask, cfg.run_s, shortest_s, job.checkpoint_s
-        )
-        if lambdas is not None:  # + completion time: the end of the last piece
-            cost += intervals[-1][1] - job.submitted_s
-        if best is None or (cost, c) < (best[2], best[0]):
-            best = (c, intervals, cost)
-    return best
 
 
 class BudgetFifo(Policy):

@@ -215,12 +215,37 @@ class Problem:
         self.carbon = snap.forecast.window(now, now, self.t_end)
         self.obj = objective_series(snap, now, self.t_end)
         p = self.power_w[:, :, None]
-        self.obj_cost = np.where(self.exists, p * self.obj.integral(self.start, self.end), np.inf)
-        carbon_g = p * self.carbon.integral(self.start, self.end) / J_PER_KWH
+        self._index: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+        self._values: dict[tuple, tuple] = {}  # (series, its values) by (id, at)
+        obj = self.cumulative(self.obj, "end") - self.cumulative(self.obj, "start")
+        self.obj_cost = np.where(self.exists, p * obj, np.inf)
+        carbon = self.cumulative(self.carbon, "end") - self.cumulative(self.carbon, "start")
+        carbon_g = p * carbon / J_PER_KWH
         self.carbon_g = np.where(self.exists, carbon_g, np.inf)
         self.slot_obj = self.per_slot(self.obj)  # per watt, per slot
         self.slot_carbon = self.per_slot(self.carbon) / J_PER_KWH
         self.free_gpus, self.free_w = self._capacity()
+        self._cover_a, self._cover_b = self._covers()
+        self.watt_limited = snap.power_limit_w is not None
+        self.memo: dict = {}  # answers a policy keeps between its passes over this problem
+
+    def cumulative(self, series, at: str) -> np.ndarray:
+        """``series.cumulative`` (the same numbers) at every option's ``at`` ("start" or
+        "end"), the slot indices kept for every series on the same steps and the values
+        for each series (a carbon budget's ``Periods`` reads the carbon's again; not to
+        be written to)."""
+        kept = self._values.get((id(series), at))
+        if kept is not None and kept[0] is series:
+            return kept[1]
+        t = self.start if at == "start" else self.end
+        key = (series.start_s, series.step_s, len(series.values), at)
+        if key not in self._index:
+            i = series.index(t)
+            self._index[key] = (i, t - (series.start_s + i * series.step_s))
+        i, offset = self._index[key]
+        out = series.cum[i] + series.values[i] * offset
+        self._values[(id(series), at)] = (series, out)
+        return out
 
     def per_slot(self, series) -> np.ndarray:
         """``series`` integrated over each slot at its mean from now on (the first slot,
@@ -261,15 +286,23 @@ class Problem:
     def fits(self, j: int, free_gpus: np.ndarray, free_w: np.ndarray) -> np.ndarray:
         """(C, S): whether each option of job j finds its GPUs and watts in every slot it
         covers (the part beyond the horizon is not checked)."""
-        gpus, watts = self.gpus[j][:, None], self.power_w[j][:, None]
-        bad = (free_gpus[None, :] < gpus - 1e-9) | (free_w[None, :] < watts - 1e-6)
-        cs = np.concatenate((np.zeros((self.C, 1)), np.cumsum(bad, axis=1)), axis=1)
-        k = self.k[j]  # (C, S)
-        m = np.ceil((self.end[j] - (self.origin + k * self.slot)) / self.slot - 1e-9)
+        bad = free_gpus[None, :] < self.gpus[j][:, None] - 1e-9
+        if self.watt_limited:  # (with no power limit, every slot has the watts)
+            bad |= free_w[None, :] < self.power_w[j][:, None] - 1e-6
+        cs = np.zeros((self.C, self.K + 1), dtype=np.int64)
+        np.cumsum(bad, axis=1, out=cs[:, 1:])
+        flat = cs.ravel()
+        return flat[self._cover_b[j]] == flat[self._cover_a[j]]
+
+    def _covers(self) -> tuple[np.ndarray, np.ndarray]:
+        """(J, C, S) flat indices into a (C, K + 1) array of the slot edges each option
+        starts and ends its cover at (for ``fits``)."""
+        k = self.k
+        m = np.ceil((self.end - (self.origin + k * self.slot)) / self.slot - 1e-9)
         a = np.clip(k, 0, self.K)
         b = np.clip(k + np.maximum(m, 1).astype(np.int64), 0, self.K)
-        rows = np.arange(self.C)[:, None]
-        return (cs[rows, b] - cs[rows, a]) == 0
+        rows = (self.K + 1) * np.arange(self.C)[None, :, None]
+        return rows + a, rows + b
 
     def reserve(self, free_gpus, free_w, gpus: int, power_w: float, intervals) -> None:
         for a_s, b_s in intervals:

@@ -1,0 +1,219 @@
+"""Backfill behind a blocked head of the queue, with reservations.
+
+When the first due job in queue order does not fit, later due jobs that fit now may start
+ahead of it, as long as that cannot delay it:
+
+- ``easy`` (the default; EASY backfilling): the blocked head gets a *reservation*: the
+  earliest time it fits, from the running jobs' expected ends, released in order on a copy
+  of the cluster's allocator (so per node and per buddy block, not in plain GPU counts: a
+  job that must fit one node waits for one node to have room). A later job may start now
+  if it gives its GPUs back by then, or if the head still fits at its reservation with the
+  job's GPUs (and those of the jobs backfilled before it) still held.
+- ``conservative``: every due job, in queue order, gets a reservation (GPUs over a time
+  span, on a profile of what is held when: ``planning.profile``), as Slurm's backfill
+  plans the pending jobs it looks at, and a later job may start now only if it cannot
+  delay any of them: it holds none of their GPUs before they give them back.
+- ``strict``: no backfill; the first job that does not fit blocks every job behind it.
+
+Run times come from the plans (a job's planned piece or expected end) and from what the
+state knows of running jobs' ends (``Cluster.ends``, the pass's ``Running.remaining_s``).
+A job whose run time nobody knows holds its GPUs forever as far as backfill is concerned:
+it backfills only where holding them forever delays nobody, and a reservation that waits
+for such a job's end cannot be made, so nothing backfills behind a job that needs one.
+Pure and in memory: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from orchestrator.errors import SpecError
+from orchestrator.planning.pieces import piece_index, width_of
+from orchestrator.planning.policies.base import Decision, QueuedJob
+from orchestrator.planning.profile import Profile, Reservation
+from placement.cluster import ClusterAllocator
+
+EASY, CONSERVATIVE, STRICT = "easy", "conservative", "strict"
+MODES = (EASY, CONSERVATIVE, STRICT)
+DEFAULT_BACKFILL = EASY
+# jobs behind the head that get a reservation of their own in one pass (``conservative``),
+# as Slurm's bf_max_job_test bounds its backfill: each is a walk over the profile
+MAX_RESERVATIONS = 50
+
+Allocate = Callable[[QueuedJob, Decision], object | None]
+
+
+def check_backfill(text: str) -> str:
+    """``easy``, ``conservative`` or ``strict``; one clear SpecError otherwise."""
+    mode = str(text).strip().lower()
+    if mode not in MODES:
+        raise SpecError(f"unknown backfill {text!r}; use easy, conservative or strict")
+    return mode
+
+
+def job_key(job_id: int) -> tuple:
+    """The key under which ``allocate`` holds a started job's new GPUs in the allocator."""
+    return ("job", job_id)
+
+
+@dataclass(slots=True)
+class Cluster:
+    """What holds GPUs now: the live allocator (the one ``allocate`` takes from), and when
+    each of its holders is expected to give its GPUs back (missing or None: unknown)."""
+
+    alloc: ClusterAllocator
+    ends: dict[Hashable, float | None] = field(default_factory=dict)
+
+
+def hold_until_s(job: QueuedJob, decision: Decision, now_s: float) -> float | None:
+    """When a job started now gives its GPUs back, by its plan: the end of the piece it
+    starts in when more follow, else its expected end; None: nobody knows."""
+    pieces = decision.intervals
+    if pieces:
+        k = piece_index(decision, now_s)
+        if k < len(pieces) - 1:
+            return pieces[k][1]
+    if decision.end_s is not None and decision.end_s > decision.start_s:
+        return now_s + (decision.end_s - decision.start_s)
+    if job.duration_s is None:
+        return None
+    cap = decision.piece_config(piece_index(decision, now_s))[1]
+    width, model = width_of(job, decision, now_s), job.model
+    if model is None or (width == job.gpus and cap >= 1.0 - 1e-9) or not width:
+        return now_s + job.duration_s
+    return now_s + job.duration_s * model.throughput(job.gpus, 1.0) / model.throughput(width, cap)
+
+
+class Backfill:
+    """One pass's backfill behind a blocked head. ``fill(queue)`` takes the due jobs in
+    queue order, the first of them blocked (it did not fit), and starts those it may
+    through ``allocate``; it returns their indices in ``queue`` with what ``allocate``
+    gave each."""
+
+    def __init__(self, mode: str, now_s: float, cluster: Cluster, allocate: Allocate) -> None:
+        self.mode, self.now_s, self.cluster, self.allocate = mode, now_s, cluster, allocate
+        self.alloc = cluster.alloc
+        # holders of GPUs and when each gives them back: running jobs, then those started
+        self.ends: dict[Hashable, float | None] = {
+            key: cluster.ends.get(key) for key in self.alloc.allocations()
+        }
+
+    def fill(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
+        if self.mode == STRICT or len(queue) < 2:
+            return []
+        if self.mode == CONSERVATIVE:
+            return self._conservative(queue)
+        return self._easy(queue)
+
+    # -- EASY ---------------------------------------------------------------------------
+    def _easy(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
+        now, alloc = self.now_s, self.alloc
+        head, head_decision = queue[0]
+        width = width_of(head, head_decision, now)
+        shadow, at = self._shadow_for(width)
+        if shadow is None:
+            return []  # its reservation waits for a run time nobody knows
+        started: list[tuple[int, object]] = []
+        no_fit: set[int] = set()  # widths that did not fit now (nor will, as GPUs go)
+        for index in range(1, len(queue)):
+            if alloc.free_gpus == 0:
+                break
+            job, decision = queue[index]
+            k = width_of(job, decision, now)
+            if k in no_fit or k > alloc.free_gpus:
+                continue
+            until = hold_until_s(job, decision, now)
+            allocation = self.allocate(job, decision)
+            if allocation is None:
+                no_fit.add(k)
+                continue
+            key = job_key(job.id)
+            held = alloc.allocation(key)  # None: it took no new GPUs (resumed, CPU only)
+            late = until is None or until > at
+            if held is not None and late and not _still_fits(shadow, key, held.parts, width):
+                alloc.free(key)  # it would delay the head: not now
+                continue
+            started.append((index, allocation))
+        return started
+
+    def _shadow_for(self, width: int) -> tuple[ClusterAllocator | None, float]:
+        """A copy of the allocator as it will be when a request of ``width`` GPUs first
+        fits (running jobs released in the order of their ends), and that time; (None,
+        inf) when that waits for a job whose end nobody knows."""
+        shadow = _copy(self.alloc)
+        known = sorted((end, str(key), key) for key, end in self.ends.items() if end is not None)
+        at = self.now_s
+        for n, (end, _, key) in enumerate(known):
+            shadow.free(key)
+            if n + 1 < len(known) and known[n + 1][0] <= end:
+                continue  # others end at the same time: release them too first
+            if _fits(shadow, width):
+                return shadow, max(at, end)
+        return None, float("inf")
+
+    # -- conservative -------------------------------------------------------------------
+    def _conservative(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
+        now, alloc = self.now_s, self.alloc
+        profile = Profile(alloc.topology, now)
+        for key, held in alloc.allocations().items():
+            profile.hold(profile.masks(held.parts), self.ends.get(key))
+        reservations: list[Reservation] = []
+        started: list[tuple[int, object]] = []
+        for index, (job, decision) in enumerate(queue):
+            k = width_of(job, decision, now)
+            if len(reservations) >= MAX_RESERVATIONS and (index == 0 or k > alloc.free_gpus):
+                continue  # it neither starts now nor gets a reservation
+            until = hold_until_s(job, decision, now)
+            if index > 0 and k <= alloc.free_gpus:
+                allocation = self.allocate(job, decision)
+                if allocation is not None:
+                    key = job_key(job.id)
+                    held = alloc.allocation(key)
+                    masks = {} if held is None else profile.masks(held.parts)
+                    if not any(r.overlaps(masks, now, until) for r in reservations):
+                        profile.hold(masks, until)
+                        started.append((index, allocation))
+                        continue
+                    alloc.free(key)
+            if len(reservations) >= MAX_RESERVATIONS:
+                continue  # no reservation of its own: it starts only where it fits
+            run_s = None if until is None else until - now
+            reservation = profile.reserve(k, run_s, reservations)
+            if reservation is None:
+                break  # it waits for a run time nobody knows: nothing may pass it
+            reservations.append(reservation)
+        return started
+
+
+def _still_fits(shadow: ClusterAllocator, key: Hashable, parts, width: int) -> bool:
+    """Hold ``parts`` on the shadow; keep them if a request of ``width`` still fits."""
+    _hold(shadow, key, parts)
+    if _fits(shadow, width):
+        return True
+    shadow.free(key)
+    return False
+
+
+def _fits(alloc: ClusterAllocator, width: int) -> bool:
+    if width <= 0:
+        return True
+    if width > alloc.free_gpus:
+        return False
+    got = alloc.allocate(("fit",), width)
+    if got is None:
+        return False
+    alloc.free(("fit",))
+    return True
+
+
+def _hold(alloc: ClusterAllocator, key: Hashable, parts) -> None:
+    for node, gpus in parts:
+        alloc.hold(key, node, gpus)
+
+
+def _copy(alloc: ClusterAllocator) -> ClusterAllocator:
+    out = ClusterAllocator(alloc.topology)
+    for key, a in alloc.allocations().items():
+        _hold(out, key, a.parts)
+    return out
