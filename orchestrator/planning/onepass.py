@@ -31,6 +31,7 @@ from typing import Protocol
 
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import Decision, QueuedJob
+from orchestrator.planning.resize import Resizer
 from orchestrator.planning.scheduler import Scheduler
 
 GUARD_SLACK_SLOTS = 4  # a job the guard suspends keeps at least this many slots of slack
@@ -69,6 +70,8 @@ class Running:
     remaining_s: float | None  # its run time left at full speed (None: unknown)
     checkpointing: bool = False  # told to checkpoint, not ended yet
     ref: object = None  # the state's own record of it
+    gpus: int = 0  # its width now, for the resize step (0: it may not be resized)
+    end_s: float | None = None  # when it is expected to end (None: unknown)
 
 
 class QueueState(Protocol):
@@ -107,17 +110,24 @@ class QueueState(Protocol):
     def next_due_s(self, now_s: float) -> float | None:
         """The state's own next due time (a piece's end, an arrival), if any."""
 
+    # for the resize step (``Pass(resize=True)``, ``orchestrator.planning.resize``): the
+    # allocator over what runs now, and a checkpoint whose job starts again at once on
+    # ``width`` GPUs
+    # alloc: placement.cluster.ClusterAllocator
+    # def resize(self, run: Running, width: int, now_s: float) -> bool
+
 
 class Pass:
     """The named steps over a ``QueueState``; ``tick(now_s)`` runs them in order."""
 
-    STEPS = ("suspend", "reap", "admit", "plan", "launch", "guard")
+    STEPS = ("suspend", "reap", "admit", "plan", "launch", "resize", "guard")
 
     def __init__(
         self,
         state: QueueState,
         *,
         guard: bool = True,
+        resize: bool = False,
         before: Sequence[tuple[str, Step]] = (),
         after: Sequence[tuple[str, Step]] = (),
         clock: Callable[[], float] | None = None,
@@ -133,6 +143,7 @@ class Pass:
         self.steps: list[tuple[str, Step]] = [*before, *core, *after]
         self.wakes: list[float] = []  # what this pass found due later (the simulator's)
         self.guard_suspensions = 0
+        self.resizer = Resizer() if resize else None  # resizes running elastic jobs
 
     def tick(self, now_s: float) -> float | None:
         """One pass. Returns when something is due next (None: nothing known)."""
@@ -167,6 +178,12 @@ class Pass:
         state = self.state
         for job, decision, allocation in self.scheduler.launchable(now_s, self._allocate(now_s)):
             state.launch(job, decision, allocation, now_s)
+
+    def resize(self, now_s: float) -> None:
+        """Start a blocked elastic job narrower, shrink running ones to make room for
+        it, or grow them into GPUs nobody waits for (``orchestrator.planning.resize``)."""
+        if self.resizer is not None and self.scheduler is not None:
+            self.resizer.step(self, now_s)
 
     def guard(self, now_s: float) -> None:
         """While the blocked head of the queue must start within a slot to meet its

@@ -7,6 +7,10 @@ shared data: iterations per second by global batch size and GPU count) when the 
 names its model (the Tiresias trace does: ``resnet50``, ``vgg19``, ...): a model maps to
 the table of its family, read at its largest batch size. Other jobs scale by the model's
 default (90 % efficiency per doubling).
+
+While they run, the pass's ``resize`` step (``orchestrator.planning.resize``) may start
+one narrower, shrink it or grow it; ``Resizing`` is the simulator's side of it: the
+checkpoint, and the restart at once on the new width.
 """
 
 from __future__ import annotations
@@ -16,6 +20,9 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+
+from orchestrator.planning.perfmodel import JobModel
+from orchestrator.planning.policies.base import Decision
 
 # model-name prefix -> ElasticFlow table (the closest family that was measured)
 FAMILIES = (
@@ -69,3 +76,50 @@ def elastic_ranges(gpus: np.ndarray, fraction: float, seed: int, total: int):
     lo = np.where(chosen, np.maximum(1, gpus // 2), gpus)
     hi = np.where(chosen, np.minimum(gpus * 2, total), gpus)
     return lo.astype(np.int64), np.maximum(hi, gpus).astype(np.int64)
+
+
+def resizes(inputs) -> bool:
+    """Whether any job of the run accepts a range (the resize step runs)."""
+    lo, hi = inputs.min_gpus, inputs.max_gpus
+    return lo is not None and hi is not None and bool(np.any(np.asarray(lo) < np.asarray(hi)))
+
+
+def width_now(attempt) -> int:
+    """A running attempt's width for the resize step; 0 (not resized) while it runs one
+    piece of a plan of several (it keeps its plan)."""
+    pieces = attempt.decision.intervals or ()
+    return attempt.gpus if attempt.suspend_event is None and len(pieces) <= 1 else 0
+
+
+def job_model(inputs, duration_s: float, gpus: int, table: dict | None) -> JobModel:
+    """A traced job's model: its run on its traced width, scaled by its table (or the
+    model's default efficiency)."""
+    cfg = inputs.cluster
+    return JobModel(
+        full_duration_s=duration_s,
+        ref_gpus=gpus,
+        curve=inputs.curve,
+        throughput_table=table,
+        host_w_per_gpu=cfg.host_w_per_gpu,
+        pue=cfg.pue,
+    )
+
+
+class Resizing:
+    """The simulator's side of the resize step (``SimDaemon`` mixes it in)."""
+
+    _resize_to: dict[int, int]
+
+    def resize(self, run, width: int, now: float) -> bool:
+        """Checkpoint a running elastic job (at once, in the simulator); it starts again
+        on ``width`` GPUs when it is requeued."""
+        if sent := self.checkpoint(run, now):
+            self._resize_to[run.job.id] = width
+        return sent
+
+    def _restart_resized(self, job, now: float) -> bool:
+        """Requeue a resized job to start now on its new width; False: not resized."""
+        width = self._resize_to.pop(job.id, None)
+        if width is not None:
+            self.scheduler.add_planned(job, Decision(now, gpus=width))
+        return width is not None

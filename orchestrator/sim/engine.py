@@ -45,6 +45,7 @@ from orchestrator.planning.policies.base import (
 )
 from orchestrator.planning.policies.powersplit import split_power
 from orchestrator.planning.scheduler import Scheduler
+from orchestrator.sim.elastic import Resizing, job_model, resizes, width_now
 from orchestrator.sim.events import EventLoop
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
@@ -66,7 +67,7 @@ class _Attempt:
     end_s: float  # expected
 
 
-class SimDaemon:
+class SimDaemon(Resizing):
     def __init__(
         self,
         inputs: SimInputs,
@@ -129,7 +130,9 @@ class SimDaemon:
         after = [("sample", self._sample)]
         if inputs.power_limit_w is not None:
             after.insert(0, ("split power", lambda _now: self._split_power()))
-        self.onepass = Pass(self, guard=not self.clairvoyant, after=after)
+        self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on
+        self.onepass = Pass(self, guard=not self.clairvoyant, after=after,
+                            resize=resizes(inputs) and not self.clairvoyant)  # fmt: skip
 
     # -- the pass -----------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -219,7 +222,7 @@ class SimDaemon:
             if a.job.interruptible:  # only these may move: their run left, at now
                 done, _ = self.executor.progress(a.handle)
                 left = self._duration[a.job.id] * (1.0 - done)
-            out.append(Running(a.key, a.job, left, ref=a))
+            out.append(Running(a.key, a.job, left, ref=a, gpus=width_now(a), end_s=a.end_s))
         return out
 
     def make_room(self, width: int, movable: dict) -> list:
@@ -292,15 +295,7 @@ class SimDaemon:
     def _model(self, i: int) -> JobModel:
         model = self._models.get(i)
         if model is None:
-            cfg = self.inputs.cluster
-            model = JobModel(
-                full_duration_s=self._duration[i],
-                ref_gpus=self._gpus[i],
-                curve=self.inputs.curve,
-                throughput_table=self._tables[i],
-                host_w_per_gpu=cfg.host_w_per_gpu,
-                pue=cfg.pue,
-            )
+            model = job_model(self.inputs, self._duration[i], self._gpus[i], self._tables[i])
             self._models[i] = model
         return model
 
@@ -367,6 +362,8 @@ class SimDaemon:
     def _requeue(self, att: _Attempt, now: float) -> None:
         i = att.job.id
         job = self._queued(i, self._duration[i] * (1.0 - self.done[i]) + self.inputs.checkpoint_s)
+        if self._restart_resized(job, now):
+            return
         d = att.decision
         keep = [k for k, (a, _) in enumerate(d.intervals or ()) if a >= now - 1e-6]
         rest = tuple(d.intervals[k] for k in keep)

@@ -1,0 +1,202 @@
+"""Resizing running elastic jobs (``orchestrator.planning.resize``): the pure decisions,
+and the simulator carrying them out through the one pass (narrow start, shrink, grow)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from orchestrator.planning.onepass import Running
+from orchestrator.planning.policies.base import Commitment, QueuedJob
+from orchestrator.planning.resize import (
+    fits_after,
+    narrow_width,
+    peak_held,
+    plan_grows,
+    plan_shrinks,
+    run_s,
+    wait_s,
+)
+
+H = 3600.0
+
+
+def _job(i=1, gpus=4, lo=2, hi=8, duration=10 * H, ckpt=300.0, interruptible=True):
+    return QueuedJob(i, gpus, 0.0, duration_s=duration, interruptible=interruptible,
+                     min_gpus=lo, max_gpus=hi, checkpoint_s=ckpt)  # fmt: skip
+
+
+def _run(job, width, left=None, end=None, key=None):
+    return Running(key or ("job", job.id), job, left if left is not None else job.duration_s,
+                   gpus=width, end_s=end)  # fmt: skip
+
+
+def _any(_w, _moves=None):
+    return True
+
+
+def test_run_time_scales_by_the_models_default_speedup():
+    job = _job(gpus=4)
+    assert run_s(job, 10 * H, 4) == pytest.approx(10 * H)
+    # 90 % per doubling: 8 GPUs are 1.8x as fast as 4
+    assert run_s(job, 10 * H, 8) == pytest.approx(10 * H / 1.8)
+
+
+def test_a_grow_is_planned_only_when_its_gain_exceeds_the_restart_cost():
+    job = _job(gpus=4, hi=8)
+    run = _run(job, 4, left=H)  # 1 h left at 4 GPUs: 8 GPUs save 26.7 min
+    (grow,) = plan_grows([run], spare=4, fits=_any)
+    assert (grow.from_gpus, grow.to_gpus) == (4, 8)
+    assert grow.gain_s == pytest.approx(H - H / 1.8 - 300.0)
+    costly = _run(_job(gpus=4, hi=8, ckpt=H), 4, left=H)  # a restart costs more than it saves
+    assert plan_grows([costly], spare=4, fits=_any) == []
+    # the plans that stand hold 3 of the 4 spare GPUs while it would run: it grows by 1
+    (small,) = plan_grows([run], spare=4, fits=_any, held=lambda _until: 3)
+    assert small.to_gpus == 5
+    fixed = _run(_job(lo=4, hi=4), 4)  # no range: never resized
+    rigid = _run(_job(interruptible=False), 4)  # may not be suspended: never resized
+    assert plan_grows([fixed, rigid], spare=4, fits=_any) == []
+
+
+def test_a_shrink_makes_room_only_when_the_wait_it_saves_exceeds_what_it_costs():
+    big = _run(_job(1, gpus=8, lo=2, hi=8), 8, left=5 * H)
+    # a 4-GPU job would wait 5 h: shrinking the big one to 4 costs it 5 h * 0.8 + 5 min
+    (shrink,) = plan_shrinks(4, 5 * H, 0, [big], fits=_any)
+    assert (shrink.from_gpus, shrink.to_gpus) == (8, 4)
+    lost = run_s(big.job, 5 * H, 4) - run_s(big.job, 5 * H, 8) + 300.0
+    assert lost < 5 * H
+    assert plan_shrinks(4, lost - 1.0, 0, [big], fits=_any) == [], "not worth it"
+    assert plan_shrinks(4, 5 * H, 0, [big], fits=lambda *_: False) == [], "does not fit"
+    assert plan_shrinks(4, 5 * H, 4, [big], fits=_any) == [], "it fits already"
+    # two candidates: the cheaper per GPU gives them (the one with less left to run)
+    short = _run(_job(2, gpus=8, lo=4, hi=8), 8, left=H, key=("job", 2))
+    (pick,) = plan_shrinks(4, 5 * H, 0, [big, short], fits=_any)
+    assert pick.job_id == 2 and pick.to_gpus == 4
+
+
+def test_a_blocked_job_starts_narrower_when_it_finishes_sooner_that_way():
+    job = _job(gpus=8, lo=2, hi=8, duration=4 * H)
+    fits_4 = lambda n: n <= 4  # noqa: E731
+    assert narrow_width(job, 8, 2 * H, fits_4) == 4  # starts now on 4, grows in 2 h
+    assert narrow_width(job, 8, 60.0, fits_4) is None  # 8 GPUs free in a minute: waits
+    assert narrow_width(job, 8, math.inf, fits_4) == 4  # nobody knows when: starts
+    rigid = _job(gpus=8, lo=2, hi=8, duration=4 * H, interruptible=False)
+    # on 4 GPUs without a grow it takes 7.2 h; waiting 2 h then 4 h is sooner
+    assert narrow_width(rigid, 8, 2 * H, fits_4) is None
+    assert narrow_width(rigid, 8, 4 * H, fits_4) == 4
+
+
+def test_wait_counts_gpus_freed_by_running_jobs_in_order_of_their_ends():
+    runs = [_run(_job(1), 2, end=3 * H), _run(_job(2), 4, end=H), _run(_job(3), 2, end=None)]
+    assert wait_s(4, 0, runs, 0.0) == H
+    assert wait_s(6, 0, runs, 0.0) == 3 * H
+    assert wait_s(8, 0, runs, 0.0) == math.inf
+    assert wait_s(2, 2, runs, 0.0) == 0.0
+
+
+def test_peak_held_is_the_most_gpus_held_at_once_in_the_window():
+    c = [Commitment(1, 2, 0.0, 0.0, 10.0), Commitment(2, 3, 0.0, 5.0, 20.0),
+         Commitment(3, 4, 0.0, 30.0, 40.0)]  # fmt: skip
+    assert peak_held(c, 0.0, 25.0) == 5
+    assert peak_held(c, 12.0, 25.0) == 3
+    assert peak_held(c, 0.0, 4.0) == 2
+
+
+def test_fits_after_leaves_the_allocator_as_it_was():
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    alloc = ClusterAllocator(ClusterTopology((NodeTopology("a", tuple(range(8))),)))
+    alloc.allocate(("job", 1), 4)
+    alloc.allocate(("job", 2), 2)
+    before = alloc.allocations()
+    assert fits_after(alloc, 4, {("job", 1): 2})  # job 1 on 2, and 4 more
+    assert not fits_after(alloc, 6, {("job", 1): 2})
+    assert fits_after(alloc, 0, {("job", 2): 4})  # job 2 grows into the 2 free
+    assert not fits_after(alloc, 0, {("job", 2): 6})
+    assert alloc.allocations() == before and alloc.free_gpus == 2
+
+
+# -- the simulator carries them out ----------------------------------------------------
+T0 = "2023-03-01T00:00:00"
+
+
+def _sim(tmp_path, rows, ranges, checkpoint="5m"):
+    """fifo on one 8-GPU node; ``ranges``: per job (min, max) GPUs."""
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.sim.engine import SimDaemon
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.runner import make_forecaster
+    from orchestrator.sim.scenario import Scenario
+
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scenario = Scenario.model_validate(
+        {
+            "policies": ["fifo"],
+            "jobs": {"source": str(trace), "checkpoint_cost": checkpoint},
+            "grid": {"source": "synthetic:days=3&start=2023-03-01"},
+            "cluster": {"gpus": 8, "gpus_per_node": 8},
+        }
+    )
+    inputs = prepare(scenario, tmp_path)
+    inputs.min_gpus = np.array([lo for lo, _ in ranges])
+    inputs.max_gpus = np.array([hi for _, hi in ranges])
+    sim = SimDaemon(inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0))
+    widths: list[tuple[int, int]] = []  # (job, GPUs) of each start
+    launch = sim.launch
+
+    def launched(job, decision, allocation, now):
+        launch(job, decision, allocation, now)
+        widths.append((job.id, sim._running[sim._attempt_id].gpus))
+
+    sim.launch = launched
+    result = sim.run()
+    t0 = float(inputs.jobs.submit_s[0])
+    return sim, result, widths, (result.finish_s - t0) / H
+
+
+def test_the_simulator_grows_a_job_into_gpus_that_freed_up(tmp_path):
+    rows = [
+        {"submit": T0, "duration": "1h", "gpus": 4},
+        {"submit": T0, "duration": "10h", "gpus": 4, "interruptible": True},
+    ]
+    sim, result, widths, finish_h = _sim(tmp_path, rows, [(4, 4), (2, 8)])
+    assert widths == [(0, 4), (1, 4), (1, 8)], "grew from 4 to 8 once job 0 ended"
+    assert sim.onepass.resizer.grows == 1
+    # 1 h on 4, then 9 h of work at 1.8x, plus the 5-minute restart
+    assert finish_h[1] == pytest.approx(1 + 9 / 1.8 + 5 / 60 * 1.0, abs=0.01)
+    # all its work was done: its GPU-hours sum its widths over time
+    gpu_h = float(np.sum((result.seg_end_s - result.seg_start_s) * result.seg_gpus)) / H
+    assert gpu_h == pytest.approx(4 * 1 + 4 * 1 + 8 * (9 / 1.8 + 5 / 60), abs=0.02)
+    # a restart that costs more than the grow saves: it stays on 4
+    _, _, widths, finish_h = _sim(tmp_path, rows, [(4, 4), (2, 8)], checkpoint="6h")
+    assert widths == [(0, 4), (1, 4)] and finish_h[1] == pytest.approx(10.0, abs=0.01)
+
+
+def test_the_simulator_shrinks_a_running_job_to_start_a_blocked_one(tmp_path):
+    rows = [
+        {"submit": T0, "duration": "10h", "gpus": 8, "interruptible": True},
+        {"submit": "2023-03-01T00:10:00", "duration": "1h", "gpus": 4},
+    ]
+    sim, result, widths, finish_h = _sim(tmp_path, rows, [(2, 8), (4, 4)])
+    # job 1 starts first, on the GPUs job 0 left; job 0 again on the other 4
+    assert widths[:3] == [(0, 8), (1, 4), (0, 4)], "job 0 gave 4 GPUs to job 1 at once"
+    assert sim.onepass.resizer.shrinks == 1
+    assert result.first_start_s[1] == pytest.approx(float(sim.inputs.jobs.submit_s[1]))
+    assert widths[3:] == [(0, 8)], "and grew back once job 1 ended"
+    assert finish_h[1] == pytest.approx(10 / 60 + 1, abs=0.01)
+
+
+def test_the_simulator_starts_a_blocked_elastic_job_narrower(tmp_path):
+    rows = [
+        {"submit": T0, "duration": "5h", "gpus": 4},
+        {"submit": "2023-03-01T00:10:00", "duration": "4h", "gpus": 8, "interruptible": True},
+    ]
+    sim, result, widths, _ = _sim(tmp_path, rows, [(4, 4), (2, 8)])
+    assert widths == [(0, 4), (1, 4), (1, 8)], "on the 4 free GPUs, grown to 8 at 5 h"
+    assert sim.onepass.resizer.narrow == 1 and sim.onepass.resizer.grows == 1
+    assert result.first_start_s[1] == pytest.approx(float(sim.inputs.jobs.submit_s[1]))
