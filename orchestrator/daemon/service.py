@@ -139,6 +139,7 @@ class Daemon:
         self.onepass = Pass(
             self.queue,
             guard=self.planner is not None,
+            resize=self.planner is not None,  # elastic jobs resized (planning.resize)
             before=[
                 ("fence", lambda _now: self.reaper.fence_orphans()),
                 ("recover", lambda _now: self.reaper.recover(self.clock.now())),

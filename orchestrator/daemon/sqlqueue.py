@@ -14,6 +14,7 @@ that: a dependency reaped in this pass may have ended after the pass began.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -26,8 +27,14 @@ from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
-from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, QueuedJob
+from orchestrator.planning.policies.base import (
+    DEFAULT_CHECKPOINT_S,
+    DEFAULT_MAX_DEFER_S,
+    Decision,
+    QueuedJob,
+)
 from orchestrator.planning.policies.baselines import Fifo
+from orchestrator.planning.resize import run_s
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.planning.snapshot import RunEstimate
 from orchestrator.queue import cron
@@ -39,6 +46,7 @@ from orchestrator.queue.states import JobState
 from orchestrator.queue.store import dependencies, submitted_since
 from placement.cluster import ClusterAllocator
 
+log = logging.getLogger(__name__)
 BAD_DEPENDENCY = (JobState.FAILED, JobState.CANCELLED, JobState.LOST)
 
 
@@ -58,6 +66,9 @@ class SqlQueue:
     faults: Faults = field(default_factory=Faults)
     history: object = None  # accounting.estimates.History: earlier runs, kept between passes
     known: dict = field(default_factory=dict)  # this pass's run-time estimates, by job id
+    # elastic jobs the resize step checkpointed: job id -> the width they start again on
+    # (in memory: after a restart of the daemon they are planned as any other)
+    resize_to: dict[int, int] = field(default_factory=dict)
 
     @property
     def slot_s(self) -> float:
@@ -160,10 +171,12 @@ class SqlQueue:
                 submitted, first, known, self.planner.default_run_s, now_s, alloc.total_gpus,
                 largest, self.max_defer_s,
             )  # fmt: skip
-            return self.planner.schedule(
+            scheduler = self.planner.schedule(
                 now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
                 spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
             )  # fmt: skip
+            self._restart_resized(scheduler, {j.id for j, _, _ in running}, now_s)
+            return scheduler
         scheduler = Scheduler(Fifo())  # the decision core the simulator drives too
         scheduler.add(_queued_view(job, largest) for job in eligible.values())
         scheduler.plan(now.timestamp())
@@ -187,6 +200,7 @@ class SqlQueue:
         it is still queued; one recorded as launching is settled by recovery), and the
         pass goes on with the others (``contain``)."""
         node, gpus = allocation
+        self.resize_to.pop(view.id, None)
         now = self._at(now_s)
         started, resumed = False, view.id in self.stopped
         with self.faults.contained(
@@ -227,8 +241,29 @@ class SqlQueue:
                 left = remaining_run_s(session, job, now, total_s) if total_s else None
                 view = replace(_queued_view(job, len(att.gpu_ids)), duration_s=total_s)
                 checkpointing = att.suspend_sent_at is not None
-                out.append(Running(("attempt", att.id), view, left, checkpointing, att))
+                run = Running(("attempt", att.id), view, left, checkpointing, att)
+                out.append(self._elastic(run, job, att, now_s))
         return out
+
+    def resize(self, run: Running, width: int, now_s: float) -> bool:
+        """Checkpoint a running elastic job (SIGTERM) to start it again on ``width`` GPUs
+        once it has left (``_restart_resized``)."""
+        self.resize_to[run.job.id] = width
+        if self.suspender.checkpoint(run.ref, self._at(now_s)):
+            log.info("job %s: resized from %s to %s GPUs: SIGTERM to checkpoint",
+                     run.job.id, run.gpus, width)  # fmt: skip
+            return True
+        del self.resize_to[run.job.id]
+        return False
+
+    def _restart_resized(self, scheduler: Scheduler, running: set[int], now_s: float) -> None:
+        """Resized jobs that have left their GPUs start again now, on their new width."""
+        for job_id in [i for i in self.resize_to if i not in self.eligible and i not in running]:
+            del self.resize_to[job_id]  # cancelled, failed or ended meanwhile
+        for view, _ in scheduler.planned():
+            width = self.resize_to.get(view.id)
+            if width is not None:
+                scheduler.add_planned(view, Decision(now_s, gpus=width))
 
     def make_room(self, width: int, movable: dict) -> list:
         return self.alloc.make_room(width, movable) or []
@@ -251,6 +286,24 @@ class SqlQueue:
         return min(times, default=None)
 
     # -- parts --------------------------------------------------------------------------
+    def _elastic(self, run: Running, job: Job, att: Attempt, now_s: float) -> Running:
+        """A running job as the resize step sees it: its range, its run time left at its
+        widest (as planned), its width now and expected end; one running a planned piece
+        (it keeps its plan) or on a batch node is not resized."""
+        width = len(att.gpu_ids)
+        if self.alloc is None or run.remaining_s is None or att.planned_until is not None:
+            return run
+        node = next((n for n in self.dispatcher.nodes if n.name == att.node), None)
+        if node is None or node.executor == "slurm":
+            return run
+        widest = min(job.gpus_max, self.alloc.max_node_gpus)
+        lab_s = self.planner.checkpoint_s if self.planner is not None else DEFAULT_CHECKPOINT_S
+        own_s = job.checkpoint_s
+        view = replace(run.job, gpus=widest, min_gpus=min(job.gpus_min, widest), max_gpus=widest,
+                       checkpoint_s=lab_s if own_s is None else own_s)  # fmt: skip
+        end_s = now_s + run_s(view, run.remaining_s, width) if width else None
+        return replace(run, job=view, gpus=width, end_s=end_s)
+
     def _cannot_run(self, job: Job, largest: int) -> str | None:
         if job.gpus_min > largest:
             return f"needs {job.gpus_min} GPUs; the largest node has {largest}"
