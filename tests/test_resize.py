@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,8 +13,10 @@ import pytest
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.policies.base import Commitment, QueuedJob
 from orchestrator.planning.resize import (
+    by_node,
     fits_after,
     narrow_width,
+    node_wait_s,
     peak_held,
     plan_grows,
     plan_shrinks,
@@ -31,7 +34,7 @@ def _job(i=1, gpus=4, lo=2, hi=8, duration=10 * H, ckpt=300.0, interruptible=Tru
 
 def _run(job, width, left=None, end=None, key=None):
     return Running(key or ("job", job.id), job, left if left is not None else job.duration_s,
-                   gpus=width, end_s=end)  # fmt: skip
+                   gpus=width, end_s=end, elastic=True)  # fmt: skip
 
 
 def _any(_w, _moves=None):
@@ -57,6 +60,8 @@ def test_a_grow_is_planned_only_when_its_gain_exceeds_the_restart_cost():
     (small,) = plan_grows([run], spare=4, fits=_any, held=lambda _until: 3)
     assert small.to_gpus == 5
     fixed = _run(_job(lo=4, hi=4), 4)  # no range: never resized
+    planned = replace(run, elastic=False)  # running a piece of its plan: keeps it
+    assert plan_grows([planned], spare=4, fits=_any) == []
     rigid = _run(_job(interruptible=False), 4)  # may not be suspended: never resized
     assert plan_grows([fixed, rigid], spare=4, fits=_any) == []
 
@@ -200,3 +205,22 @@ def test_the_simulator_starts_a_blocked_elastic_job_narrower(tmp_path):
     assert widths == [(0, 4), (1, 4), (1, 8)], "on the 4 free GPUs, grown to 8 at 5 h"
     assert sim.onepass.resizer.narrow == 1 and sim.onepass.resizer.grows == 1
     assert result.first_start_s[1] == pytest.approx(float(sim.inputs.jobs.submit_s[1]))
+
+
+def test_the_wait_is_per_node_for_a_job_that_fits_one():
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    nodes = (NodeTopology("a", tuple(range(4))), NodeTopology("b", tuple(range(4))))
+    alloc = ClusterAllocator(ClusterTopology(nodes))
+    alloc.hold(("job", 1), "a", [0, 1])  # ends in 3 h
+    alloc.hold(("job", 2), "b", [0, 1])  # ends in 1 h
+    runs = [_run(_job(1), 2, end=3 * H, key=("job", 1)), _run(_job(2), 2, end=H, key=("job", 2))]
+    where = by_node(alloc, runs)
+    assert {n: [r.key for r in rs] for n, rs in where.items()} == {
+        "a": [("job", 1)],
+        "b": [("job", 2)],
+    }
+    # a 4-GPU job: b is free in 1 h (a count of free GPUs, 2 + 2, says now)
+    assert node_wait_s(4, alloc, where, 0.0) == H
+    assert wait_s(4, alloc.free_gpus, runs, 0.0) == 0.0

@@ -291,18 +291,18 @@ class SqlQueue:
         widest (as planned), its width now and expected end; one running a planned piece
         (it keeps its plan) or on a batch node is not resized."""
         width = len(att.gpu_ids)
-        if self.alloc is None or run.remaining_s is None or att.planned_until is not None:
-            return run
+        if self.alloc is None or run.remaining_s is None:
+            return replace(run, gpus=width)
         node = next((n for n in self.dispatcher.nodes if n.name == att.node), None)
-        if node is None or node.executor == "slurm":
-            return run
+        batch = node is None or node.executor == "slurm"
         widest = min(job.gpus_max, self.alloc.max_node_gpus)
         lab_s = self.planner.checkpoint_s if self.planner is not None else DEFAULT_CHECKPOINT_S
         own_s = job.checkpoint_s
         view = replace(run.job, gpus=widest, min_gpus=min(job.gpus_min, widest), max_gpus=widest,
                        checkpoint_s=lab_s if own_s is None else own_s)  # fmt: skip
         end_s = now_s + run_s(view, run.remaining_s, width) if width else None
-        return replace(run, job=view, gpus=width, end_s=end_s)
+        elastic = not batch and att.planned_until is None
+        return replace(run, job=view, gpus=width, end_s=end_s, elastic=elastic)
 
     def _cannot_run(self, job: Job, largest: int) -> str | None:
         if job.gpus_min > largest:

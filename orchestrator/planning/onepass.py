@@ -70,8 +70,9 @@ class Running:
     remaining_s: float | None  # its run time left at full speed (None: unknown)
     checkpointing: bool = False  # told to checkpoint, not ended yet
     ref: object = None  # the state's own record of it
-    gpus: int = 0  # its width now, for the resize step (0: it may not be resized)
+    gpus: int = 0  # its width now (0: unknown)
     end_s: float | None = None  # when it is expected to end (None: unknown)
+    elastic: bool = False  # the resize step may resize it (not while it runs a planned piece)
 
 
 class QueueState(Protocol):

@@ -41,6 +41,7 @@ class Running(Protocol):  # ``onepass.Running``: a running attempt
     checkpointing: bool
     gpus: int
     end_s: float | None
+    elastic: bool
 
 
 Pass = Any  # ``onepass.Pass`` (which imports this module): its state, scheduler and steps
@@ -75,10 +76,12 @@ def bounds(job: QueuedJob) -> tuple[int, int]:
 
 def resizable(run: Running) -> bool:
     """A running job the pass may resize: it may be suspended, accepts a range, its run
-    time left is known and it runs outside a planned piece (``gpus`` 0: not resizable)."""
+    time left is known and its state lets it be resized (``elastic``: not while it runs
+    a piece of a plan)."""
     lo, hi = bounds(run.job)
     return (
-        run.job.interruptible
+        run.elastic
+        and run.job.interruptible
         and lo < hi
         and run.gpus > 0
         and not run.checkpointing
@@ -97,6 +100,31 @@ def wait_s(width: int, free: int, runs: Iterable[Running], now_s: float) -> floa
         if free >= width:
             return max(0.0, end - now_s)
     return math.inf
+
+
+def by_node(alloc, runs: list[Running]) -> dict[str | None, list[Running]]:
+    """The running jobs by the node they run on (None: several nodes, or not placed)."""
+    held = alloc.allocations()
+    out: dict[str | None, list[Running]] = {}
+    for run in runs:
+        got = held.get(run.key)
+        node = got.parts[0][0] if got is not None and len(got.parts) == 1 else None
+        out.setdefault(node, []).append(run)
+    return out
+
+
+def node_wait_s(width: int, alloc, nodes: dict, now_s: float) -> float:
+    """How long until one node has ``width`` GPUs free (wider than a node: a count over
+    the cluster), from the running jobs' expected ends."""
+    if width > alloc.max_node_gpus:
+        runs = [r for group in nodes.values() for r in group]
+        return wait_s(width, alloc.free_gpus, runs, now_s)
+    best = math.inf
+    for node in alloc.node_names:
+        if len(alloc.gpus_of(node)) >= width:
+            free = len(alloc.free_on(node))
+            best = min(best, wait_s(width, free, nodes.get(node, ()), now_s))
+    return best
 
 
 def narrow_width(
@@ -270,10 +298,11 @@ class Resizer:
         if any(r.checkpointing for r in running):
             return False  # a resize (or the guard) is under way: its GPUs are not free yet
         alloc = state.alloc
-        wait = wait_s(width, alloc.free_gpus, running, now_s)
+        nodes = by_node(alloc, running)
+        wait = node_wait_s(width, alloc, nodes, now_s)
         n = narrow_width(head, width, wait, lambda k: fits_after(alloc, k, {}))
         if n is None:
-            self._shrink(p, head, width, wait, running, now_s)
+            self._shrink(p, width, wait, running, nodes, now_s)
             return False
         narrower = replace(decision, gpus=n)
         started = scheduler.launch_out_of_order(
@@ -285,12 +314,20 @@ class Resizer:
         self.narrow += 1
         return True
 
-    def _shrink(self, p: Pass, head: QueuedJob, width: int, wait: float, running, now_s) -> None:
-        state = p.state
+    def _shrink(
+        self, p: Pass, width: int, wait: float, running: list, nodes: dict, now_s: float
+    ) -> None:
+        state, head = p.state, p.scheduler.blocked()
         alloc = state.alloc
-        plan = plan_shrinks(
-            width, wait, alloc.free_gpus, running, lambda k, m: fits_after(alloc, k, m)
-        )
+        if width > alloc.max_node_gpus:  # whole nodes: any running job may give GPUs
+            groups = [(alloc.free_gpus, running)]
+        else:  # one node: its own jobs give them
+            groups = [(len(alloc.free_on(n)), nodes[n]) for n in alloc.node_names if n in nodes]
+        plan: list[Resize] = []
+        for free, group in groups:
+            got = plan_shrinks(width, wait, free, group, lambda k, m: fits_after(alloc, k, m))
+            if got and sum(r.gain_s for r in got) > sum(r.gain_s for r in plan):
+                plan = got
         if not plan:
             return
         runs = {r.key: r for r in running}

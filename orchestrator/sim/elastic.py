@@ -84,11 +84,10 @@ def resizes(inputs) -> bool:
     return lo is not None and hi is not None and bool(np.any(np.asarray(lo) < np.asarray(hi)))
 
 
-def width_now(attempt) -> int:
-    """A running attempt's width for the resize step; 0 (not resized) while it runs one
-    piece of a plan of several (it keeps its plan)."""
-    pieces = attempt.decision.intervals or ()
-    return attempt.gpus if attempt.suspend_event is None and len(pieces) <= 1 else 0
+def may_resize(attempt) -> bool:
+    """Whether the resize step may resize a running attempt: not while it runs one piece
+    of a plan of several (it keeps its plan)."""
+    return attempt.suspend_event is None and len(attempt.decision.intervals or ()) <= 1
 
 
 def job_model(inputs, duration_s: float, gpus: int, table: dict | None) -> JobModel:

@@ -45,7 +45,7 @@ from orchestrator.planning.policies.base import (
 )
 from orchestrator.planning.policies.powersplit import split_power
 from orchestrator.planning.scheduler import Scheduler
-from orchestrator.sim.elastic import Resizing, job_model, resizes, width_now
+from orchestrator.sim.elastic import Resizing, job_model, may_resize, resizes
 from orchestrator.sim.events import EventLoop
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
@@ -222,7 +222,8 @@ class SimDaemon(Resizing):
             if a.job.interruptible:  # only these may move: their run left, at now
                 done, _ = self.executor.progress(a.handle)
                 left = self._duration[a.job.id] * (1.0 - done)
-            out.append(Running(a.key, a.job, left, ref=a, gpus=width_now(a), end_s=a.end_s))
+            run = Running(a.key, a.job, left, ref=a, gpus=a.gpus, end_s=a.end_s)
+            out.append(run if not may_resize(a) else replace(run, elastic=True))
         return out
 
     def make_room(self, width: int, movable: dict) -> list:
