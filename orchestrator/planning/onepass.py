@@ -21,6 +21,11 @@ and keep at least ``GUARD_SLACK_SLOTS`` slots of slack (``guard_slack_s``, the p
 rule) are checkpointed, the fewest GPUs' worth that make room for it; it starts ahead of
 them as soon as they have left their GPUs (at once in the simulator; on a later pass for
 real processes, which take time to checkpoint).
+
+The ``resize`` step (``Pass(resize=True)``; ``orchestrator.planning.resize``), between
+``launch`` and ``guard``: a blocked elastic job starts narrower, running elastic jobs shrink
+to make room for it, or, with nobody waiting, grow into free GPUs; each only when it saves
+more than the restart costs.
 """
 
 from __future__ import annotations
