@@ -104,12 +104,9 @@ def wait_s(width: int, free: int, runs: Iterable[Running], now_s: float) -> floa
 
 def by_node(alloc, runs: list[Running]) -> dict[str | None, list[Running]]:
     """The running jobs by the node they run on (None: several nodes, or not placed)."""
-    held = alloc.allocations()
     out: dict[str | None, list[Running]] = {}
     for run in runs:
-        got = held.get(run.key)
-        node = got.parts[0][0] if got is not None and len(got.parts) == 1 else None
-        out.setdefault(node, []).append(run)
+        out.setdefault(alloc.node_of(run.key), []).append(run)
     return out
 
 
@@ -246,8 +243,7 @@ def fits_after(alloc, width: int, moves: dict) -> bool:
     """Whether, with each of ``moves`` (allocation key -> new width) released, a request
     of ``width`` GPUs (0: none) and then each move at its new width are placed. The
     allocator (``placement.cluster.ClusterAllocator``) is left as it was."""
-    held = alloc.allocations()
-    saved = {key: held[key] for key in moves if key in held}
+    saved = {key: got for key in moves if (got := alloc.allocation(key)) is not None}
     for key in saved:
         alloc.free(key)
     taken, ok = [], True
@@ -297,6 +293,8 @@ class Resizer:
         running = state.running(now_s)
         if any(r.checkpointing for r in running):
             return False  # a resize (or the guard) is under way: its GPUs are not free yet
+        if bounds(head)[0] >= width and not any(resizable(r) for r in running):
+            return False  # it cannot start narrower, and nobody can shrink for it
         alloc = state.alloc
         nodes = by_node(alloc, running)
         wait = node_wait_s(width, alloc, nodes, now_s)
@@ -325,6 +323,8 @@ class Resizer:
             groups = [(len(alloc.free_on(n)), nodes[n]) for n in alloc.node_names if n in nodes]
         plan: list[Resize] = []
         for free, group in groups:
+            if not any(resizable(r) for r in group):
+                continue
             got = plan_shrinks(width, wait, free, group, lambda k, m: fits_after(alloc, k, m))
             if got and sum(r.gain_s for r in got) > sum(r.gain_s for r in plan):
                 plan = got

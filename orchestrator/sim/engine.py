@@ -220,10 +220,9 @@ class SimDaemon(Resizing):
         for a in self._running.values():
             left = None
             if a.job.interruptible:  # only these may move: their run left, at now
-                done, _ = self.executor.progress(a.handle)
-                left = self._duration[a.job.id] * (1.0 - done)
-            run = Running(a.key, a.job, left, ref=a, gpus=a.gpus, end_s=a.end_s)
-            out.append(run if not may_resize(a) else replace(run, elastic=True))
+                left = self._duration[a.job.id] * (1.0 - self.executor.done_now(a.handle))
+            out.append(Running(a.key, a.job, left, ref=a, gpus=a.gpus, end_s=a.end_s,
+                               elastic=may_resize(a)))  # fmt: skip
         return out
 
     def make_room(self, width: int, movable: dict) -> list:
