@@ -29,7 +29,12 @@ Speed: one replan of 1,000 queued jobs (from the same sample, all submitted now)
 budget: the larger; each the median of five), ``replan_s_optimal`` (30 s limit, best found).
 
     python benchmarks/planner.py [--grids DE-LU,GB] [--jobs 2000] [--quick] [--budgets-only]
-        [--no-carry]
+        [--no-carry] [--elastic F [--elastic-only]]
+
+``--elastic F``: that share of the jobs accepts ½-2× its GPUs (in every run), and
+``elastic`` says what resizing running jobs adds on its own: ``fifo`` and ``budget`` (no
+budget), each without and with the resize step; ``resize_jct_ratio_POLICY`` is the mean JCT
+with / without, the worst over grids.
 
 Each simulation runs in its own process, two at a time. Data come from
 ``$GRIDSHIFT_SHARED_DATA`` (default ../shared/data); without them: {"skipped": reason}.
