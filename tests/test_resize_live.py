@@ -46,8 +46,8 @@ def test_an_elastic_job_grows_from_two_to_four_gpus_when_two_free_up(cli, tmp_pa
         }
     )
     fixed = cli.submit(
-        "--gpus", "2", "--duration", "2s", "--name", "fixed",
-        "--", PY, TOY, "--epochs", "2", "--checkpoint", str(tmp_path / "fixed.json"),
+        "--gpus", "2", "--duration", "3s", "--name", "fixed",
+        "--", PY, TOY, "--epochs", "3", "--checkpoint", str(tmp_path / "fixed.json"),
     )  # fmt: skip
     elastic = cli.submit(
         "--gpus", "2-4", "--duration", "4s", "--interruptible", "--name", "elastic",
@@ -56,6 +56,8 @@ def test_an_elastic_job_grows_from_two_to_four_gpus_when_two_free_up(cli, tmp_pa
     )  # fmt: skip
     trace = tmp_path / "trace.csv"
     _flat_trace(trace, int(time.time()))
+    # the elastic job starts on the 2 free GPUs: waiting 3 s for 4 ends later than running
+    # on 2 meanwhile and growing to 4 when they free up (a 1 s restart)
     daemon = cli.daemon(
         "--grid", f"csv:{trace}", "--policy", "fifo", "--slot", "1s", "--interval", "0.2"
     )
