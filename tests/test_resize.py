@@ -13,16 +13,14 @@ import pytest
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.policies.base import Commitment, QueuedJob
 from orchestrator.planning.resize import (
-    by_node,
-    fits_after,
     narrow_width,
-    node_wait_s,
     peak_held,
     plan_grows,
     plan_shrinks,
     run_s,
     wait_s,
 )
+from orchestrator.planning.resizestep import by_node, fits_after, node_wait_s
 
 H = 3600.0
 

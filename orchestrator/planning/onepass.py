@@ -22,7 +22,7 @@ rule) are checkpointed, the fewest GPUs' worth that make room for it; it starts 
 them as soon as they have left their GPUs (at once in the simulator; on a later pass for
 real processes, which take time to checkpoint).
 
-The ``resize`` step (``Pass(resize=True)``; ``orchestrator.planning.resize``), between
+The ``resize`` step (``Pass(resize=True)``; ``orchestrator.planning.resizestep``), between
 ``launch`` and ``guard``: a blocked elastic job starts narrower, running elastic jobs shrink
 to make room for it, or, with nobody waiting, grow into free GPUs; each only when it saves
 more than the restart costs.
@@ -36,7 +36,7 @@ from typing import Protocol
 
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import Decision, QueuedJob
-from orchestrator.planning.resize import Resizer
+from orchestrator.planning.resizestep import Resizer
 from orchestrator.planning.scheduler import Scheduler
 
 GUARD_SLACK_SLOTS = 4  # a job the guard suspends keeps at least this many slots of slack
