@@ -17,7 +17,9 @@ from orchestrator.planning.resize import (
     peak_held,
     plan_grows,
     plan_shrinks,
+    resizable,
     run_s,
+    settle_s,
     wait_s,
 )
 from orchestrator.planning.resizestep import by_node, fits_after, node_wait_s
@@ -127,8 +129,8 @@ def test_fits_after_leaves_the_allocator_as_it_was():
 T0 = "2023-03-01T00:00:00"
 
 
-def _sim(tmp_path, rows, ranges, checkpoint="5m"):
-    """fifo on one 8-GPU node; ``ranges``: per job (min, max) GPUs."""
+def _sim(tmp_path, rows, ranges, checkpoint="5m", policy="fifo", budget=None):
+    """``policy`` (fifo) on one 8-GPU node; ``ranges``: per job (min, max) GPUs."""
     from orchestrator.planning.policies import resolve_policy
     from orchestrator.sim.engine import SimDaemon
     from orchestrator.sim.inputs import prepare
@@ -139,16 +141,17 @@ def _sim(tmp_path, rows, ranges, checkpoint="5m"):
     trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
     scenario = Scenario.model_validate(
         {
-            "policies": ["fifo"],
+            "policies": [policy],
             "jobs": {"source": str(trace), "checkpoint_cost": checkpoint},
-            "grid": {"source": "synthetic:days=3&start=2023-03-01"},
-            "cluster": {"gpus": 8, "gpus_per_node": 8},
+            "grid": {"source": f"synthetic:days={4 if budget else 3}&start=2023-03-01"},
+            "cluster": {"gpus": 16 if budget else 8, "gpus_per_node": 8},
+            **({"budget": budget} if budget else {}),
         }
     )
     inputs = prepare(scenario, tmp_path)
     inputs.min_gpus = np.array([lo for lo, _ in ranges])
     inputs.max_gpus = np.array([hi for _, hi in ranges])
-    sim = SimDaemon(inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0))
+    sim = SimDaemon(inputs, resolve_policy(policy), make_forecaster("perfect", inputs, 0))
     widths: list[tuple[int, int]] = []  # (job, GPUs) of each start
     launch = sim.launch
 
@@ -176,8 +179,9 @@ def test_the_simulator_grows_a_job_into_gpus_that_freed_up(tmp_path):
     gpu_h = float(np.sum((result.seg_end_s - result.seg_start_s) * result.seg_gpus)) / H
     assert gpu_h == pytest.approx(4 * 1 + 4 * 1 + 8 * (9 / 1.8 + 5 / 60), abs=0.02)
     # a restart that costs more than the grow saves: it stays on 4
+    # (it asks for 8: with a 6 h restart it waits the hour for them rather than start on 4)
     _, _, widths, finish_h = _sim(tmp_path, rows, [(4, 4), (2, 8)], checkpoint="6h")
-    assert widths == [(0, 4), (1, 4)] and finish_h[1] == pytest.approx(10.0, abs=0.01)
+    assert widths == [(0, 4), (1, 8)] and finish_h[1] == pytest.approx(1 + 10 / 1.8, abs=0.01)
 
 
 def test_the_simulator_shrinks_a_running_job_to_start_a_blocked_one(tmp_path):
@@ -222,3 +226,54 @@ def test_the_wait_is_per_node_for_a_job_that_fits_one():
     # a 4-GPU job: b is free in 1 h (a count of free GPUs, 2 + 2, says now)
     assert node_wait_s(4, alloc, where, 0.0) == H
     assert wait_s(4, alloc.free_gpus, runs, 0.0) == 0.0
+
+
+def test_an_attempt_is_not_resized_before_it_has_settled():
+    """A grow (or shrink) SIGTERMs the job: not before it has run its restart cost (and a
+    few passes), else it dies before its handler is installed (review finding 1)."""
+    job = _job(gpus=4, hi=8, ckpt=30.0)
+    settled = _run(job, 4, left=H)
+    assert settle_s(job) == 30.0 and resizable(settled)
+    young = replace(settled, age_s=29.0)
+    assert not resizable(young)
+    assert plan_grows([young], spare=4, fits=_any) == []
+    assert plan_shrinks(8, 10 * H, 4, [young], _any) == []
+    assert not resizable(replace(settled, job=replace(job, checkpoint_s=0.0), age_s=0.5))
+
+
+def test_the_simulator_starts_an_elastic_job_at_its_widest_and_does_not_grow_it_at_once(
+    tmp_path,
+):
+    """It asks for the widest width of its range, as the daemon does (finding 7: it
+    started on its traced 4 and grew to 8 at the same instant, at no cost)."""
+    rows = [{"submit": T0, "duration": "10h", "gpus": 4, "interruptible": True}]
+    _, result, widths, finish_h = _sim(tmp_path, rows, [(2, 8)])
+    assert widths == [(0, 8)] and result.suspensions == 0
+    assert finish_h[0] == pytest.approx(10 / 1.8, abs=0.01)
+
+
+def test_the_simulator_keeps_a_shrunk_jobs_width_through_a_joint_replan(tmp_path):
+    """A job shrunk for the head starts again at once on its new width, although a joint
+    replan (budget-fifo) plans it again (finding 5: it was replanned on 8 and waited an
+    hour with 4 GPUs free)."""
+    rows = [
+        {"submit": T0, "duration": "10h", "gpus": 8, "interruptible": True},
+        {"submit": "2023-03-01T00:10:00", "duration": "1h", "gpus": 4},
+    ]
+    _, _, widths, _ = _sim(tmp_path, rows, [(2, 8), (4, 4)], policy="budget-fifo")
+    assert widths[:3] == [(0, 8), (1, 4), (0, 4)], "job 0 again at once on the other 4"
+
+
+def test_a_job_running_under_a_power_cap_its_plan_chose_is_not_resized():
+    """``budget`` starts jobs on few GPUs under a cap to keep its budget: the resize step
+    does not grow them uncapped (finding 1: grown to 8 GPUs at cap 1.0 as it launched)."""
+    from types import SimpleNamespace
+
+    from orchestrator.planning.policies.base import Decision
+    from orchestrator.sim.elastic import may_resize
+
+    def attempt(decision):
+        return SimpleNamespace(suspend_event=None, decision=decision)
+
+    assert may_resize(attempt(Decision(0.0)))
+    assert not may_resize(attempt(Decision(0.0, gpus=4, cap=0.75)))

@@ -35,6 +35,7 @@ from orchestrator.planning.policies.base import (
 )
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.resize import run_s
+from orchestrator.planning.resizestep import pin_resized
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.planning.snapshot import RunEstimate
 from orchestrator.queue import cron
@@ -241,7 +242,8 @@ class SqlQueue:
                 left = remaining_run_s(session, job, now, total_s) if total_s else None
                 view = replace(_queued_view(job, len(att.gpu_ids)), duration_s=total_s)
                 checkpointing = att.suspend_sent_at is not None
-                run = Running(("attempt", att.id), view, left, checkpointing, att)
+                age_s = (now - att.started_at).total_seconds() if att.started_at else 0.0
+                run = Running(("attempt", att.id), view, left, checkpointing, att, age_s=age_s)
                 out.append(self._elastic(run, job, att, now_s))
         return out
 
@@ -260,10 +262,7 @@ class SqlQueue:
         """Resized jobs that have left their GPUs start again now, on their new width."""
         for job_id in [i for i in self.resize_to if i not in self.eligible and i not in running]:
             del self.resize_to[job_id]  # cancelled, failed or ended meanwhile
-        for view, _ in scheduler.planned():
-            width = self.resize_to.get(view.id)
-            if width is not None:
-                scheduler.add_planned(view, Decision(now_s, gpus=width))
+        pin_resized(scheduler, self.resize_to, now_s)
 
     def make_room(self, width: int, movable: dict) -> list:
         return self.alloc.make_room(width, movable) or []
@@ -301,7 +300,8 @@ class SqlQueue:
         view = replace(run.job, gpus=widest, min_gpus=min(job.gpus_min, widest), max_gpus=widest,
                        checkpoint_s=lab_s if own_s is None else own_s)  # fmt: skip
         end_s = now_s + run_s(view, run.remaining_s, width) if width else None
-        elastic = not batch and att.planned_until is None
+        capped = att.cap is not None and att.cap < 1.0  # its plan chose a power cap
+        elastic = not batch and att.planned_until is None and not capped
         return replace(run, job=view, gpus=width, end_s=end_s, elastic=elastic)
 
     def _cannot_run(self, job: Job, largest: int) -> str | None:

@@ -30,6 +30,7 @@ more than the restart costs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -78,6 +79,7 @@ class Running:
     gpus: int = 0  # its width now (0: unknown)
     end_s: float | None = None  # when it is expected to end (None: unknown)
     elastic: bool = False  # the resize step may resize it (not while it runs a planned piece)
+    age_s: float = math.inf  # how long this attempt has run (the resize step lets it settle)
 
 
 class QueueState(Protocol):

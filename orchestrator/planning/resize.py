@@ -40,10 +40,12 @@ class Running(Protocol):  # ``onepass.Running``: a running attempt
     gpus: int
     end_s: float | None
     elastic: bool
+    age_s: float
 
 
 EFFICIENCY = 0.9  # speed-up per doubling of a job without a model (JobModel's default)
 ROUNDS = 8  # narrow starts in one pass, at most (``resizestep``)
+SETTLE_S = 2.0  # an attempt runs at least this long (and its restart cost) before a resize
 Fits = Callable[[int, dict], bool]  # (GPUs for a waiting job, {key: new width}) -> fits?
 
 
@@ -71,13 +73,23 @@ def bounds(job: QueuedJob) -> tuple[int, int]:
     return job.min_gpus or job.gpus, job.max_gpus or job.gpus
 
 
+def settle_s(job: QueuedJob) -> float:
+    """How long an attempt runs before it may be resized: its restart cost (what a
+    resize throws away at once, and the time a job takes to start, load and be ready to
+    checkpoint: SIGTERM before its handler is installed kills it), at least ``SETTLE_S``
+    (a few of the daemon's passes: never in the pass that launched it)."""
+    return max(job.checkpoint_s, SETTLE_S)
+
+
 def resizable(run: Running) -> bool:
-    """A running job the pass may resize: it may be suspended, accepts a range, its run
-    time left is known and its state lets it be resized (``elastic``: not while it runs
-    a piece of a plan)."""
+    """A running job the pass may resize: it may be suspended, accepts a range, has run
+    long enough to checkpoint (``settle_s``), its run time left is known and its state
+    lets it be resized (``elastic``: not while it runs a piece of a plan, nor at a width
+    or power cap its plan chose)."""
     lo, hi = bounds(run.job)
     return (
         run.elastic
+        and run.age_s >= settle_s(run.job)
         and run.job.interruptible
         and lo < hi
         and run.gpus > 0

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.planning.pieces import width_of
-from orchestrator.planning.policies.base import QueuedJob
+from orchestrator.planning.policies.base import Decision, QueuedJob
 from orchestrator.planning.resize import (
     ROUNDS,
     Resize,
@@ -28,6 +28,18 @@ from orchestrator.planning.resize import (
 )
 
 Pass = Any  # ``onepass.Pass`` (which imports this module): its state, scheduler and steps
+
+
+def pin_resized(scheduler, resize_to: dict[int, int], now_s: float) -> None:
+    """Resized jobs waiting to start again start now on their new width, whatever the
+    plan just made says (a joint replan plans every queued job again). The daemon and the
+    simulator call it after every plan, until the job starts."""
+    if not resize_to:
+        return
+    for view, _ in scheduler.planned():
+        width = resize_to.get(view.id)
+        if width is not None:
+            scheduler.add_planned(view, Decision(now_s, gpus=width))
 
 
 def by_node(alloc, runs: list[Running]) -> dict[str | None, list[Running]]:
@@ -102,6 +114,8 @@ class Resizer:
         whether it started narrower."""
         scheduler, state = p.scheduler, p.state
         decision = scheduler.decision_of(head.id)
+        if decision.cap < 1.0:
+            return False  # its plan chose its width and power cap: not ours to change
         width = width_of(head, decision, now_s)
         running = state.running(now_s)
         if any(r.checkpointing for r in running):

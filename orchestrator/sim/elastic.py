@@ -86,8 +86,10 @@ def resizes(inputs) -> bool:
 
 def may_resize(attempt) -> bool:
     """Whether the resize step may resize a running attempt: not while it runs one piece
-    of a plan of several (it keeps its plan)."""
-    return attempt.suspend_event is None and len(attempt.decision.intervals or ()) <= 1
+    of a plan of several (it keeps its plan), nor under a power cap its plan chose (a
+    resize would drop the cap the policy chose for the carbon or the budget)."""
+    d = attempt.decision
+    return attempt.suspend_event is None and len(d.intervals or ()) <= 1 and d.cap >= 1.0
 
 
 def job_model(inputs, duration_s: float, gpus: int, table: dict | None) -> JobModel:
@@ -117,8 +119,9 @@ class Resizing:
         return sent
 
     def _restart_resized(self, job, now: float) -> bool:
-        """Requeue a resized job to start now on its new width; False: not resized."""
-        width = self._resize_to.pop(job.id, None)
+        """Requeue a resized job to start now on its new width; False: not resized. The
+        width holds until it starts (``pin_resized`` after every plan, as the daemon)."""
+        width = self._resize_to.get(job.id)
         if width is not None:
             self.scheduler.add_planned(job, Decision(now, gpus=width))
         return width is not None

@@ -44,6 +44,7 @@ from orchestrator.planning.policies.base import (
     recent_load,
 )
 from orchestrator.planning.policies.powersplit import split_power
+from orchestrator.planning.resizestep import pin_resized
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.sim.elastic import Resizing, job_model, may_resize, resizes
 from orchestrator.sim.events import EventLoop
@@ -65,6 +66,7 @@ class _Attempt:
     gpus: int
     power_w: float
     end_s: float  # expected
+    start_s: float = 0.0
 
 
 class SimDaemon(Resizing):
@@ -131,6 +133,7 @@ class SimDaemon(Resizing):
         if inputs.power_limit_w is not None:
             after.insert(0, ("split power", lambda _now: self._split_power()))
         self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on
+        self._restarted: set[int] = set()  # jobs that checkpointed once: a start costs
         self.onepass = Pass(self, guard=not self.clairvoyant, after=after,
                             resize=resizes(inputs) and not self.clairvoyant)  # fmt: skip
 
@@ -160,6 +163,7 @@ class SimDaemon(Resizing):
             self.done[i] = done
             if result.detail == "checkpointed":
                 self.suspensions += 1
+                self._restarted.add(i)
                 self._requeue(att, now)
             else:
                 self.finish[i] = now
@@ -210,6 +214,7 @@ class SimDaemon(Resizing):
     def plan(self, now: float) -> Scheduler:
         if not self.clairvoyant:
             self.scheduler.plan(now)
+            pin_resized(self.scheduler, self._resize_to, now)
         return self.scheduler
 
     def allocate(self, job: QueuedJob, decision: Decision, now: float):
@@ -220,9 +225,12 @@ class SimDaemon(Resizing):
         for a in self._running.values():
             left = None
             if a.job.interruptible:  # only these may move: their run left, at now
-                left = self._duration[a.job.id] * (1.0 - self.executor.done_now(a.handle))
+                i = a.job.id
+                left = self._at_width(
+                    i, self._duration[i] * (1.0 - self.executor.done_now(a.handle))
+                )
             out.append(Running(a.key, a.job, left, ref=a, gpus=a.gpus, end_s=a.end_s,
-                               elastic=may_resize(a)))  # fmt: skip
+                               elastic=may_resize(a), age_s=now - a.start_s))  # fmt: skip
         return out
 
     def make_room(self, width: int, movable: dict) -> list:
@@ -242,12 +250,16 @@ class SimDaemon(Resizing):
 
     # -- parts --------------------------------------------------------------------------
     def _queued(self, i: int, remaining_s: float) -> QueuedJob:
+        """Job ``i`` queued with ``remaining_s`` of its run at its traced width left. An
+        elastic one asks for the widest width of its range (as the daemon asks for
+        ``--gpus 2-8``'s 8), its run time converted to that width; the resize step starts
+        it narrower where that ends sooner than waiting."""
         return QueuedJob(
             id=i,
-            gpus=self._gpus[i],
+            gpus=self._max_gpus[i],
             submitted_s=self._submit[i],
             priority=self._priority[i],
-            duration_s=remaining_s,
+            duration_s=self._at_width(i, remaining_s),
             deadline_s=self._deadline[i],
             interruptible=self._interruptible[i],
             min_gpus=self._min_gpus[i],
@@ -255,6 +267,14 @@ class SimDaemon(Resizing):
             model=self._model(i),
             checkpoint_s=self.inputs.checkpoint_s,
         )
+
+    def _at_width(self, i: int, run_s: float) -> float:
+        """A run time at job ``i``'s traced width, at its widest (what it asks for)."""
+        hi, traced = self._max_gpus[i], self._gpus[i]
+        if hi == traced:
+            return run_s
+        model = self._model(i)
+        return run_s * model.speedup(traced) / model.speedup(hi)
 
     def _context(self, now: float) -> dict:
         running = [c for a in self._running.values() for c in held_pieces(a, now)]
@@ -305,8 +325,10 @@ class SimDaemon(Resizing):
         cap = decision.piece_config(piece)[1]
         width = width_of(job, decision, now)
         model = self._model(i)
-        if self.done[i] > 0:  # resumed from a checkpoint: loses checkpoint_s (_requeue adds it)
-            self.done[i] = max(0.0, self.done[i] - job.checkpoint_s * model.throughput(width, cap))
+        self._resize_to.pop(i, None)
+        if i in self._restarted:  # from a checkpoint: loses checkpoint_s (_requeue adds it),
+            # below nothing done when it had done less (a restart costs its time regardless)
+            self.done[i] = self.done[i] - job.checkpoint_s * model.throughput(width, cap)
         self._attempt_id = att_id = self._attempt_id + 1
         work = Workload(
             work=1.0,
@@ -334,7 +356,8 @@ class SimDaemon(Resizing):
             if stop < end:
                 event = self.loop.schedule(stop, lambda: self._suspend(att_id), priority=0)
                 end = stop
-        attempt = _Attempt(job, ("job", i), handle, decision, event, width, work.power_w(cap), end)
+        attempt = _Attempt(job, ("job", i), handle, decision, event, width, work.power_w(cap), end,
+                           now)  # fmt: skip
         self._running[att_id] = attempt
 
     def _split_power(self) -> None:
