@@ -22,7 +22,7 @@ from orchestrator.planning.resize import (
     settle_s,
     wait_s,
 )
-from orchestrator.planning.resizestep import by_node, fits_after, node_wait_s
+from orchestrator.planning.resizestep import by_node, fits_after, node_wait_s, reserve_resized
 
 H = 3600.0
 
@@ -277,3 +277,56 @@ def test_a_job_running_under_a_power_cap_its_plan_chose_is_not_resized():
 
     assert may_resize(attempt(Decision(0.0)))
     assert not may_resize(attempt(Decision(0.0, gpus=4, cap=0.75)))
+
+
+def test_the_gpus_a_pending_grow_waits_for_are_held_until_it_starts_again():
+    """While a grow checkpoints, the GPUs it grows into are held (``("resize", job)``) so
+    that a launch meanwhile does not take them; a shrink holds nothing, nor a job that
+    has left (finding 4: a newcomer took them, the job restarted on 2 for no gain)."""
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    nodes = (NodeTopology("a", tuple(range(4))), NodeTopology("b", tuple(range(4))))
+    alloc = ClusterAllocator(ClusterTopology(nodes))
+    alloc.hold(("attempt", 7), "a", [0, 1])  # job 1, growing from 2 to 4
+    alloc.hold(("attempt", 8), "b", [0, 1, 2, 3])  # job 2, shrinking from 4 to 2
+    reserve_resized(alloc, {1: (("attempt", 7), 4), 2: (("attempt", 8), 2), 3: (("x", 9), 4)})
+    assert alloc.allocation(("resize", 1)).parts == (("a", (2, 3)),)
+    assert alloc.allocation(("resize", 2)) is None and alloc.allocation(("resize", 3)) is None
+    assert alloc.free_gpus == 0 and alloc.allocate(("job", 5), 2) is None
+
+
+def test_no_grow_is_planned_while_a_resize_is_under_way():
+    """What is free while another job checkpoints for a resize may be promised to it."""
+    from types import SimpleNamespace
+
+    from orchestrator.planning.resizestep import Resizer
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    alloc = ClusterAllocator(ClusterTopology((NodeTopology("a", tuple(range(8))),)))
+    alloc.hold(("job", 1), "a", [0, 1])
+    alloc.hold(("job", 2), "a", [2, 3])
+    one = _run(_job(1, gpus=2, lo=2, hi=4), 2, left=10 * H, key=("job", 1))
+    two = replace(_run(_job(2, gpus=2, lo=2, hi=4), 2, left=10 * H, key=("job", 2)),
+                  checkpointing=True)  # fmt: skip
+    resized = []
+    state = SimpleNamespace(
+        alloc=alloc,
+        running=lambda _now: [one, two],
+        resize=lambda run, width, _now: resized.append((run.job.id, width)) or True,
+        reap=lambda _now: None,
+    )
+    p = SimpleNamespace(state=state, scheduler=SimpleNamespace(standing=lambda: []),
+                        plan=lambda _now: None, launch=lambda _now: None)  # fmt: skip
+    Resizer()._grow(p, 0.0)
+    assert resized == []
+    Resizer()._grow(replace_state(p, [one]), 0.0)
+    assert resized == [(1, 4)]
+
+
+def replace_state(p, runs):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(**{**vars(p), "state": SimpleNamespace(**{**vars(p.state),
+                           "running": lambda _now: runs})})  # fmt: skip

@@ -35,7 +35,7 @@ from orchestrator.planning.policies.base import (
 )
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.resize import run_s
-from orchestrator.planning.resizestep import pin_resized
+from orchestrator.planning.resizestep import pin_resized, reserve_resized
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.planning.snapshot import RunEstimate
 from orchestrator.queue import cron
@@ -70,6 +70,7 @@ class SqlQueue:
     # elastic jobs the resize step checkpointed: job id -> the width they start again on
     # (in memory: after a restart of the daemon they are planned as any other)
     resize_to: dict[int, int] = field(default_factory=dict)
+    resize_from: dict[int, object] = field(default_factory=dict)  # job id -> attempt's key
 
     @property
     def slot_s(self) -> float:
@@ -88,7 +89,7 @@ class SqlQueue:
         ended = self.reaper.reap(self._at(now_s))
         if ended and self.alloc is not None:  # within the pass (the guard's): GPUs freed
             with self.db.read() as session:
-                self.alloc = self.dispatcher.allocator(session)
+                self.alloc = self._allocator(session)
 
     def admit(self, now_s: float) -> None:
         """Cron occurrences that are due become queued jobs."""
@@ -123,7 +124,7 @@ class SqlQueue:
             dep_state = dict(
                 session.exec(select(Job.id, Job.state).where(col(Job.id).in_(dep_ids))).all()
             )
-            alloc = d.allocator(session)
+            alloc = self._allocator(session)
             everyone = [*queued, *stopped_jobs, *(j for j, _, _ in running)]
             known = self.known = self._estimates(session, everyone, now)
             remaining = {
@@ -202,6 +203,7 @@ class SqlQueue:
         pass goes on with the others (``contain``)."""
         node, gpus = allocation
         self.resize_to.pop(view.id, None)
+        self.resize_from.pop(view.id, None)
         now = self._at(now_s)
         started, resumed = False, view.id in self.stopped
         with self.faults.contained(
@@ -251,17 +253,28 @@ class SqlQueue:
         """Checkpoint a running elastic job (SIGTERM) to start it again on ``width`` GPUs
         once it has left (``_restart_resized``)."""
         self.resize_to[run.job.id] = width
+        self.resize_from[run.job.id] = run.key
         if self.suspender.checkpoint(run.ref, self._at(now_s)):
             log.info("job %s: resized from %s to %s GPUs: SIGTERM to checkpoint",
                      run.job.id, run.gpus, width)  # fmt: skip
             return True
         del self.resize_to[run.job.id]
+        del self.resize_from[run.job.id]
         return False
+
+    def _allocator(self, session: Session) -> ClusterAllocator:
+        """The allocator over what runs, with the GPUs pending grows wait for held."""
+        alloc = self.dispatcher.allocator(session)
+        pending = {i: (self.resize_from[i], w) for i, w in self.resize_to.items()
+                   if i in self.resize_from}  # fmt: skip
+        reserve_resized(alloc, pending)
+        return alloc
 
     def _restart_resized(self, scheduler: Scheduler, running: set[int], now_s: float) -> None:
         """Resized jobs that have left their GPUs start again now, on their new width."""
         for job_id in [i for i in self.resize_to if i not in self.eligible and i not in running]:
             del self.resize_to[job_id]  # cancelled, failed or ended meanwhile
+            self.resize_from.pop(job_id, None)
         pin_resized(scheduler, self.resize_to, now_s)
 
     def make_room(self, width: int, movable: dict) -> list:

@@ -9,6 +9,7 @@ GPUs; the simulator at once, the daemon once its process has checkpointed and ex
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,6 +41,21 @@ def pin_resized(scheduler, resize_to: dict[int, int], now_s: float) -> None:
         width = resize_to.get(view.id)
         if width is not None:
             scheduler.add_planned(view, Decision(now_s, gpus=width))
+
+
+def reserve_resized(alloc, pending: dict[int, tuple[Hashable, int]]) -> None:
+    """Hold, for each job a grow is checkpointing (job id -> its attempt's allocation
+    key, the width it starts again on), the GPUs it grows into on its node, under
+    ``("resize", job id)``: a launch in the meantime does not take them. A job that has
+    left its GPUs (or spans nodes) holds nothing."""
+    for job_id, (key, width) in pending.items():
+        node, got = alloc.node_of(key), alloc.allocation(key)
+        if node is None or got is None or alloc.allocation(("resize", job_id)) is not None:
+            continue
+        extra = width - sum(len(gpus) for _, gpus in got.parts)
+        free = alloc.free_on(node)[: max(0, extra)]
+        if free:
+            alloc.hold(("resize", job_id), node, free)
 
 
 def by_node(alloc, runs: list[Running]) -> dict[str | None, list[Running]]:
@@ -175,7 +191,10 @@ class Resizer:
         alloc = state.alloc
         if alloc is None or alloc.free_gpus <= 0:
             return
-        running = [r for r in state.running(now_s) if resizable(r)]
+        everyone = state.running(now_s)
+        if any(r.checkpointing for r in everyone):
+            return  # a resize (or the guard) is under way: what is free may be promised
+        running = [r for r in everyone if resizable(r)]
         if not running:
             return
         standing = None
