@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.planning.onepass import Running
 from orchestrator.planning.perfmodel import JobModel
 from orchestrator.planning.policies.base import Decision
 
@@ -110,6 +111,30 @@ class Resizing:
     """The simulator's side of the resize step (``SimDaemon`` mixes it in)."""
 
     _resize_to: dict[int, int]
+
+    def running(self, now: float) -> list[Running]:
+        """The running attempts as the pass sees them (``SimDaemon``'s): the run left of
+        one that may be suspended, at its widest; its width, expected end, age, and
+        whether the resize step may resize it."""
+        out = []
+        for a in self._running.values():
+            left = None
+            if a.job.interruptible:  # only these may move: their run left, at now
+                i = a.job.id
+                left = self._at_width(i, self._duration[i] * (1 - self.executor.done_now(a.handle)))
+            out.append(Running(a.key, a.job, left, ref=a, gpus=a.gpus, end_s=a.end_s,
+                               elastic=may_resize(a), age_s=now - a.start_s))  # fmt: skip
+        return out
+
+    def _at_width(self, i: int, run_s: float) -> float:
+        """A run time at job ``i``'s traced width, at its widest (an elastic job asks for
+        the widest width of its range, as the daemon's ``--gpus 2-8`` asks for 8; the
+        resize step starts it narrower where that ends sooner than waiting)."""
+        hi, traced = self._max_gpus[i], self._gpus[i]
+        if hi == traced:
+            return run_s
+        model = self._model(i)
+        return run_s * model.speedup(traced) / model.speedup(hi)
 
     def resize(self, run, width: int, now: float) -> bool:
         """Checkpoint a running elastic job (at once, in the simulator); it starts again

@@ -46,7 +46,7 @@ from orchestrator.planning.policies.base import (
 from orchestrator.planning.policies.powersplit import split_power
 from orchestrator.planning.resizestep import pin_resized
 from orchestrator.planning.scheduler import Scheduler
-from orchestrator.sim.elastic import Resizing, job_model, may_resize, resizes
+from orchestrator.sim.elastic import Resizing, job_model, resizes
 from orchestrator.sim.events import EventLoop
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
@@ -133,7 +133,7 @@ class SimDaemon(Resizing):
         if inputs.power_limit_w is not None:
             after.insert(0, ("split power", lambda _now: self._split_power()))
         self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on
-        self._restarted: set[int] = set()  # jobs that checkpointed once: a start costs
+        self._restarted: set[int] = set()  # jobs that checkpointed: each start costs
         self.onepass = Pass(self, guard=not self.clairvoyant, after=after,
                             resize=resizes(inputs) and not self.clairvoyant)  # fmt: skip
 
@@ -220,19 +220,6 @@ class SimDaemon(Resizing):
     def allocate(self, job: QueuedJob, decision: Decision, now: float):
         return self.alloc.allocate(("job", job.id), width_of(job, decision, now))
 
-    def running(self, now: float) -> list[Running]:
-        out = []
-        for a in self._running.values():
-            left = None
-            if a.job.interruptible:  # only these may move: their run left, at now
-                i = a.job.id
-                left = self._at_width(
-                    i, self._duration[i] * (1.0 - self.executor.done_now(a.handle))
-                )
-            out.append(Running(a.key, a.job, left, ref=a, gpus=a.gpus, end_s=a.end_s,
-                               elastic=may_resize(a), age_s=now - a.start_s))  # fmt: skip
-        return out
-
     def make_room(self, width: int, movable: dict) -> list:
         return self.alloc.make_room(width, movable) or []
 
@@ -250,10 +237,7 @@ class SimDaemon(Resizing):
 
     # -- parts --------------------------------------------------------------------------
     def _queued(self, i: int, remaining_s: float) -> QueuedJob:
-        """Job ``i`` queued with ``remaining_s`` of its run at its traced width left. An
-        elastic one asks for the widest width of its range (as the daemon asks for
-        ``--gpus 2-8``'s 8), its run time converted to that width; the resize step starts
-        it narrower where that ends sooner than waiting."""
+        """Job ``i`` with ``remaining_s`` (at its traced width) left, at its widest."""
         return QueuedJob(
             id=i,
             gpus=self._max_gpus[i],
@@ -267,14 +251,6 @@ class SimDaemon(Resizing):
             model=self._model(i),
             checkpoint_s=self.inputs.checkpoint_s,
         )
-
-    def _at_width(self, i: int, run_s: float) -> float:
-        """A run time at job ``i``'s traced width, at its widest (what it asks for)."""
-        hi, traced = self._max_gpus[i], self._gpus[i]
-        if hi == traced:
-            return run_s
-        model = self._model(i)
-        return run_s * model.speedup(traced) / model.speedup(hi)
 
     def _context(self, now: float) -> dict:
         running = [c for a in self._running.values() for c in held_pieces(a, now)]
@@ -326,9 +302,8 @@ class SimDaemon(Resizing):
         width = width_of(job, decision, now)
         model = self._model(i)
         self._resize_to.pop(i, None)
-        if i in self._restarted:  # from a checkpoint: loses checkpoint_s (_requeue adds it),
-            # below nothing done when it had done less (a restart costs its time regardless)
-            self.done[i] = self.done[i] - job.checkpoint_s * model.throughput(width, cap)
+        if i in self._restarted:  # from a checkpoint: loses checkpoint_s (_requeue adds it)
+            self.done[i] -= job.checkpoint_s * model.throughput(width, cap)  # may go below 0
         self._attempt_id = att_id = self._attempt_id + 1
         work = Workload(
             work=1.0,
