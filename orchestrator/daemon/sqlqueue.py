@@ -34,7 +34,7 @@ from orchestrator.planning.policies.base import (
     QueuedJob,
 )
 from orchestrator.planning.policies.baselines import Fifo
-from orchestrator.planning.resize import run_s
+from orchestrator.planning.resize import run_s, width_rate
 from orchestrator.planning.resizestep import pin_resized, reserve_resized
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.planning.snapshot import RunEstimate
@@ -128,12 +128,12 @@ class SqlQueue:
             everyone = [*queued, *stopped_jobs, *(j for j, _, _ in running)]
             known = self.known = self._estimates(session, everyone, now)
             remaining = {
-                j.id: remaining_run_s(session, j, now, known[j.id].run_s)
+                j.id: remaining_run_s(session, j, now, known[j.id].run_s, _rate(j, alloc))
                 for j in [*queued, *stopped_jobs]
                 if j.attempts and j.id in known
             }
             remaining |= {  # a running job's own reports tell what is left of it
-                j.id: remaining_run_s(session, j, now, known[j.id].run_s)
+                j.id: remaining_run_s(session, j, now, known[j.id].run_s, _rate(j, alloc))
                 for j, _, _ in running
                 if j.id in known and known[j.id].source == "progress"
             }
@@ -241,7 +241,8 @@ class SqlQueue:
                 est = self.known.get(job.id)
                 known = est is not None and est.source != "default"
                 total_s = est.run_s if known else job.duration_s
-                left = remaining_run_s(session, job, now, total_s) if total_s else None
+                rate = _rate(job, self.alloc) if self.alloc is not None else None
+                left = remaining_run_s(session, job, now, total_s, rate) if total_s else None
                 view = replace(_queued_view(job, len(att.gpu_ids)), duration_s=total_s)
                 checkpointing = att.suspend_sent_at is not None
                 age_s = (now - att.started_at).total_seconds() if att.started_at else 0.0
@@ -410,3 +411,9 @@ def _queued_view(job: Job, largest: int) -> QueuedJob:
         deadline_s=job.deadline.timestamp() if job.deadline else None,
         interruptible=job.interruptible,
     )
+
+
+def _rate(job: Job, alloc: ClusterAllocator):
+    """An elastic job's speed on n GPUs as a share of its widest's (the run time left
+    counts each attempt's time at its width)."""
+    return width_rate(min(job.gpus_max, alloc.max_node_gpus))

@@ -64,6 +64,13 @@ def speedup(job: QueuedJob, n: int) -> float:
     return n * EFFICIENCY ** math.log2(n)
 
 
+def width_rate(widest: int) -> Callable[[int], float]:
+    """How fast a job runs on n GPUs as a share of its speed on ``widest`` (the model's
+    default scaling): what an hour on n GPUs did of its work at its widest."""
+    full = EFFICIENCY ** math.log2(widest) * widest if widest > 0 else 1.0
+    return lambda n: (n * EFFICIENCY ** math.log2(n)) / full if n > 0 else 1.0
+
+
 def run_s(job: QueuedJob, remaining_s: float, n: int) -> float:
     """``remaining_s`` (at the job's requested width) on ``n`` GPUs."""
     return remaining_s * speedup(job, job.gpus) / speedup(job, n)

@@ -1,0 +1,51 @@
+"""An elastic job's work left when its attempts ran at other widths than its widest
+(review finding 6): each attempt's time counts at its width's speed."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlmodel import Session, SQLModel, create_engine
+
+from orchestrator.accounting.estimates import _from_progress
+from orchestrator.planning.resize import width_rate
+from orchestrator.queue.attempts import remaining_run_s
+from orchestrator.queue.models import Attempt, Job
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+H = 3600.0
+ON_2_OF_8 = 2 * 0.9 / (8 * 0.9**3)  # the default scaling: 2 GPUs do this share of 8's work
+
+
+def test_time_on_fewer_gpus_counts_at_their_speed_in_the_run_left():
+    engine = create_engine("sqlite://")
+    SQLModel.metadata.create_all(engine)
+    with Session(engine) as s:
+        job = Job(name="e", state="running", user="u", uid=1, command=["x"], workdir="/",
+                  gpus_min=2, gpus_max=8, duration_s=8 * H, interruptible=True,
+                  submitted_at=T0)  # fmt: skip
+        s.add(job)
+        s.commit()
+        s.refresh(job)
+        # 4 h on 2 GPUs (a narrow start), then grown: its 8-GPU attempt begins
+        s.add(Attempt(job_id=job.id, number=1, state="exited", node="n", gpu_ids=[0, 1],
+                      run_dir="", started_at=T0, finished_at=T0 + timedelta(hours=4)))  # fmt: skip
+        grown = T0 + timedelta(hours=4)
+        s.add(Attempt(job_id=job.id, number=2, state="running", node="n",
+                      gpu_ids=list(range(8)), run_dir="", started_at=grown))  # fmt: skip
+        s.commit()
+        now = T0 + timedelta(hours=4)
+        left = remaining_run_s(s, job, now, None, width_rate(8))
+        assert left == pytest.approx(8 * H - 4 * H * ON_2_OF_8)
+        assert remaining_run_s(s, job, now, None) == pytest.approx(4 * H)  # as before
+
+
+def test_a_progress_estimate_on_fewer_gpus_is_at_the_jobs_widest():
+    # 1 h on 2 of its 8 GPUs, 10 % done: 10 h on 2 GPUs, 10 h * ON_2_OF_8 on 8
+    att = Attempt(job_id=1, number=1, state="running", node="n", gpu_ids=[0, 1], run_dir="",
+                  started_at=T0, progress_done=10, progress_total=100,
+                  progress_at=T0 + timedelta(hours=1))  # fmt: skip
+    est = _from_progress([att], T0 + timedelta(hours=1), widest=8)
+    assert est.run_s == pytest.approx(10 * H * ON_2_OF_8)
+    assert _from_progress([att], T0 + timedelta(hours=1)).run_s == pytest.approx(10 * H)
