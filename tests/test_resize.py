@@ -317,7 +317,7 @@ def test_no_grow_is_planned_while_a_resize_is_under_way():
         resize=lambda run, width, _now: resized.append((run.job.id, width)) or True,
         reap=lambda _now: None,
     )
-    p = SimpleNamespace(state=state, scheduler=SimpleNamespace(standing=lambda: []),
+    p = SimpleNamespace(state=state, scheduler=SimpleNamespace(planned=lambda: []),
                         plan=lambda _now: None, launch=lambda _now: None)  # fmt: skip
     Resizer()._grow(p, 0.0)
     assert resized == []
@@ -330,3 +330,20 @@ def replace_state(p, runs):
 
     return SimpleNamespace(**{**vars(p), "state": SimpleNamespace(**{**vars(p.state),
                            "running": lambda _now: runs})})  # fmt: skip
+
+
+def test_a_grow_leaves_the_gpus_a_plan_without_an_end_holds_from_its_start():
+    """``fifo`` and ``lowest-window`` plan no end: the plan holds its GPUs from its start
+    for its run time (finding 2: a grow ignored it, then was shrunk back for it)."""
+    from orchestrator.planning.policies.base import Decision
+    from orchestrator.planning.resizestep import plans_held
+
+    later = QueuedJob(2, 4, 0.0, duration_s=H)
+    unknown = QueuedJob(3, 2, 0.0)
+    (a, b) = plans_held([(later, Decision(5 * H)), (unknown, Decision(6 * H))])
+    assert (a.gpus, a.start_s, a.end_s) == (4, 5 * H, 6 * H)
+    assert (b.gpus, b.start_s, b.end_s) == (2, 6 * H, math.inf)
+    # a 10-hour job on 4 of 8 GPUs may not grow into the 4 the plan at 5 h holds
+    run = _run(_job(gpus=4, hi=8, duration=10 * H), 4)
+    held = lambda until: peak_held([a], 0.0, until)  # noqa: E731
+    assert plan_grows([run], spare=4, fits=_any, held=held) == []

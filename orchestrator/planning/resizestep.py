@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from orchestrator.planning.pieces import width_of
-from orchestrator.planning.policies.base import Decision, QueuedJob
+from orchestrator.planning.policies.base import Commitment, Decision, QueuedJob
 from orchestrator.planning.resize import (
     ROUNDS,
     Resize,
@@ -56,6 +56,21 @@ def reserve_resized(alloc, pending: dict[int, tuple[Hashable, int]]) -> None:
         free = alloc.free_on(node)[: max(0, extra)]
         if free:
             alloc.hold(("resize", job_id), node, free)
+
+
+def plans_held(planned: list[tuple[QueuedJob, Decision]]) -> list[Commitment]:
+    """The GPUs the plans of queued jobs hold, each piece to its planned end; a plan
+    without one (``fifo``, ``lowest-window``: no end estimated) to its start plus the
+    job's run time, and without that to no end (``Scheduler.standing`` skips them)."""
+    out = []
+    for job, d in planned:
+        end_s = d.end_s
+        if end_s is None:
+            end_s = d.start_s + job.duration_s if job.duration_s is not None else math.inf
+        for i, (a, b) in enumerate(d.intervals or ((d.start_s, end_s),)):
+            gpus, _, watts = d.piece_config(i)
+            out.append(Commitment(job.id, gpus or job.gpus, watts or 0.0, a, b))
+    return out
 
 
 def by_node(alloc, runs: list[Running]) -> dict[str | None, list[Running]]:
@@ -202,7 +217,7 @@ class Resizer:
         def held(until_s: float) -> int:
             nonlocal standing
             if standing is None:
-                standing = p.scheduler.standing()
+                standing = plans_held(p.scheduler.planned())
             return peak_held(standing, now_s, until_s)
 
         plan = plan_grows(
