@@ -49,3 +49,32 @@ def test_a_progress_estimate_on_fewer_gpus_is_at_the_jobs_widest():
     est = _from_progress([att], T0 + timedelta(hours=1), widest=8)
     assert est.run_s == pytest.approx(10 * H * ON_2_OF_8)
     assert _from_progress([att], T0 + timedelta(hours=1)).run_s == pytest.approx(10 * H)
+
+
+def test_the_daemon_does_not_resize_a_job_being_cancelled_or_under_a_planned_cap():
+    """Findings 9 and 1: a job whose cancel was asked for, or that runs under a power cap
+    its plan chose, is not resizable in the daemon's view of it."""
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.sqlqueue import SqlQueue
+    from orchestrator.planning.onepass import Running
+    from orchestrator.planning.policies.base import QueuedJob
+
+    queue = SimpleNamespace(
+        alloc=SimpleNamespace(max_node_gpus=8),
+        dispatcher=SimpleNamespace(nodes=[SimpleNamespace(name="n", executor="local")]),
+        planner=None,
+    )
+    job = Job(id=1, name="e", state="running", user="u", uid=1, command=["x"], workdir="/",
+              gpus_min=2, gpus_max=8, duration_s=8 * H, interruptible=True,
+              submitted_at=T0)  # fmt: skip
+    att = Attempt(id=3, job_id=1, number=1, state="running", node="n", gpu_ids=[0, 1],
+                  run_dir="", started_at=T0)  # fmt: skip
+    run = Running(("attempt", 3), QueuedJob(1, 2, 0.0, interruptible=True), 4 * H, age_s=H)
+
+    def elastic(job, att):
+        return SqlQueue._elastic(queue, run, job, att, T0.timestamp() + H).elastic
+
+    assert elastic(job, att)
+    assert not elastic(job.model_copy(update={"cancel_requested_at": T0}), att)
+    assert not elastic(job, att.model_copy(update={"cap": 0.75}))

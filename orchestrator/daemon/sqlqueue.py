@@ -315,7 +315,8 @@ class SqlQueue:
                        checkpoint_s=lab_s if own_s is None else own_s)  # fmt: skip
         end_s = now_s + run_s(view, run.remaining_s, width) if width else None
         capped = att.cap is not None and att.cap < 1.0  # its plan chose a power cap
-        elastic = not batch and att.planned_until is None and not capped
+        cancelling = job.cancel_requested_at is not None  # it is on its way out
+        elastic = not batch and att.planned_until is None and not capped and not cancelling
         return replace(run, job=view, gpus=width, end_s=end_s, elastic=elastic)
 
     def _cannot_run(self, job: Job, largest: int) -> str | None:
