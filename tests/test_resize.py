@@ -296,8 +296,9 @@ def test_the_gpus_a_pending_grow_waits_for_are_held_until_it_starts_again():
     assert alloc.free_gpus == 0 and alloc.allocate(("job", 5), 2) is None
 
 
-def test_no_grow_is_planned_while_a_resize_is_under_way():
-    """What is free while another job checkpoints for a resize may be promised to it."""
+def test_no_grow_is_planned_on_a_node_where_a_resize_is_under_way():
+    """What is free on a node while a job there checkpoints may be promised to it; jobs
+    on other nodes still grow (finding 8: one slow checkpoint held every grow back)."""
     from types import SimpleNamespace
 
     from orchestrator.planning.resizestep import Resizer
@@ -323,6 +324,15 @@ def test_no_grow_is_planned_while_a_resize_is_under_way():
     assert resized == []
     Resizer()._grow(replace_state(p, [one]), 0.0)
     assert resized == [(1, 4)]
+    elsewhere = ClusterAllocator(ClusterTopology(
+        (NodeTopology("a", tuple(range(4))), NodeTopology("b", tuple(range(4))))
+    ))  # fmt: skip
+    elsewhere.hold(("job", 1), "a", [0, 1])
+    elsewhere.hold(("job", 2), "b", [0, 1])
+    resized.clear()
+    p.state.alloc = elsewhere
+    Resizer()._grow(p, 0.0)
+    assert resized == [(1, 4)], "job 2 checkpoints on node b: job 1 grows on a"
 
 
 def replace_state(p, runs):

@@ -207,9 +207,12 @@ class Resizer:
         if alloc is None or alloc.free_gpus <= 0:
             return
         everyone = state.running(now_s)
-        if any(r.checkpointing for r in everyone):
-            return  # a resize (or the guard) is under way: what is free may be promised
-        running = [r for r in everyone if resizable(r)]
+        # a node where a job checkpoints (a resize, the guard): what is free there may be
+        # promised; the others' jobs may grow (the GPUs a grow waits for are held)
+        busy = {alloc.node_of(r.key) for r in everyone if r.checkpointing}
+        if None in busy:
+            return  # one that spans nodes (or is not placed): anywhere
+        running = [r for r in everyone if resizable(r) and alloc.node_of(r.key) not in busy]
         if not running:
             return
         standing = None
