@@ -78,3 +78,38 @@ def test_the_daemon_does_not_resize_a_job_being_cancelled_or_under_a_planned_cap
     assert elastic(job, att)
     assert not elastic(job.model_copy(update={"cancel_requested_at": T0}), att)
     assert not elastic(job, att.model_copy(update={"cap": 0.75}))
+
+
+def test_a_pending_resize_is_read_back_from_the_database():
+    """Finding 3: the width a resize asked for is kept on the attempt (``resize_to``), so
+    a daemon restarted meanwhile starts the job on it (and holds the GPUs it grows into)
+    instead of planning it afresh and resizing it again."""
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.sqlqueue import SqlQueue
+
+    engine = create_engine("sqlite://")
+    SQLModel.metadata.create_all(engine)
+
+    def job(i, state):
+        return Job(id=i, name=f"e{i}", state=state, user="u", uid=1, command=["x"],
+                   workdir="/", gpus_min=2, gpus_max=8, submitted_at=T0)  # fmt: skip
+
+    def att(i, job_id, number, state, resize_to=None):
+        return Attempt(id=i, job_id=job_id, number=number, state=state, node="n",
+                       gpu_ids=[0, 1], run_dir="", resize_to=resize_to)  # fmt: skip
+
+    with Session(engine) as s:
+        s.add_all([job(1, "queued"), job(2, "running"), job(3, "running"), job(4, "completed")])
+        s.commit()
+        s.add_all([
+            att(11, 1, 1, "exited", resize_to=4),  # left its GPUs: starts again on 4
+            att(21, 2, 1, "running", resize_to=8),  # still checkpointing
+            att(31, 3, 1, "exited", resize_to=4), att(32, 3, 2, "running"),  # started since
+            att(41, 4, 1, "exited", resize_to=4),  # ended
+        ])  # fmt: skip
+        s.commit()
+        queue = SimpleNamespace(resize_to={}, resize_from={})
+        SqlQueue._pending_resizes(queue, s)
+    assert queue.resize_to == {1: 4, 2: 8}
+    assert queue.resize_from == {2: ("attempt", 21)}

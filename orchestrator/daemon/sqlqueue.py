@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from sqlmodel import Session, col, select
+from sqlmodel import Session, col, func, select
 
 from orchestrator.daemon.contain import Faults
 from orchestrator.daemon.dispatch import Dispatcher
@@ -256,6 +256,10 @@ class SqlQueue:
         self.resize_to[run.job.id] = width
         self.resize_from[run.job.id] = run.key
         if self.suspender.checkpoint(run.ref, self._at(now_s)):
+            with self.db.write() as session:  # kept across a restart of the daemon
+                row = session.get(Attempt, run.ref.id)
+                row.resize_to = width
+                session.add(row)
             log.info("job %s: resized from %s to %s GPUs: SIGTERM to checkpoint",
                      run.job.id, run.gpus, width)  # fmt: skip
             return True
@@ -266,10 +270,36 @@ class SqlQueue:
     def _allocator(self, session: Session) -> ClusterAllocator:
         """The allocator over what runs, with the GPUs pending grows wait for held."""
         alloc = self.dispatcher.allocator(session)
+        self._pending_resizes(session)
         pending = {i: (self.resize_from[i], w) for i, w in self.resize_to.items()
                    if i in self.resize_from}  # fmt: skip
         reserve_resized(alloc, pending)
         return alloc
+
+    def _pending_resizes(self, session: Session) -> None:
+        """The resizes under way, from the database (``attempt.resize_to``): each job
+        whose latest attempt a resize checkpointed, still running (checkpointing) or
+        queued to start again. A daemon restarted meanwhile knows them too."""
+        rows = session.exec(
+            select(Attempt, Job)
+            .join(Job, col(Job.id) == col(Attempt.job_id))
+            .where(col(Attempt.resize_to).is_not(None))
+            .where(col(Job.state).in_([JobState.QUEUED, JobState.PLANNED, JobState.RUNNING]))
+        ).all()
+        latest = dict(
+            session.exec(
+                select(Attempt.job_id, func.max(Attempt.number))
+                .where(col(Attempt.job_id).in_([job.id for _, job in rows]))
+                .group_by(col(Attempt.job_id))
+            ).all()
+        ) if rows else {}  # fmt: skip
+        self.resize_to, self.resize_from = {}, {}
+        for att, job in rows:
+            if att.number != latest.get(job.id):
+                continue  # it has started again since
+            self.resize_to[job.id] = att.resize_to
+            if att.state == AttemptState.RUNNING:
+                self.resize_from[job.id] = ("attempt", att.id)
 
     def _restart_resized(self, scheduler: Scheduler, running: set[int], now_s: float) -> None:
         """Resized jobs that have left their GPUs start again now, on their new width."""

@@ -120,6 +120,9 @@ class Attempt(SQLModel, table=True):
     # spend when it started (g CO2e, and Wh for an energy budget). None: not forced.
     forced_g: float | None = None
     forced_wh: float | None = None
+    # The width the resize step's SIGTERM asked it to start again on (an elastic job):
+    # its next attempt's, kept across daemon restarts. None: not resized.
+    resize_to: int | None = None
 
 
 class Usage(SQLModel, table=True):
