@@ -37,7 +37,12 @@ strict's (floor ≤ 0.5), next to each run's mean wait, busy share of the makesp
 misses.
 
     python benchmarks/planner.py [--grids DE-LU,GB] [--jobs 2000] [--quick] [--budgets-only]
-        [--no-carry] [--backfill-only]
+        [--no-carry] [--backfill-only] [--elastic F [--elastic-only]]
+
+``--elastic F``: that share of the jobs accepts ½-2× its GPUs (in every run), and
+``elastic`` says what resizing running jobs adds on its own: ``fifo`` and ``budget`` (no
+budget), each without and with the resize step; ``resize_jct_ratio_POLICY`` is the mean JCT
+with / without, the worst over grids.
 
 Each simulation runs in its own process, two at a time. Data come from
 ``$GRIDSHIFT_SHARED_DATA`` (default ../shared/data); without them: {"skipped": reason}.
@@ -66,6 +71,9 @@ def data_dir() -> Path:
     return Path(os.environ.get("GRIDSHIFT_SHARED_DATA", ROOT.parent / "shared" / "data"))
 
 
+ELASTIC = 0.0  # share of jobs that accept ½-2× their GPUs (``--elastic F``)
+
+
 def scenario(grid: str, jobs: int, policy: str, forecast: str, budget: str | None) -> dict:
     data = data_dir()
     return {
@@ -79,6 +87,7 @@ def scenario(grid: str, jobs: int, policy: str, forecast: str, budget: str | Non
             "max_jobs": jobs,
             "deadline_rule": "within:24h",
             "interruptible": 0.5,
+            "elastic": ELASTIC,
         },
         "grid": {"source": f"csv:{data / 'grid/carbon' / grid / f'{grid}_2023_hourly.csv'}"},
         "cluster": {"gpus": GPUS, "gpu": "a40"},
@@ -102,15 +111,55 @@ def one(spec: dict) -> dict:
     Periods.choose = counted
     if not spec.pop("carry", True):
         Periods.find_lambdas = lambda self, warm=None: find(self, None)
+    resizers = _resizers(spec.pop("resize", True))
     outcome = simulate(Scenario.model_validate(spec), ROOT)
     (policy,) = spec["policies"]
     result = dict(outcome.results[policy])
     result["lambda_evaluations"] = count[0]
+    for kind in ("narrow", "shrinks", "grows"):
+        result[f"resize_{kind}"] = sum(getattr(r, kind) for r in resizers)
     run = outcome.runs[policy]
     result["days"] = round(
         (float(run.finish_s.max()) - float(outcome.inputs.jobs.submit_s.min())) / 86400, 3
     )
     return result
+
+
+def _resizers(on: bool) -> list:
+    """The resize steps this run makes (to count what they did); with ``on`` False, the
+    simulator runs without one (what resizing adds, on its own)."""
+    import orchestrator.planning.onepass as onepass
+    import orchestrator.sim.engine as engine
+
+    made: list = []
+
+    class Counted(onepass.Resizer):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    onepass.Resizer = Counted
+    if not on:
+        engine.resizes = lambda inputs: False
+    return made
+
+
+def elastic_gain(grid: str, jobs: int, pool: ThreadPoolExecutor) -> dict:
+    """What resizing running jobs adds on its own: fifo and budget (no budget) with
+    ``ELASTIC`` of the jobs elastic, without and with the resize step."""
+    specs = {
+        (policy, on): scenario(grid, jobs, policy, "perfect", None) | {"resize": on}
+        for policy in ("fifo", "budget")
+        for on in (False, True)
+    }
+    done = dict(zip(specs, pool.map(run, specs.values()), strict=True))
+    out: dict = {}
+    for policy in ("fifo", "budget"):
+        off, on = done[(policy, False)], done[(policy, True)]
+        out[policy] = {"without": keep(off), "with": keep(on)}
+        out[policy]["jct_ratio"] = round(on["avg_jct_h"] / off["avg_jct_h"], 3)
+        out[policy]["carbon_ratio"] = round(on["carbon_kg"] / off["carbon_kg"], 3)
+    return out
 
 
 def run(spec: dict) -> dict:
@@ -137,7 +186,8 @@ def run(spec: dict) -> dict:
 def keep(m: dict) -> dict:
     keys = ("carbon_kg", "energy_kwh", "avg_jct_h", "p95_jct_h", "deadline_misses",
             "forced_starts", "suspensions", "guard_suspensions", "wall_s", "budget",
-            "solver", "lambda_evaluations")  # fmt: skip
+            "solver", "lambda_evaluations", "resize_narrow", "resize_shrinks",
+            "resize_grows", "avg_wait_h")  # fmt: skip
     return {k: m[k] for k in keys if k in m}
 
 
@@ -328,10 +378,21 @@ def main() -> None:
         action="store_true",
         help="fifo on Philly's first 3,000 jobs: strict order against easy and conservative",
     )
+    parser.add_argument(
+        "--elastic",
+        type=float,
+        default=0.0,
+        metavar="F",
+        help="share of jobs that accept ½-2× their GPUs; adds what resizing them adds",
+    )
+    parser.add_argument(
+        "--elastic-only", action="store_true", help="only what resizing adds (with --elastic)"
+    )
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    global CARRY
+    global CARRY, ELASTIC
     CARRY = not args.no_carry
+    ELASTIC = args.elastic
     if args.one:
         print(json.dumps(one(json.loads(args.one))))
         return
@@ -347,6 +408,7 @@ def main() -> None:
             "gpu": "a40",
             "deadline_rule": "within:24h",
             "interruptible": 0.5,
+            "elastic": ELASTIC,
             "grids": args.grids.split(","),
             "backfill": backfill_default(),
         },
@@ -354,6 +416,15 @@ def main() -> None:
     if args.backfill_only:
         print(json.dumps(backfill_only(out["machine"]), indent=2))
         return
+    if ELASTIC > 0:
+        with ThreadPoolExecutor(2) as pool:
+            gains = {g: elastic_gain(g, args.jobs, pool) for g in args.grids.split(",")}
+        out["elastic"] = gains
+        for policy in ("fifo", "budget"):
+            out[f"resize_jct_ratio_{policy}"] = max(g[policy]["jct_ratio"] for g in gains.values())
+        if args.elastic_only:
+            print(json.dumps(out, indent=2))
+            return
     out["speed"] = replan_speed(args.quick or args.budgets_only)
     out["replan_s_budget"] = out["speed"]["replan_s_budget"]
     out["replan_s_optimal"] = out["speed"].get("replan_s_optimal")

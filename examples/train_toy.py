@@ -13,6 +13,12 @@ one, starts from epoch 0. It is removed when training finishes.
 
     gridshift submit --gpus 2 --within 12h --duration 10m --interruptible \\
         -- python examples/train_toy.py --epochs 600
+
+It learns its width as a real elastic job would: from ``GRIDSHIFT_GPUS`` (the GPUs of
+this attempt; else it counts ``CUDA_VISIBLE_DEVICES``). With ``--gpu-seconds S`` an epoch
+is S GPU-seconds of work, so it runs faster on more GPUs: an elastic job (``--gpus 2-8
+--interruptible``) that gridshift grows or shrinks checkpoints, and resumes from its
+checkpoint on its new width.
 """
 
 from __future__ import annotations
@@ -55,18 +61,33 @@ def default_checkpoint() -> Path:
     return cache / f"{queue[:12]}-job{name}.json"
 
 
+def width() -> int:
+    """The GPUs this attempt runs on."""
+    given = os.environ.get("GRIDSHIFT_GPUS", "")
+    if given.isdigit():
+        return int(given)
+    return len([g for g in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--epoch-seconds", type=float, default=1.0)
     parser.add_argument("--checkpoint", type=Path, default=None, help="default: per job")
+    parser.add_argument(
+        "--gpu-seconds", type=float, default=None, help="an epoch's work; its time: this / GPUs"
+    )
     args = parser.parse_args()
+    gpus_n = width()
+    if args.gpu_seconds is not None:
+        args.epoch_seconds = args.gpu_seconds / max(1, gpus_n)
     args.checkpoint = args.checkpoint or default_checkpoint()
     signal.signal(signal.SIGTERM, _on_sigterm)
     start = json.loads(args.checkpoint.read_text())["epoch"] if args.checkpoint.exists() else 0
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     print(
-        f"job {os.environ.get('GRIDSHIFT_JOB_ID', '?')} on GPUs [{gpus}] from epoch {start}",
+        f"job {os.environ.get('GRIDSHIFT_JOB_ID', '?')} on {gpus_n} GPUs [{gpus}] "
+        f"from epoch {start}",
         flush=True,
     )
     report(start, args.epochs)

@@ -148,6 +148,16 @@ class SimulatedExecutor(Executor):
             self._advance(run)
         return run.load.done, run.load.work
 
+    def done_now(self, handle: Handle) -> float | None:
+        """The work an attempt has done by now, as ``progress`` says, without closing its
+        power stretch (the resize step asks on every pass)."""
+        run = self._runs.get(handle.attempt_id)
+        if run is None:
+            return None
+        if run.ended_at is not None or run.paused:
+            return run.load.done
+        return min(run.load.work, run.load.done + run.rate * (self.timeline.now - run.since))
+
     def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None:
         run = self._runs.get(attempt_id)
         return Handle(attempt_id, run_dir) if run is not None else None

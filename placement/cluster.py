@@ -155,8 +155,13 @@ class ClusterAllocator:
         return {key: self._allocation(key) for key in self._held}
 
     def allocation(self, key: object) -> Allocation | None:
-        """What ``key`` holds, or None: nothing."""
+        """What ``key`` holds (None: nothing)."""
         return self._allocation(key) if key in self._held else None
+
+    def node_of(self, key: object) -> str | None:
+        """The node ``key`` holds GPUs on (None: nothing, or several nodes)."""
+        parts = self._held.get(key)
+        return self._names[parts[0][0]] if parts is not None and len(parts) == 1 else None
 
     def make_room(self, k: int, movable: Iterable[object]) -> list[object] | None:
         """Allocations among ``movable`` (keys) whose release lets a request of ``k`` GPUs

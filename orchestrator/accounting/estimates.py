@@ -25,6 +25,7 @@ from sqlmodel import Session, col, func, select
 
 from orchestrator.accounting.calibration import full_power
 from orchestrator.planning.perfmodel import JobModel, curve_for
+from orchestrator.planning.resize import width_rate
 from orchestrator.planning.snapshot import RunEstimate
 from orchestrator.queue.models import Attempt, Calibration, Gpu, Job
 from orchestrator.timeparse import MAX_DURATION_S, format_duration
@@ -87,7 +88,9 @@ def estimates(
             if job.duration_s:
                 est = RunEstimate(job.duration_s, "duration", "from --duration")
             else:
-                est = _from_progress(ran.get(job.id, []), now) or _from_history(job, history, model)
+                est = _from_progress(ran.get(job.id, []), now, job.gpus_max) or _from_history(
+                    job, history, model
+                )
             power_w = _power_of(powers, job, model)
         except (ArithmeticError, ValueError, TypeError, KeyError) as exc:
             # one job's records (its runs, its name's calibration) that cannot be
@@ -137,14 +140,21 @@ def _attempts(session: Session, job_ids: list[int]) -> dict[int, list[Attempt]]:
     return by_job
 
 
-def _from_progress(atts: list[Attempt], now: datetime) -> RunEstimate | None:
-    """Its whole run time from its latest report: the time it ran until the report over
-    the share done. The planner takes what is left from the same report."""
+def _from_progress(atts: list[Attempt], now: datetime, widest: int = 0) -> RunEstimate | None:
+    """Its whole run time (on ``widest`` GPUs; 0: the widest it ran on) from its latest
+    report: the time it ran until the report over the share done. The planner takes what
+    is left from the same report."""
     last = atts[-1] if atts else None
     if last is None or not last.progress_total or not last.progress_done:
         return None
     share = min(1.0, last.progress_done / last.progress_total)
-    ran = sum(run_s(a, now) for a in atts[:-1]) + run_s(last, last.progress_at or now)
+    # each attempt's time at its width's speed (an elastic job ran narrower than its widest)
+    rate = width_rate(widest or max((len(a.gpu_ids) for a in atts), default=0))
+
+    def full_s(a: Attempt, until: datetime) -> float:
+        return run_s(a, until) * (rate(len(a.gpu_ids)) if a.gpu_ids else 1.0)
+
+    ran = sum(full_s(a, now) for a in atts[:-1]) + full_s(last, last.progress_at or now)
     if share < MIN_SHARE or ran <= 0:
         return None
     return RunEstimate(ran / share, "progress", f"from its progress ({share:.0%} done)")

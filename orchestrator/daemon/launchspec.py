@@ -55,6 +55,9 @@ def launch_spec(
             # after ``clean``, but a new database starts them at 1: the submission time differs
             "GRIDSHIFT_JOB_KEY": f"{job.id}-{round(job.submitted_at.timestamp() * 1e6)}",
             "GRIDSHIFT_JOB_NAME": job.name or "",
+            # its width this attempt: an elastic job (--gpus 2-8) may be resized between
+            # attempts (checkpoint, relaunch), and learns its width here
+            "GRIDSHIFT_GPUS": str(len(att.gpu_ids)),
         }
     )
     remote = node.executor != "local"

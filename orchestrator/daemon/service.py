@@ -140,6 +140,7 @@ class Daemon:
         self.onepass = Pass(
             self.queue,
             guard=self.planner is not None,
+            resize=self.planner is not None,  # elastic jobs resized (planning.resize)
             before=[
                 ("fence", lambda _now: self.reaper.fence_orphans()),
                 ("recover", lambda _now: self.reaper.recover(self.clock.now())),
@@ -316,7 +317,7 @@ class Daemon:
                               delay_first=True)  # fmt: skip
                 timers.append(nodes.start())
             if self.settings.daemon.metrics_port and self.metrics is None:
-                from orchestrator.daemon.prometheus import Metrics
+                from orchestrator.daemon.health import Metrics
 
                 self.metrics = Metrics(
                     self.settings.daemon.metrics_port, self.settings.daemon.metrics_addr

@@ -14,6 +14,7 @@ that: a dependency reaped in this pass may have ended after the pass began.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -24,11 +25,16 @@ from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
+from orchestrator.daemon.resizes import Resizes, elastic_rate
 from orchestrator.nodes.inventory import widest_job_gpus
 from orchestrator.planning.backfill import DEFAULT_BACKFILL
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
-from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, QueuedJob
+from orchestrator.planning.policies.base import (
+    DEFAULT_MAX_DEFER_S,
+    Decision,
+    QueuedJob,
+)
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.planning.snapshot import RunEstimate, across_servers_width
@@ -46,11 +52,12 @@ from orchestrator.queue.states import JobState
 from orchestrator.queue.store import dependencies, submitted_since
 from placement.cluster import ClusterAllocator
 
+log = logging.getLogger(__name__)
 BAD_DEPENDENCY = (JobState.FAILED, JobState.CANCELLED, JobState.LOST)
 
 
 @dataclass
-class SqlQueue:
+class SqlQueue(Resizes):
     db: Database
     dispatcher: Dispatcher
     reaper: Reaper
@@ -67,6 +74,10 @@ class SqlQueue:
     known: dict = field(default_factory=dict)  # this pass's run-time estimates, by job id
     widest: int = 0  # GPUs one job may have: a node's, or the SSH servers' together
     backfill: str = DEFAULT_BACKFILL  # easy | conservative | strict (planning.backfill)
+    # elastic jobs the resize step checkpointed: job id -> the width they start again on
+    # (in memory: after a restart of the daemon they are planned as any other)
+    resize_to: dict[int, int] = field(default_factory=dict)
+    resize_from: dict[int, object] = field(default_factory=dict)  # job id -> attempt's key
 
     @property
     def slot_s(self) -> float:
@@ -85,7 +96,7 @@ class SqlQueue:
         ended = self.reaper.reap(self._at(now_s))
         if ended and self.alloc is not None:  # within the pass (the guard's): GPUs freed
             with self.db.read() as session:
-                self.alloc = self.dispatcher.allocator(session)
+                self.alloc = self._allocator(session)
 
     def admit(self, now_s: float) -> None:
         """Cron occurrences that are due become queued jobs."""
@@ -120,16 +131,16 @@ class SqlQueue:
             dep_state = dict(
                 session.exec(select(Job.id, Job.state).where(col(Job.id).in_(dep_ids))).all()
             )
-            alloc = d.allocator(session)
+            alloc = self._allocator(session)
             everyone = [*queued, *stopped_jobs, *(j for j, _, _ in running)]
             known = self.known = self._estimates(session, everyone, now)
             remaining = {
-                j.id: remaining_run_s(session, j, now, known[j.id].run_s)
+                j.id: remaining_run_s(session, j, now, known[j.id].run_s, elastic_rate(j, alloc))
                 for j in [*queued, *stopped_jobs]
                 if j.attempts and j.id in known
             }
             remaining |= {  # a running job's own reports tell what is left of it
-                j.id: remaining_run_s(session, j, now, known[j.id].run_s)
+                j.id: remaining_run_s(session, j, now, known[j.id].run_s, elastic_rate(j, alloc))
                 for j, _, _ in running
                 if j.id in known and known[j.id].source == "progress"
             }
@@ -175,6 +186,7 @@ class SqlQueue:
                 spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
             )  # fmt: skip
             scheduler.backfill = self.backfill
+            self._restart_resized(scheduler, {j.id for j, _, _ in running}, now_s)
             return scheduler
         scheduler = Scheduler(Fifo(), backfill=self.backfill)  # the simulator's core too
         scheduler.add(_queued_view(job, largest, widest) for job in eligible.values())
@@ -224,6 +236,8 @@ class SqlQueue:
         it is still queued; one recorded as launching is settled by recovery), and the
         pass goes on with the others (``contain``)."""
         node, gpus, *across = allocation
+        self.resize_to.pop(view.id, None)
+        self.resize_from.pop(view.id, None)
         now = self._at(now_s)
         started, resumed = False, view.id in self.stopped
         with self.faults.contained(
@@ -262,10 +276,13 @@ class SqlQueue:
                 est = self.known.get(job.id)
                 known = est is not None and est.source != "default"
                 total_s = est.run_s if known else job.duration_s
-                left = remaining_run_s(session, job, now, total_s) if total_s else None
+                rate = elastic_rate(job, self.alloc) if self.alloc is not None else None
+                left = remaining_run_s(session, job, now, total_s, rate) if total_s else None
                 view = replace(_queued_view(job, width_of_attempt(att)), duration_s=total_s)
                 checkpointing = att.suspend_sent_at is not None
-                out.append(Running(("attempt", att.id), view, left, checkpointing, att))
+                age_s = (now - att.started_at).total_seconds() if att.started_at else 0.0
+                run = Running(("attempt", att.id), view, left, checkpointing, att, age_s=age_s)
+                out.append(self._elastic(run, job, att, now_s))
         return out
 
     def make_room(self, width: int, movable: dict) -> list:

@@ -21,10 +21,16 @@ and keep at least ``GUARD_SLACK_SLOTS`` slots of slack (``guard_slack_s``, the p
 rule) are checkpointed, the fewest GPUs' worth that make room for it; it starts ahead of
 them as soon as they have left their GPUs (at once in the simulator; on a later pass for
 real processes, which take time to checkpoint).
+
+The ``resize`` step (``Pass(resize=True)``; ``orchestrator.planning.resizestep``), between
+``launch`` and ``guard``: a blocked elastic job starts narrower, running elastic jobs shrink
+to make room for it, or, with nobody waiting, grow into free GPUs; each only when it saves
+more than the restart costs.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -32,6 +38,7 @@ from typing import Protocol
 from orchestrator.planning.backfill import Cluster
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import Decision, QueuedJob
+from orchestrator.planning.resizestep import Resizer
 from orchestrator.planning.scheduler import Scheduler
 from placement.cluster import ClusterAllocator
 
@@ -71,6 +78,10 @@ class Running:
     remaining_s: float | None  # its run time left at full speed (None: unknown)
     checkpointing: bool = False  # told to checkpoint, not ended yet
     ref: object = None  # the state's own record of it
+    gpus: int = 0  # its width now (0: unknown)
+    end_s: float | None = None  # when it is expected to end (None: unknown)
+    elastic: bool = False  # the resize step may resize it (not while it runs a planned piece)
+    age_s: float = math.inf  # how long this attempt has run (the resize step lets it settle)
 
 
 class QueueState(Protocol):
@@ -114,17 +125,24 @@ class QueueState(Protocol):
         takes from, and when each of its holders is expected to give its GPUs back (the
         running jobs' expected ends; None: unknown)."""
 
+    # for the resize step (``Pass(resize=True)``, ``orchestrator.planning.resize``): the
+    # allocator over what runs now, and a checkpoint whose job starts again at once on
+    # ``width`` GPUs
+    # alloc: placement.cluster.ClusterAllocator
+    # def resize(self, run: Running, width: int, now_s: float) -> bool
+
 
 class Pass:
     """The named steps over a ``QueueState``; ``tick(now_s)`` runs them in order."""
 
-    STEPS = ("suspend", "reap", "admit", "plan", "launch", "guard")
+    STEPS = ("suspend", "reap", "admit", "plan", "launch", "resize", "guard")
 
     def __init__(
         self,
         state: QueueState,
         *,
         guard: bool = True,
+        resize: bool = False,
         before: Sequence[tuple[str, Step]] = (),
         after: Sequence[tuple[str, Step]] = (),
         clock: Callable[[], float] | None = None,
@@ -140,6 +158,7 @@ class Pass:
         self.steps: list[tuple[str, Step]] = [*before, *core, *after]
         self.wakes: list[float] = []  # what this pass found due later (the simulator's)
         self.guard_suspensions = 0
+        self.resizer = Resizer() if resize else None  # resizes running elastic jobs
 
     def tick(self, now_s: float) -> float | None:
         """One pass. Returns when something is due next (None: nothing known)."""
@@ -178,6 +197,12 @@ class Pass:
         )
         for job, decision, allocation in ready:
             state.launch(job, decision, allocation, now_s)
+
+    def resize(self, now_s: float) -> None:
+        """Start a blocked elastic job narrower, shrink running ones to make room for
+        it, or grow them into GPUs nobody waits for (``orchestrator.planning.resize``)."""
+        if self.resizer is not None and self.scheduler is not None:
+            self.resizer.step(self, now_s)
 
     def guard(self, now_s: float) -> None:
         """While the blocked head of the queue must start within a slot to meet its

@@ -17,6 +17,7 @@ attempts.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -100,11 +101,17 @@ def move(
 
 
 def remaining_run_s(
-    session: Session, job: Job, now: datetime | None = None, total_s: float | None = None
+    session: Session,
+    job: Job,
+    now: datetime | None = None,
+    total_s: float | None = None,
+    rate: Callable[[int], float] | None = None,
 ) -> float:
     """A job's run time left at full speed: from its last progress report with a total,
     else its duration (or ``total_s``, its estimate) less the time its attempts ran (an
-    attempt still running counts to ``now``; a stopped one to when it was stopped)."""
+    attempt still running counts to ``now``; a stopped one to when it was stopped), each
+    attempt's time at its width's ``rate`` (an elastic job's speed on n GPUs as a share of
+    its full speed; None: all at full speed)."""
     total_s = total_s or job.duration_s
     atts = session.exec(
         select(Attempt).where(Attempt.job_id == job.id).order_by(col(Attempt.number))
@@ -118,7 +125,8 @@ def remaining_run_s(
         running = a.state == _S.RUNNING.value
         end = a.finished_at or a.stopped_at or (now if running else None)
         if a.started_at and end:
-            ran += (end - a.started_at).total_seconds()
+            share = rate(len(a.gpu_ids)) if rate is not None and a.gpu_ids else 1.0
+            ran += (end - a.started_at).total_seconds() * share
     return max(1.0, total_s - ran)
 
 

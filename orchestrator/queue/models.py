@@ -123,6 +123,9 @@ class Attempt(SQLModel, table=True):
     # A job across servers: one part per server, rank order ({"node", "gpu_ids"}; the
     # first is ``node``/``gpu_ids``). None: a single-node attempt.
     parts: list[dict[str, Any]] | None = Field(default=None, sa_column=Column(JSON))
+    # The width the resize step's SIGTERM asked it to start again on (an elastic job):
+    # its next attempt's, kept across daemon restarts. None: not resized.
+    resize_to: int | None = None
 
 
 class Usage(SQLModel, table=True):

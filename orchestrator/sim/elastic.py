@@ -7,6 +7,10 @@ shared data: iterations per second by global batch size and GPU count) when the 
 names its model (the Tiresias trace does: ``resnet50``, ``vgg19``, ...): a model maps to
 the table of its family, read at its largest batch size. Other jobs scale by the model's
 default (90 % efficiency per doubling).
+
+While they run, the pass's ``resize`` step (``orchestrator.planning.resize``) may start
+one narrower, shrink it or grow it; ``Resizing`` is the simulator's side of it: the
+checkpoint, and the restart at once on the new width.
 """
 
 from __future__ import annotations
@@ -16,6 +20,10 @@ from functools import cache
 from pathlib import Path
 
 import numpy as np
+
+from orchestrator.planning.onepass import Running
+from orchestrator.planning.perfmodel import JobModel
+from orchestrator.planning.policies.base import Decision
 
 # model-name prefix -> ElasticFlow table (the closest family that was measured)
 FAMILIES = (
@@ -69,3 +77,76 @@ def elastic_ranges(gpus: np.ndarray, fraction: float, seed: int, total: int):
     lo = np.where(chosen, np.maximum(1, gpus // 2), gpus)
     hi = np.where(chosen, np.minimum(gpus * 2, total), gpus)
     return lo.astype(np.int64), np.maximum(hi, gpus).astype(np.int64)
+
+
+def resizes(inputs) -> bool:
+    """Whether any job of the run accepts a range (the resize step runs)."""
+    lo, hi = inputs.min_gpus, inputs.max_gpus
+    return lo is not None and hi is not None and bool(np.any(np.asarray(lo) < np.asarray(hi)))
+
+
+def may_resize(attempt) -> bool:
+    """Whether the resize step may resize a running attempt: not while it runs one piece
+    of a plan of several (it keeps its plan), nor under a power cap its plan chose (a
+    resize would drop the cap the policy chose for the carbon or the budget)."""
+    d = attempt.decision
+    return attempt.suspend_event is None and len(d.intervals or ()) <= 1 and d.cap >= 1.0
+
+
+def job_model(inputs, duration_s: float, gpus: int, table: dict | None) -> JobModel:
+    """A traced job's model: its run on its traced width, scaled by its table (or the
+    model's default efficiency)."""
+    cfg = inputs.cluster
+    return JobModel(
+        full_duration_s=duration_s,
+        ref_gpus=gpus,
+        curve=inputs.curve,
+        throughput_table=table,
+        host_w_per_gpu=cfg.host_w_per_gpu,
+        pue=cfg.pue,
+    )
+
+
+class Resizing:
+    """The simulator's side of the resize step (``SimDaemon`` mixes it in)."""
+
+    _resize_to: dict[int, int]
+
+    def running(self, now: float) -> list[Running]:
+        """The running attempts as the pass sees them (``SimDaemon``'s): the run left of
+        one that may be suspended, at its widest; its width, expected end, age, and
+        whether the resize step may resize it."""
+        out = []
+        for a in self._running.values():
+            left = None
+            if a.job.interruptible:  # only these may move: their run left, at now
+                i = a.job.id
+                left = self._at_width(i, self._duration[i] * (1 - self.executor.done_now(a.handle)))
+            out.append(Running(a.key, a.job, left, ref=a, gpus=a.gpus, end_s=a.end_s,
+                               elastic=may_resize(a), age_s=now - a.start_s))  # fmt: skip
+        return out
+
+    def _at_width(self, i: int, run_s: float) -> float:
+        """A run time at job ``i``'s traced width, at its widest (an elastic job asks for
+        the widest width of its range, as the daemon's ``--gpus 2-8`` asks for 8; the
+        resize step starts it narrower where that ends sooner than waiting)."""
+        hi, traced = self._max_gpus[i], self._gpus[i]
+        if hi == traced:
+            return run_s
+        model = self._model(i)
+        return run_s * model.speedup(traced) / model.speedup(hi)
+
+    def resize(self, run, width: int, now: float) -> bool:
+        """Checkpoint a running elastic job (at once, in the simulator); it starts again
+        on ``width`` GPUs when it is requeued."""
+        if sent := self.checkpoint(run, now):
+            self._resize_to[run.job.id] = width
+        return sent
+
+    def _restart_resized(self, job, now: float) -> bool:
+        """Requeue a resized job to start now on its new width; False: not resized. The
+        width holds until it starts (``pin_resized`` after every plan, as the daemon)."""
+        width = self._resize_to.get(job.id)
+        if width is not None:
+            self.scheduler.add_planned(job, Decision(now, gpus=width))
+        return width is not None

@@ -44,7 +44,9 @@ from orchestrator.planning.policies.base import (
     recent_load,
 )
 from orchestrator.planning.policies.powersplit import split_power
+from orchestrator.planning.resizestep import pin_resized
 from orchestrator.planning.scheduler import Scheduler
+from orchestrator.sim.elastic import Resizing, job_model, resizes
 from orchestrator.sim.events import EventLoop
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
@@ -64,9 +66,10 @@ class _Attempt:
     gpus: int
     power_w: float
     end_s: float  # expected
+    start_s: float = 0.0
 
 
-class SimDaemon:
+class SimDaemon(Resizing):
     def __init__(
         self,
         inputs: SimInputs,
@@ -129,7 +132,10 @@ class SimDaemon:
         after = [("sample", self._sample)]
         if inputs.power_limit_w is not None:
             after.insert(0, ("split power", lambda _now: self._split_power()))
-        self.onepass = Pass(self, guard=not self.clairvoyant, after=after)
+        self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on
+        self._restarted: set[int] = set()  # jobs that checkpointed: each start costs
+        self.onepass = Pass(self, guard=not self.clairvoyant, after=after,
+                            resize=resizes(inputs) and not self.clairvoyant)  # fmt: skip
 
     # -- the pass -----------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -157,6 +163,7 @@ class SimDaemon:
             self.done[i] = done
             if result.detail == "checkpointed":
                 self.suspensions += 1
+                self._restarted.add(i)
                 self._requeue(att, now)
             else:
                 self.finish[i] = now
@@ -207,20 +214,11 @@ class SimDaemon:
     def plan(self, now: float) -> Scheduler:
         if not self.clairvoyant:
             self.scheduler.plan(now)
+            pin_resized(self.scheduler, self._resize_to, now)
         return self.scheduler
 
     def allocate(self, job: QueuedJob, decision: Decision, now: float):
         return self.alloc.allocate(("job", job.id), width_of(job, decision, now))
-
-    def running(self, now: float) -> list[Running]:
-        out = []
-        for a in self._running.values():
-            left = None
-            if a.job.interruptible:  # only these may move: their run left, at now
-                done, _ = self.executor.progress(a.handle)
-                left = self._duration[a.job.id] * (1.0 - done)
-            out.append(Running(a.key, a.job, left, ref=a))
-        return out
 
     def make_room(self, width: int, movable: dict) -> list:
         return self.alloc.make_room(width, movable) or []
@@ -242,12 +240,13 @@ class SimDaemon:
 
     # -- parts --------------------------------------------------------------------------
     def _queued(self, i: int, remaining_s: float) -> QueuedJob:
+        """Job ``i`` with ``remaining_s`` (at its traced width) left, at its widest."""
         return QueuedJob(
             id=i,
-            gpus=self._gpus[i],
+            gpus=self._max_gpus[i],
             submitted_s=self._submit[i],
             priority=self._priority[i],
-            duration_s=remaining_s,
+            duration_s=self._at_width(i, remaining_s),
             deadline_s=self._deadline[i],
             interruptible=self._interruptible[i],
             min_gpus=self._min_gpus[i],
@@ -295,15 +294,7 @@ class SimDaemon:
     def _model(self, i: int) -> JobModel:
         model = self._models.get(i)
         if model is None:
-            cfg = self.inputs.cluster
-            model = JobModel(
-                full_duration_s=self._duration[i],
-                ref_gpus=self._gpus[i],
-                curve=self.inputs.curve,
-                throughput_table=self._tables[i],
-                host_w_per_gpu=cfg.host_w_per_gpu,
-                pue=cfg.pue,
-            )
+            model = job_model(self.inputs, self._duration[i], self._gpus[i], self._tables[i])
             self._models[i] = model
         return model
 
@@ -313,8 +304,9 @@ class SimDaemon:
         cap = decision.piece_config(piece)[1]
         width = width_of(job, decision, now)
         model = self._model(i)
-        if self.done[i] > 0:  # resumed from a checkpoint: loses checkpoint_s (_requeue adds it)
-            self.done[i] = max(0.0, self.done[i] - job.checkpoint_s * model.throughput(width, cap))
+        self._resize_to.pop(i, None)
+        if i in self._restarted:  # from a checkpoint: loses checkpoint_s (_requeue adds it)
+            self.done[i] -= job.checkpoint_s * model.throughput(width, cap)  # may go below 0
         self._attempt_id = att_id = self._attempt_id + 1
         work = Workload(
             work=1.0,
@@ -342,7 +334,8 @@ class SimDaemon:
             if stop < end:
                 event = self.loop.schedule(stop, lambda: self._suspend(att_id), priority=0)
                 end = stop
-        attempt = _Attempt(job, ("job", i), handle, decision, event, width, work.power_w(cap), end)
+        attempt = _Attempt(job, ("job", i), handle, decision, event, width, work.power_w(cap), end,
+                           now)  # fmt: skip
         self._running[att_id] = attempt
 
     def _split_power(self) -> None:
@@ -370,6 +363,8 @@ class SimDaemon:
     def _requeue(self, att: _Attempt, now: float) -> None:
         i = att.job.id
         job = self._queued(i, self._duration[i] * (1.0 - self.done[i]) + self.inputs.checkpoint_s)
+        if self._restart_resized(job, now):
+            return
         d = att.decision
         keep = [k for k, (a, _) in enumerate(d.intervals or ()) if a >= now - 1e-6]
         rest = tuple(d.intervals[k] for k in keep)
