@@ -105,3 +105,59 @@ def test_each_part_is_metered_on_its_own_and_a_forged_log_is_bounded_by_its_gpus
     assert set(acc._meters) == {9, (9, 0), (9, 1)}
     acc.forget(9)
     assert acc._meters == {}, "every part's meter forgotten with its attempt"
+
+
+def _claimed_run(tmp_path, monitor) -> str:
+    from executors import runfiles
+
+    run_dir = tmp_path / "attempt-5"
+    run_dir.mkdir()
+    assert runfiles.try_claim(run_dir, f"started {monitor.pid} {monitor.start_ticks}")
+    return str(run_dir)
+
+
+def test_a_fence_never_settles_while_a_claimed_monitor_may_still_start_the_job(
+    tmp_path, monkeypatch
+):
+    """The monitor claimed the run but has not written job.json yet (it reads the GPUs'
+    energy first): the job may start a moment later, so the part is not settled."""
+    from executors import procs, remote
+
+    monkeypatch.setattr(remote, "FENCE_WAIT_S", 0.2, raising=False)
+    run_dir = _claimed_run(tmp_path, procs.self_id())  # this process: a live "monitor"
+    assert remote.fence(run_dir)["settled"] is False
+
+
+def test_a_fence_waits_for_a_starting_job_and_kills_it(tmp_path, monkeypatch):
+    import json
+    import subprocess
+    import threading
+
+    from executors import procs, remote, runfiles
+
+    monkeypatch.setattr(remote, "FENCE_WAIT_S", 5.0, raising=False)
+    run_dir = _claimed_run(tmp_path, procs.self_id())
+    job = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    ident = procs.identify(job.pid)
+    record = {"pid": job.pid, "start_ticks": ident.start_ticks, "started_at": T0.isoformat()}
+    write = threading.Timer(0.3, lambda: (tmp_path / "attempt-5" / runfiles.JOB).write_text(
+        json.dumps(record)))  # fmt: skip
+    write.start()
+    try:
+        out = remote.fence(run_dir)
+        assert out == {"settled": True, "ran": True, "killed": True}
+        assert job.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        write.cancel()
+        job.kill()
+
+
+def test_a_fence_settles_once_the_claimed_monitor_is_gone(tmp_path):
+    import subprocess
+
+    from executors import procs, remote
+
+    gone = subprocess.Popen(["true"])
+    ident = procs.identify(gone.pid) or procs.ProcessId(gone.pid, -1)
+    gone.wait()
+    assert remote.fence(_claimed_run(tmp_path, ident))["settled"] is True
