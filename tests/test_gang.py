@@ -73,6 +73,23 @@ def test_a_part_killed_requeues_only_an_interruptible_job(interruptible):
     assert result.detail.startswith("part 1 on b: killed by SIGKILL")
 
 
+@pytest.mark.parametrize("interruptible", [False, True])
+def test_the_part_that_failed_first_is_the_one_the_daemon_saw_not_the_servers_clocks(
+    interruptible,
+):
+    """a fails (its server's clock says +5 s); the daemon stops b, whose server's clock is
+    30 s slow, so b's exit.json says it ended first: the job still ended as a did."""
+    handle = _gang(6, interruptible)
+    _poll(handle, {"a": _exited(1, 5), "b": RUNNING, "c": RUNNING})
+    late = {"a": _exited(1, 5), "b": _exited(143, -25, signal.SIGTERM), "c": _exited(143, 6)}
+    result, _ = _poll(handle, late)
+    assert (result.status, result.exit_code) == (RunStatus.EXITED, 1)
+    assert result.detail.startswith("part 0 on a: exit code 1")
+    # a daemon that first sees them all ended (a restart): not the parts it stops by signal
+    result, _ = _poll(_gang(7, interruptible), late)
+    assert (result.status, result.exit_code) == (RunStatus.EXITED, 1)
+
+
 def test_one_part_unreachable_makes_the_attempt_unreachable_and_a_failure_still_stops():
     states = {"a": RUNNING, "b": PollResult(RunStatus.UNREACHABLE, detail="node b: down"),
               "c": _exited(1)}  # fmt: skip
