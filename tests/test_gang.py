@@ -178,3 +178,56 @@ def test_a_fence_settles_once_the_claimed_monitor_is_gone(tmp_path):
     ident = procs.identify(gone.pid) or procs.ProcessId(gone.pid, -1)
     gone.wait()
     assert remote.fence(_claimed_run(tmp_path, ident))["settled"] is True
+
+
+def _finished_across_servers(models: list[str | None]):
+    from sqlmodel import Session, SQLModel, create_engine
+
+    from orchestrator.queue.models import Attempt, Job
+
+    eng = create_engine("sqlite://")
+    SQLModel.metadata.create_all(eng)
+    session = Session(eng)
+    job = Job(name="train", state="completed", user="alice", uid=1000, command=["x"],
+              workdir="/", gpus_min=8, gpus_max=8, submitted_at=T0)  # fmt: skip
+    session.add(job)
+    session.commit()
+    parts = [{"node": n, "gpu_ids": [0, 1, 2, 3]} for n in ("a", "b")]
+    att = Attempt(job_id=job.id, number=1, state="exited", node="a", gpu_ids=[0, 1, 2, 3],
+                  run_dir="", started_at=T0, finished_at=T0 + timedelta(hours=1),
+                  progress_done=1000.0, energy_j=8 * 300.0 * 3600, gpu_model=models[0],
+                  parts=parts)  # fmt: skip
+    session.add(att)
+    session.commit()
+    return session, job, att
+
+
+def test_calibration_of_a_job_across_servers_counts_every_part_s_gpus():
+    """8 GPUs (2 servers x 4) drawing 300 W each for an hour: 8 GPUs at 300 W, not rank
+    0's 4 at 600 W; where the parts' GPU models differ (None) it learns nothing."""
+    from orchestrator.accounting.calibration import learn
+    from orchestrator.daemon.ops.jobpower import _run
+
+    session, job, att = _finished_across_servers(["A100"])
+    row = learn(session, job, att, T0 + timedelta(hours=1))
+    assert (row.gpus, row.power_w_per_gpu) == (8, pytest.approx(300.0))
+    assert _run(att)["gpus"] == 8 and _run(att)["modelled_w"] == pytest.approx(2400.0)
+    session, job, att = _finished_across_servers([None])
+    assert learn(session, job, att, T0 + timedelta(hours=1)) is None
+
+
+def test_a_job_across_servers_has_a_gpu_model_only_where_its_parts_agree():
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.dispatch import Dispatcher
+    from orchestrator.nodes.inventory import ResolvedNode
+
+    def node(name: str, model: str) -> ResolvedNode:
+        return ResolvedNode(name, "ssh", (), "config", gpu_model=model)
+
+    a, b, c = node("a", "A100"), node("b", "A100"), node("c", "H100")
+    me = SimpleNamespace(nodes=[a, b, c])
+    model_of = Dispatcher._model_of
+    assert model_of(me, a, [0], [("a", [0, 1]), ("b", [0, 1])]) == "A100"
+    assert model_of(me, a, [0], [("a", [0, 1]), ("c", [0, 1])]) is None
+    assert model_of(me, c, [0], None) == "H100"

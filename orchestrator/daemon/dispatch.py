@@ -123,6 +123,17 @@ class Dispatcher:
             att.job_id, att.id, _gpu_list(gpus), att.node,
         )  # fmt: skip
 
+    def _model_of(
+        self, node: ResolvedNode, gpus: list[int], parts: list[tuple[str, list[int]]] | None
+    ) -> str | None:
+        """The attempt's GPU model; a job across servers: its parts' one model, or None
+        where they differ (calibration then learns nothing from it)."""
+        if not parts:
+            return node.model_of(gpus) if gpus else None
+        by_name = {n.name: n for n in self.nodes}
+        models = {by_name[n].model_of(g) for n, g in parts}
+        return models.pop() if len(models) == 1 else None
+
     def fail_queued(self, job_id: int, now: datetime, reason: str) -> None:
         try:
             with self.db.write() as session:
@@ -176,7 +187,7 @@ class Dispatcher:
                 run_as_uid=self._run_as(job),
                 cap=cap,
                 planned_until=until if job.interruptible else None,
-                gpu_model=node.model_of(gpus) if gpus else None,
+                gpu_model=self._model_of(node, gpus, parts),
                 parts=[{"node": n, "gpu_ids": list(g)} for n, g in parts] if parts else None,
             )
             att.run_dir = str(self.settings.runs_dir / f"attempt-{att.id}")
