@@ -231,3 +231,18 @@ def test_a_job_across_servers_has_a_gpu_model_only_where_its_parts_agree():
     assert model_of(me, a, [0], [("a", [0, 1]), ("b", [0, 1])]) == "A100"
     assert model_of(me, a, [0], [("a", [0, 1]), ("c", [0, 1])]) is None
     assert model_of(me, c, [0], None) == "H100"
+
+
+def test_the_planner_plans_a_job_across_servers_at_what_the_ssh_servers_carry():
+    """Local node 4 GPUs + SSH servers 4 + 4: a --gpus 6-12 job is planned at 8 (what it
+    is placed on), not 12 (every node's GPUs), or it runs 1.5 times longer than planned."""
+    from orchestrator.daemon.planner import LivePlanner
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.queue.models import Job
+
+    planner = LivePlanner(resolve_policy("fifo"), 900.0, curve_for("a40"))
+    job = Job(id=1, state="queued", user="a", uid=1000, command=["x"], workdir="/",
+              gpus_min=6, gpus_max=12, submitted_at=T0, duration_s=3600.0)  # fmt: skip
+    scheduler = planner.schedule(T0, [job], {}, [], 12, 4, 0, widest=8)
+    assert [view.gpus for view, _ in scheduler.planned()] == [8]

@@ -171,6 +171,7 @@ class SqlQueue:
             return self.planner.schedule(
                 now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
                 spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
+                widest,
             )  # fmt: skip
         scheduler = Scheduler(Fifo())  # the decision core the simulator drives too
         scheduler.add(_queued_view(job, largest, widest) for job in eligible.values())
