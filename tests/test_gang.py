@@ -246,3 +246,29 @@ def test_the_planner_plans_a_job_across_servers_at_what_the_ssh_servers_carry():
               gpus_min=6, gpus_max=12, submitted_at=T0, duration_s=3600.0)  # fmt: skip
     scheduler = planner.schedule(T0, [job], {}, [], 12, 4, 0, widest=8)
     assert [view.gpus for view, _ in scheduler.planned()] == [8]
+
+
+@pytest.mark.parametrize("lab_busy", [True, False])
+def test_the_deadline_guard_makes_room_for_a_job_across_servers_on_ssh_servers_only(lab_busy):
+    """A local node 'lab' and SSH servers 'srv-a', 'srv-b' (4 GPUs each); an 8-GPU job
+    waits. Suspending the job on 'lab' (or counting lab's idle GPUs) makes no room for it:
+    only the job on 'srv-a' does."""
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.sqlqueue import SqlQueue
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    names = {"lab": "local", "srv-a": "ssh", "srv-b": "ssh"}
+    topo = ClusterTopology(tuple(NodeTopology.plain(n, 4) for n in names))
+    alloc = ClusterAllocator(topo)
+    if lab_busy:
+        alloc.hold(("attempt", 1), "lab", [0, 1, 2, 3])
+    alloc.hold(("attempt", 2), "srv-a", [0, 1, 2, 3])
+    nodes = [SimpleNamespace(name=n, executor=e) for n, e in names.items()]
+    queue = SqlQueue(None, SimpleNamespace(nodes=nodes), None, None, alloc=alloc)
+    movable = {("attempt", 1): "lab's", ("attempt", 2): "srv-a's"}
+    assert queue.make_room(8, movable) == [("attempt", 2)]
+    assert alloc.free_gpus == (4 if lab_busy else 8), "nothing held is left behind"
+    if lab_busy:  # a job that fits one node: any node's jobs may make room, as before
+        assert queue.make_room(4, movable) == [("attempt", 1)]
