@@ -272,3 +272,54 @@ def test_the_deadline_guard_makes_room_for_a_job_across_servers_on_ssh_servers_o
     assert alloc.free_gpus == (4 if lab_busy else 8), "nothing held is left behind"
     if lab_busy:  # a job that fits one node: any node's jobs may make room, as before
         assert queue.make_room(4, movable) == [("attempt", 1)]
+
+
+def test_cancel_reaches_the_parts_that_can_be_reached_while_rank_0_s_server_is_down(tmp_path):
+    import os
+    from types import SimpleNamespace
+
+    from orchestrator.accounting.meter import Accountant
+    from orchestrator.daemon.reaper import Reaper
+    from orchestrator.queue import attempts
+    from orchestrator.queue.attempts import AttemptState
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Attempt, Job
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    handle = _gang(8)
+    with db.write() as session:
+        job = Job(state="running", user="u", uid=os.getuid(), command=["true"], workdir="/",
+                  gpus_min=6, gpus_max=6, submitted_at=T0, attempts=1,
+                  cancel_requested_at=T0)  # fmt: skip
+        session.add(job)
+        session.flush()
+        parts = [{"node": n, "gpu_ids": [0, 1]} for n in "abc"]
+        att = attempts.begin(session, at=T0, job_id=job.id, number=1, node="a",
+                             gpu_ids=[0, 1], run_dir="/r", parts=parts)  # fmt: skip
+        attempts.move(session, att, AttemptState.RUNNING, at=T0, handle=handle.to_dict())
+        att_id = att.id
+    heard: list[str] = []
+
+    def signal_one(h: Handle, sig: int) -> bool:
+        if h.data["node"] == "a":
+            raise ConnectionError("node a: down")
+        heard.append(h.data["node"])
+        return True
+
+    down = {"a": 0.0}
+    executor = SimpleNamespace(
+        unreachable_nodes=lambda: down,
+        signal=lambda h, sig: gang.signal(signal_one, h, sig),
+    )
+    accountant = Accountant(lambda a, b: 0.0, lambda a, b: None, lambda att: 300.0)
+    reaper = Reaper(db=db, executor=executor, settings=SimpleNamespace(cancel_grace_s=1.0),
+                    nodes=[], accountant=accountant)  # fmt: skip
+    reaper.stop_cancelled(T0)
+    assert heard == ["b", "c"], "rank 0's server down: the others still hear the cancel"
+    with db.read() as session:
+        assert session.get(Attempt, att_id).term_sent_at is not None
+    down.update(b=0.0, c=0.0)
+    heard.clear()
+    reaper.stop_cancelled(T0 + timedelta(seconds=5))
+    assert heard == [], "every server down: nothing to tell"

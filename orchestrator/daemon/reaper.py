@@ -364,8 +364,8 @@ class Reaper:
         with self.db.read() as session:
             rows = session.exec(query).all()
         down = self.executor.unreachable_nodes()
-        for att in rows:
-            if att.kill_sent_at is not None or att.node in down:
+        for att in rows:  # a job across servers: its parts that can be reached hear it
+            if att.kill_sent_at is not None or all(n in down for n in attempts.nodes_of(att)):
                 continue
             if att.state == AttemptState.STOPPED:  # a stopped job must run to hear its SIGTERM
                 with contextlib.suppress(Exception):
