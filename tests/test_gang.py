@@ -323,3 +323,15 @@ def test_cancel_reaches_the_parts_that_can_be_reached_while_rank_0_s_server_is_d
     heard.clear()
     reaper.stop_cancelled(T0 + timedelta(seconds=5))
     assert heard == [], "every server down: nothing to tell"
+
+
+def test_the_modelled_power_of_a_job_across_servers_counts_every_part_s_gpus():
+    from orchestrator.daemon.reaper import modelled_power
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.queue.models import Attempt
+
+    parts = [{"node": n, "gpu_ids": [0, 1, 2, 3]} for n in "ab"]
+    att = Attempt(id=3, job_id=1, number=1, state="running", node="a", gpu_ids=[0, 1, 2, 3],
+                  run_dir="/r", parts=parts)  # fmt: skip
+    curve = curve_for("a40")
+    assert modelled_power([], curve)(att) == pytest.approx(8 * curve.power_w(1.0))

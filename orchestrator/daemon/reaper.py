@@ -397,7 +397,8 @@ def modelled_power(nodes: list[ResolvedNode], curve=None) -> Callable[[Attempt],
     def power_w(att: Attempt) -> float:
         node = next((n for n in nodes if n.name == att.node), None)
         model = next((g.model for g in node.gpus), None) if node and node.gpus else None
-        return (curve or curve_for(model)).power_w(att.cap or 1.0) * len(att.gpu_ids)
+        width = attempts.width_of_attempt(att)  # a job across servers: every part's GPUs
+        return (curve or curve_for(model)).power_w(att.cap or 1.0) * width
 
     return power_w
 
