@@ -259,7 +259,9 @@ class Dispatcher:
         """A part of a job across servers did not start; the others were stopped. Every
         part known not to run: the launch failed (the job fails) or, where a server went
         away, the job is requeued. Else the attempt is orphaned with every part's handle
-        (it keeps its GPUs) until its servers answer and each part is fenced."""
+        (it keeps its GPUs) until its servers answer and each part is fenced; where a
+        server went away, the job is requeued only then (or once that server has been
+        away for its ``lost_after``, as a single-server launch), by the reaper."""
         with self.db.write() as session:
             row = session.get(Attempt, attempt_id)
             job = session.get(Job, row.job_id)
@@ -273,6 +275,11 @@ class Dispatcher:
             to = AttemptState.ABANDONED if exc.fenced else AttemptState.ORPHANED
             attempts.move(session, row, to, at=now, finished_at=now, detail=str(exc),
                           handle=exc.handle.to_dict())  # fmt: skip
+            if exc.unreachable and not exc.fenced:  # a part may run there: not yet
+                job.reason = f"launch interrupted: {exc}; requeued once every part is fenced"
+                session.add(job)
+                log.warning("job %s: launch interrupted: %s", row.job_id, exc)
+                return
             transition(session, job, JobState.QUEUED, at=now, actor=ACTOR,
                        reason=f"launch interrupted: {exc}; requeued")  # fmt: skip
         log.warning("job %s: launch interrupted: %s; requeued", row.job_id, exc)

@@ -135,9 +135,11 @@ class Reaper:
         log.warning("job %s: node %s lost; attempt %s given up, job requeued",
                     att.job_id, node, att.id)  # fmt: skip
 
-    def fence_orphans(self) -> None:
+    def fence_orphans(self, now: datetime | None = None) -> None:
         """Attempts given up while their server was away: once it answers, make sure they
-        do not run (never started, or killed), then they are plainly lost."""
+        do not run (never started, or killed), then they are plainly lost. A job across
+        servers whose launch a server's going away interrupted is requeued then."""
+        now = now or _now()
         with self.db.read() as session:
             orphans = session.exec(
                 select(Attempt).where(Attempt.state == AttemptState.ORPHANED)
@@ -145,6 +147,7 @@ class Reaper:
         down = self.executor.unreachable_nodes()
         for att in orphans:  # a job across servers: its reachable parts fenced at once
             if all(n in down for n in attempts.nodes_of(att)):
+                self._requeue_interrupted(att, False, down, now)
                 continue
             bare = bare_handle(att.id, att.run_dir, attempts.nodes_of(att))
             handle = Handle.from_dict(att.handle) if att.handle else bare
@@ -158,6 +161,30 @@ class Reaper:
                     row = session.get(Attempt, att.id)
                     attempts.move(session, row, AttemptState.LOST, at=_now(), reason="fenced")
                 log.info("attempt %s on %s: fenced", att.id, att.node)
+            self._requeue_interrupted(att, settled, down, now)
+
+    def _requeue_interrupted(
+        self, att: Attempt, fenced: bool, down: dict[str, float], now: datetime
+    ) -> None:
+        """A job still planned on this orphaned attempt (its launch across servers was
+        interrupted): requeued once every part is fenced, or once a part's server has
+        been away for its ``lost_after`` (as a single-server launch); cancelled if asked."""
+        gone = [n for n in attempts.nodes_of(att) if n in down]
+        node = min(gone, key=down.__getitem__) if gone else None
+        if not fenced and (node is None or now.timestamp() - down[node] < self._lost_after_s(node)):
+            return
+        with self.db.write() as session:
+            job = session.get(Job, att.job_id)
+            if job.state != JobState.PLANNED.value or job.attempts != att.number:
+                return
+            if job.cancel_requested_at is not None:
+                transition(session, job, JobState.CANCELLED, at=now, actor=ACTOR,
+                           reason="cancelled by request")  # fmt: skip
+                return
+            why = "every part fenced" if fenced else f"node {node} lost"
+            transition(session, job, JobState.QUEUED, at=now, actor=ACTOR,
+                       reason=f"launch interrupted; {why}; requeued")  # fmt: skip
+        log.info("job %s: launch interrupted; requeued", att.job_id)
 
     def _lost_after_s(self, node: str) -> float:
         cfg = next((n.config for n in self.nodes if n.name == node), None)

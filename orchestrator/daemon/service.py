@@ -140,7 +140,7 @@ class Daemon:
             self.queue,
             guard=self.planner is not None,
             before=[
-                ("fence", lambda _now: self.reaper.fence_orphans()),
+                ("fence", lambda _now: self.reaper.fence_orphans(self.clock.now())),
                 ("recover", lambda _now: self.reaper.recover(self.clock.now())),
                 ("cancel", lambda _now: self.reaper.stop_cancelled(self.clock.now())),
             ],
