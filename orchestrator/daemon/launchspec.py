@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from pathlib import Path
 
 from executors.base import LaunchSpec
 from executors.gang import part_dir
@@ -97,6 +98,13 @@ def launch_spec(
     )
 
 
+def part_log_path(log_path: str, job_id: int, rank: int) -> str:
+    """The log of a job across servers' part: rank 0's is the job's own log; each other
+    part's is ``<job>.part-<rank>.log`` beside it (servers sharing a home do not append
+    to one file)."""
+    return log_path if rank == 0 else str(Path(log_path).with_name(f"{job_id}.part-{rank}.log"))
+
+
 def slurm_machines(gpus: int, config) -> int:
     """Machines a Slurm job of ``gpus`` GPUs runs on: one, unless the node declares its
     machines' ``gpus_per_node`` and the job is wider (then as few as carry it)."""
@@ -135,6 +143,7 @@ def part_specs(
             "NODE_RANK": str(rank),
             "NPROC_PER_NODE": str(len(gpus)),
         }
-        out.append(replace(spec, env=env, gpu_indices=list(gpus), node=name,
+        log_path = spec.log_path if rank == 0 else part_log_path(spec.log_path, job.id, rank)
+        out.append(replace(spec, env=env, gpu_indices=list(gpus), node=name, log_path=log_path,
                            run_dir=part_dir(att.run_dir, rank)))  # fmt: skip
     return out
