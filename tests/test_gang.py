@@ -326,7 +326,7 @@ def test_cancel_reaches_the_parts_that_can_be_reached_while_rank_0_s_server_is_d
 
 
 def test_the_modelled_power_of_a_job_across_servers_counts_every_part_s_gpus():
-    from orchestrator.daemon.reaper import modelled_power
+    from orchestrator.accounting.meter import modelled_power
     from orchestrator.planning.perfmodel import curve_for
     from orchestrator.queue.models import Attempt
 
