@@ -335,3 +335,41 @@ def test_the_modelled_power_of_a_job_across_servers_counts_every_part_s_gpus():
                   run_dir="/r", parts=parts)  # fmt: skip
     curve = curve_for("a40")
     assert modelled_power([], curve)(att) == pytest.approx(8 * curve.power_w(1.0))
+
+
+def test_rank_0_s_rendezvous_addr_is_master_addr_where_it_is_set(tmp_path):
+    """MASTER_ADDR is rank 0's ``rendezvous_addr`` (the address the other servers reach,
+    e.g. the cluster network), else its SSH ``host`` (which may be an alias or a tunnel);
+    each part logs to its own file."""
+    import os
+
+    from pydantic import ValidationError
+
+    from executors.gpu import GpuInfo
+    from orchestrator.daemon.launchspec import part_specs
+    from orchestrator.nodes.inventory import ResolvedNode
+    from orchestrator.queue.models import Attempt, Job
+    from orchestrator.settings import NodeConfig, Settings
+
+    settings = Settings(home=tmp_path)
+    job = Job(id=7, state="planned", user="u", uid=os.getuid(), command=["x"], workdir="/",
+              gpus_min=4, gpus_max=4, submitted_at=T0)  # fmt: skip
+    parts = [{"node": n, "gpu_ids": [0, 1]} for n in "ab"]
+    att = Attempt(id=9, job_id=7, number=1, state="launching", node="a", gpu_ids=[0, 1],
+                  run_dir=str(tmp_path / "r"), parts=parts)  # fmt: skip
+    gpus = tuple(GpuInfo(index=i, uuid=f"g{i}", model="m") for i in range(2))
+
+    def nodes(addr: str | None) -> list[ResolvedNode]:
+        extra = {"rendezvous_addr": addr} if addr else {}
+        return [ResolvedNode(n, "ssh", gpus, "config", host=f"{n}-tunnel",
+                             config=NodeConfig(name=n, executor="ssh", host=f"{n}-tunnel",
+                                               gpus=2, **(extra if n == "a" else {})))
+                for n in "ab"]  # fmt: skip
+
+    specs = part_specs(settings, job, att, nodes("10.1.0.1"))
+    assert [s.env["MASTER_ADDR"] for s in specs] == ["10.1.0.1", "10.1.0.1"]
+    assert [os.path.basename(s.log_path) for s in specs] == ["7.log", "7.part-1.log"]
+    specs = part_specs(settings, job, att, nodes(None))
+    assert [s.env["MASTER_ADDR"] for s in specs] == ["a-tunnel", "a-tunnel"]
+    with pytest.raises(ValidationError):
+        NodeConfig(name="a", executor="ssh", rendezvous_addr="10.0.0.1; rm -rf /")

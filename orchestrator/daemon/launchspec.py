@@ -122,13 +122,14 @@ def part_specs(
 ) -> list[LaunchSpec]:
     """One spec per part of a job across servers (``nodes``: each part's, rank order):
     its node's GPUs, and the rendezvous ``torchrun`` and ``torch.distributed`` read:
-    ``MASTER_ADDR`` (rank 0's host), ``MASTER_PORT``, ``NNODES`` (servers),
-    ``NODE_RANK``, ``NPROC_PER_NODE`` (this server's GPUs) and ``WORLD_SIZE`` (every
-    GPU of the job: one process per GPU)."""
+    ``MASTER_ADDR`` (rank 0's ``rendezvous_addr``, else its host), ``MASTER_PORT``,
+    ``NNODES`` (servers), ``NODE_RANK``, ``NPROC_PER_NODE`` (this server's GPUs) and
+    ``WORLD_SIZE`` (every GPU of the job: one process per GPU)."""
     parts = parts_of(att)
     master = nodes[0]
+    addr = master.config.rendezvous_addr if master.config is not None else None
     rendezvous = {
-        "MASTER_ADDR": master.host or master.name,
+        "MASTER_ADDR": addr or master.host or master.name,
         "MASTER_PORT": str(MASTER_PORT_BASE + att.id % 10000),
         "NNODES": str(len(parts)),
         "WORLD_SIZE": str(sum(len(gpus) for _, gpus in parts)),
