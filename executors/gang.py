@@ -41,6 +41,7 @@ STOP_GRACE_S = 10.0  # a part's SIGTERM to SIGKILL when another part ended badly
 _ENDED = (RunStatus.EXITED, RunStatus.LOST)
 _stop_sent: dict[int, float] = {}  # attempt -> when its parts were first told to stop
 _first_bad: dict[int, list[int]] = {}  # attempt -> the ranks first seen ended badly
+_heard: dict[int, set[str]] = {}  # attempt -> its parts (run dirs) that heard SIGTERM
 
 
 class PartsNotStarted(LaunchError):
@@ -151,6 +152,7 @@ def poll(
 def _forget(attempt_id: int) -> None:
     _stop_sent.pop(attempt_id, None)
     _first_bad.pop(attempt_id, None)
+    _heard.pop(attempt_id, None)
 
 
 def _not_stopped(results: list[PollResult], bad: list[int]) -> list[int]:
@@ -169,18 +171,18 @@ def _ended_well(r: PollResult) -> bool:
 
 
 def _stop(signal_one: Callable[[Handle, int], bool], attempt_id: int, live: list[Handle]) -> None:
-    """SIGTERM to the parts still running, once; SIGKILL at each poll after the grace."""
+    """SIGTERM to the parts still running, once each part heard it (one whose job had
+    not started yet is told again); SIGKILL at each poll after the grace."""
     now = time.monotonic()
-    first = _stop_sent.get(attempt_id)
-    if first is None:
-        _stop_sent[attempt_id], sig = now, _signal.SIGTERM
-    elif now - first >= STOP_GRACE_S:
-        sig = _signal.SIGKILL
-    else:
-        return
+    first = _stop_sent.setdefault(attempt_id, now)
+    heard = _heard.setdefault(attempt_id, set())
+    sig = _signal.SIGKILL if now - first >= STOP_GRACE_S else _signal.SIGTERM
     for h in live:
+        if sig == _signal.SIGTERM and h.run_dir in heard:
+            continue
         try:
-            signal_one(h, sig)
+            if signal_one(h, sig):
+                heard.add(h.run_dir)
         except Exception as exc:  # retried at the next poll
             log.warning("attempt %s: cannot stop its part on %s: %s",
                         attempt_id, h.data.get("node"), exc)  # fmt: skip

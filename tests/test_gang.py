@@ -373,3 +373,20 @@ def test_rank_0_s_rendezvous_addr_is_master_addr_where_it_is_set(tmp_path):
     assert [s.env["MASTER_ADDR"] for s in specs] == ["a-tunnel", "a-tunnel"]
     with pytest.raises(ValidationError):
         NodeConfig(name="a", executor="ssh", rendezvous_addr="10.0.0.1; rm -rf /")
+
+
+def test_a_part_that_missed_its_sigterm_is_told_again_before_the_grace_ends():
+    """Part a's job had not started when the others were told to stop (its monitor
+    between its claim and job.json): it hears SIGTERM at the next poll, not SIGKILL only."""
+    handle = _gang(10)
+    states = {"a": RUNNING, "b": _exited(3), "c": RUNNING}
+    sent: list[tuple[str, int]] = []
+
+    def signal_one(h: Handle, sig: int) -> bool:
+        sent.append((h.data["node"], sig))
+        return h.data["node"] != "a" or len(sent) > 2
+
+    gang.poll(lambda h: states[h.data["node"]], signal_one, handle)
+    gang.poll(lambda h: states[h.data["node"]], signal_one, handle)
+    gang.poll(lambda h: states[h.data["node"]], signal_one, handle)
+    assert sent == [("a", signal.SIGTERM), ("c", signal.SIGTERM), ("a", signal.SIGTERM)]
