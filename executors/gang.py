@@ -13,7 +13,9 @@ files; on its server it runs in the attempt's usual run directory.
   until it answers again: the daemon keeps the attempt orphaned until it is).
 - State (``poll``): running while every part runs or ended well; once a part ends badly
   (non-zero exit, killed, vanished) the others get SIGTERM, then SIGKILL after
-  ``STOP_GRACE_S``, and when all have ended the attempt ends as its first bad part did.
+  ``STOP_GRACE_S``, and when all have ended the attempt ends as its first bad part did
+  (first as this daemon saw them, never by the servers' clocks; a part it stopped is
+  never blamed).
   An interruptible job whose part was killed by a signal or vanished ends ``LOST`` (its
   job is requeued and resumes from its checkpoint); otherwise the exit is the job's.
 - Signals, fencing and progress go to every part (progress: rank 0's report).
@@ -38,6 +40,8 @@ log = logging.getLogger(__name__)
 STOP_GRACE_S = 10.0  # a part's SIGTERM to SIGKILL when another part ended badly
 _ENDED = (RunStatus.EXITED, RunStatus.LOST)
 _stop_sent: dict[int, float] = {}  # attempt -> when its parts were first told to stop
+_first_bad: dict[int, list[int]] = {}  # attempt -> the ranks first seen ended badly
+_heard: dict[int, set[str]] = {}  # attempt -> its parts (run dirs) that heard SIGTERM
 
 
 class PartsNotStarted(LaunchError):
@@ -125,6 +129,8 @@ def poll(
     results = [poll_one(h) for h in hs]
     bad = [i for i, r in enumerate(results) if r.status in _ENDED and not _ended_well(r)]
     live = [h for h, r in zip(hs, results, strict=True) if r.status is RunStatus.RUNNING]
+    if bad:  # the daemon's own order, not the servers' clocks, says who failed first
+        _first_bad.setdefault(handle.attempt_id, _not_stopped(results, bad))
     if bad and live:  # also while another part's server cannot be asked
         _stop(signal_one, handle.attempt_id, live)
     for rank, r in enumerate(results):
@@ -132,14 +138,32 @@ def poll(
             return replace(r, detail=f"part {rank}: {r.detail or 'unreachable'}")
     if not bad:
         if all(r.status is RunStatus.EXITED for r in results):
-            _stop_sent.pop(handle.attempt_id, None)
+            _forget(handle.attempt_id)
             ends = [r.ended_at for r in results if r.ended_at is not None]
             return PollResult(RunStatus.EXITED, exit_code=0, ended_at=max(ends, default=None))
         return PollResult(RunStatus.RUNNING)
     if any(r.status not in _ENDED for r in results):  # stopping (or pending)
         return PollResult(RunStatus.RUNNING, detail="a part ended; stopping the others")
-    _stop_sent.pop(handle.attempt_id, None)
-    return _outcome(hs, results, bad, bool(handle.data.get("interruptible")))
+    first = _first_bad.get(handle.attempt_id, bad)
+    _forget(handle.attempt_id)
+    return _outcome(hs, results, first, bool(handle.data.get("interruptible")))
+
+
+def _forget(attempt_id: int) -> None:
+    _stop_sent.pop(attempt_id, None)
+    _first_bad.pop(attempt_id, None)
+    _heard.pop(attempt_id, None)
+
+
+def _not_stopped(results: list[PollResult], bad: list[int]) -> list[int]:
+    """Which of the parts first seen ended badly to blame (several at once: this daemon
+    restarted, or polled late): those not ended by the signals that stop parts, if any."""
+    stops = (_signal.SIGTERM, _signal.SIGKILL)
+
+    def stopped(r: PollResult) -> bool:
+        return r.signal in stops or r.exit_code in (128 + stops[0], 128 + stops[1])
+
+    return [i for i in bad if not stopped(results[i])] or bad
 
 
 def _ended_well(r: PollResult) -> bool:
@@ -147,18 +171,18 @@ def _ended_well(r: PollResult) -> bool:
 
 
 def _stop(signal_one: Callable[[Handle, int], bool], attempt_id: int, live: list[Handle]) -> None:
-    """SIGTERM to the parts still running, once; SIGKILL at each poll after the grace."""
+    """SIGTERM to the parts still running, once each part heard it (one whose job had
+    not started yet is told again); SIGKILL at each poll after the grace."""
     now = time.monotonic()
-    first = _stop_sent.get(attempt_id)
-    if first is None:
-        _stop_sent[attempt_id], sig = now, _signal.SIGTERM
-    elif now - first >= STOP_GRACE_S:
-        sig = _signal.SIGKILL
-    else:
-        return
+    first = _stop_sent.setdefault(attempt_id, now)
+    heard = _heard.setdefault(attempt_id, set())
+    sig = _signal.SIGKILL if now - first >= STOP_GRACE_S else _signal.SIGTERM
     for h in live:
+        if sig == _signal.SIGTERM and h.run_dir in heard:
+            continue
         try:
-            signal_one(h, sig)
+            if signal_one(h, sig):
+                heard.add(h.run_dir)
         except Exception as exc:  # retried at the next poll
             log.warning("attempt %s: cannot stop its part on %s: %s",
                         attempt_id, h.data.get("node"), exc)  # fmt: skip
@@ -167,7 +191,8 @@ def _stop(signal_one: Callable[[Handle, int], bool], attempt_id: int, live: list
 def _outcome(
     hs: list[Handle], results: list[PollResult], bad: list[int], interruptible: bool
 ) -> PollResult:
-    """The attempt ends as its first bad part did (by its end time, then rank)."""
+    """The attempt ends as its first bad part did: among the parts this daemon saw end
+    badly first (``bad``), by their end time, then rank."""
     far = datetime.max.replace(tzinfo=None)
 
     def end_key(i: int) -> tuple:

@@ -15,7 +15,8 @@ prints one JSON object. Paths are relative to the login directory unless absolut
   and the power log from the offset on.
 - ``signal RUN_DIR SIG``: the job's process group, when that very job still runs.
 - ``fence RUN_DIR``: make sure an attempt the daemon gave up on does not run: claim it
-  abandoned when its monitor never started, or SIGKILL the job.
+  abandoned when its monitor never started, or SIGKILL the job (waiting, a few seconds
+  at most, for a monitor that claimed the run to start it or exit; not settled else).
 - ``claim RUN_DIR``: claim it abandoned (recovery of an interrupted launch).
 - ``read PATH OFFSET``: raw bytes of a log from OFFSET on (exit 3 when it is missing).
 
@@ -29,11 +30,13 @@ import os
 import signal
 import stat
 import sys
+import time
 from pathlib import Path
 
 from executors import procs, runfiles, shim
 
 READ_MAX = 1 << 20
+FENCE_WAIT_S = 5.0  # how long a fence waits for a claimed run's job.json
 LAUNCH = "launch.json"  # where the job's log is, for recovery
 
 
@@ -146,12 +149,32 @@ def claim(run_dir: str) -> dict:
     }
 
 
+def _monitor_of(claim_text: str | None) -> dict | None:
+    """The monitor a ``started <pid> <ticks>`` claim names, as a record for ``_alive``."""
+    try:
+        word, pid, ticks = (claim_text or "").split()
+        return {"pid": int(pid), "start_ticks": int(ticks)} if word == "started" else None
+    except ValueError:
+        return None
+
+
 def fence(run_dir: str) -> dict:
+    """Settled once the attempt is known not to run. A monitor that claimed the run but
+    has not yet written ``job.json`` may be about to start the job (it opens the log and
+    reads the GPUs' energy first): wait for its ``job.json`` (then kill the job) or its
+    exit, at most ``FENCE_WAIT_S``; a monitor still between the two is not settled (the
+    daemon fences again on a later pass)."""
     out = claim(run_dir)
     if out["claimed"]:
         return {"settled": True, "ran": False}
+    path = _abs(run_dir)
+    monitor = _monitor_of(out["claim"])
+    deadline = time.monotonic() + FENCE_WAIT_S
+    while _job(path) is None and _alive(monitor) and time.monotonic() < deadline:
+        time.sleep(0.05)
     killed = send_signal(run_dir, signal.SIGKILL)["sent"]
-    return {"settled": True, "ran": True, "killed": killed}
+    settled = killed or _job(path) is not None or not _alive(monitor)
+    return {"settled": settled, "ran": True, "killed": killed}
 
 
 def read(path: str, offset: int) -> int:

@@ -259,10 +259,10 @@ class SshExecutor(Executor):
             out = link.verb("fence", remote)
         except HostUnreachable:
             return False
-        if out.get("ran"):
+        if out.get("killed"):
             log.info("attempt %s: killed what still ran of it on node %s",
                      handle.attempt_id, link.target.node)  # fmt: skip
-        return True
+        return out.get("settled") is True  # a monitor about to start the job: not yet
 
     def _do_recover(self, attempt_id: int, run_dir: str, node: str | None) -> Handle | None:
         link = self._handle_link(Handle(attempt_id, run_dir, {"node": node}))

@@ -69,11 +69,11 @@ class NodeConfig(BaseModel):
         default=True, description="false trusts any host key (logged at every start)"
     )
     python: str = Field(default="python3", min_length=1, description="python on the server")
-    remote_dir: str = Field(
-        default=".gridshift",
-        min_length=1,
-        description="runs and logs on the server ({user}: the job's account)",
-    )
+    remote_dir: str = Field(default=".gridshift", min_length=1, description="runs and logs "
+                            "on the server ({user}: the job's account)")  # fmt: skip
+    rendezvous_addr: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.:_\[\]-]{1,255}$",
+                                        description="MASTER_ADDR of jobs whose rank 0 is "
+                                        "here, as others reach it; default: host")  # fmt: skip
     sudo: bool = Field(default=False, description="power limits through sudo -n nvidia-smi")
     connect_timeout: str = Field(default="10s", description="SSH connect timeout")
     lost_after: str = Field(

@@ -223,7 +223,7 @@ def test_a_crash_mid_launch_reattaches_every_part_or_fences_them_all(
 def test_a_part_not_started_orphans_the_attempt_until_every_part_is_fenced(tmp_path):
     """The daemon's side: a server gone mid-launch leaves the attempt orphaned with every
     part's handle (its servers held, the job requeued) until each part is fenced."""
-    from datetime import UTC, datetime
+    from datetime import UTC, datetime, timedelta
     from types import SimpleNamespace
 
     from sqlmodel import select
@@ -289,13 +289,26 @@ def test_a_part_not_started_orphans_the_attempt_until_every_part_is_fenced(tmp_p
     with db.read() as session:
         att = session.exec(select(Attempt)).one()
         assert att.state == "orphaned" and len(att.handle["data"]["parts"]) == 2
-        assert session.get(Job, job.id).state == "queued", "requeued"
+        assert session.get(Job, job.id).state == "planned", "not requeued while b may run it"
         alloc = d.allocator(session)
     assert alloc.free_gpus == 0, "both servers held until every part is fenced"
     reaper = Reaper(db=db, executor=ex, settings=SimpleNamespace(cancel_grace_s=10.0),
                     nodes=nodes, accountant=Accountant(lambda a, b: None, lambda a, b: None,
                                                        lambda a: 0.0))  # fmt: skip
-    reaper.fence_orphans()
+    ex.unreachable_nodes = lambda: {"b": now.timestamp()}
+    ex.fence = lambda handle: ex.fenced.append(handle) and False  # b away: not settled
+    reaper.fence_orphans(now + timedelta(seconds=299))
+    with db.read() as session:
+        assert session.get(Job, job.id).state == "planned", "b away less than lost_after"
+    reaper.fence_orphans(now + timedelta(seconds=301))
+    with db.read() as session:  # as a single-server launch: given up after lost_after
+        assert session.exec(select(Attempt)).one().state == "orphaned"
+        assert session.get(Job, job.id).state == "queued"
+        assert "node b lost" in session.get(Job, job.id).reason
+    ex.fenced.clear()
+    ex.unreachable_nodes = lambda: {}
+    del ex.fence  # b is back: every part fenced
+    reaper.fence_orphans(now + timedelta(seconds=400))
     assert len(ex.fenced) == 1 and len(ex.fenced[0].data["parts"]) == 2
     with db.read() as session:
         assert session.exec(select(Attempt)).one().state == "lost"

@@ -12,6 +12,7 @@ from datetime import datetime
 from sqlmodel import Session
 
 from orchestrator.planning.perfmodel import JobModel, PowerCurve, curve_for
+from orchestrator.queue.attempts import width_of_attempt
 from orchestrator.queue.models import Attempt, Calibration, Job
 
 ALPHA = 0.5  # weight of the newest measurement
@@ -32,9 +33,9 @@ def learn(session: Session, job: Job, att: Attempt, now: datetime) -> Calibratio
     if not job.name or not att.started_at or not att.finished_at or not att.progress_done:
         return None
     seconds = (att.finished_at - att.started_at).total_seconds()
-    width = len(att.gpu_ids)
-    if seconds <= 0 or width == 0:
-        return None
+    width = width_of_attempt(att)  # a job across servers: every part's GPUs
+    if seconds <= 0 or width == 0 or (att.parts and not att.gpu_model):
+        return None  # across servers whose GPU models differ: no one model to learn
     speed, draw = full_power(att)
     throughput = att.progress_done / seconds * speed
     power = att.energy_j / seconds / width * draw if att.energy_j is not None else None

@@ -248,3 +248,18 @@ def spent_g(session: Session, start: datetime, end: datetime, kind: str = "carbo
         select(func.sum(column)).where(col(Usage.day) >= start).where(col(Usage.day) < end)
     ).one()
     return float(total or 0.0) / (1.0 if kind == "carbon" else 3600.0)
+
+
+def modelled_power(nodes: list, curve=None) -> Callable[[Attempt], float]:
+    """GPU draw where no counter measures it: the GPU type's curve (the planner's, when
+    one plans) at the attempt's cap."""
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.queue.attempts import width_of_attempt
+
+    def power_w(att: Attempt) -> float:
+        node = next((n for n in nodes if n.name == att.node), None)
+        model = next((g.model for g in node.gpus), None) if node and node.gpus else None
+        width = width_of_attempt(att)  # a job across servers: every part's GPUs
+        return (curve or curve_for(model)).power_w(att.cap or 1.0) * width
+
+    return power_w

@@ -42,26 +42,42 @@ def logs(
         return c.call("logs", {"job_id": job_id, "source": source, "offset": offset})
 
     first = block(None, 0)  # unknown ids and other users' jobs fail here
-    last = first["sources"] - 1
-    read = lambda offset: block(last, offset)  # noqa: E731
-    state = first["state"]
-    if lines is not None:  # the last attempt's output: its last lines
-        got = _tail(read, first if last == 0 else read(0), lines, out)
-    else:
-        for source in range(last):  # earlier attempts on other servers: as they are
-            _drain(lambda offset, s=source: block(s, offset), 0, out)
-        got = _drain(read, 0, out, first if last == 0 else None)
-    if got is None and not follow:
-        print(f"job {job_id} has no output yet ({state})", file=sys.stderr)
+    show(block, first, lines, follow, out, job_id)
+
+
+def show(block, first: dict, lines: int | None, follow: bool, out, job_id: int) -> None:
+    """Print the job's logs (``first``: the last source's block at 0): every source in
+    order, or with ``lines`` the last attempt's (each part's, by rank) last lines; with
+    ``follow``, the last attempt's (every part's) until the job ends."""
+    count = first["sources"]
+    live = [s for s in first.get("live") or [count - 1] if 0 <= s < count] or [count - 1]
+    known = {count - 1: first}
+
+    def read(source: int):
+        return lambda offset: block(source, offset)
+
+    offsets: dict[int, int] = {}
+    for source in live if lines is not None else range(count):
+        answer = known.get(source) or read(source)(0)
+        if lines is not None:
+            got = _tail(read(source), answer, lines, out)
+        else:  # earlier attempts (on other servers) as they are, then the last one's parts
+            got = _drain(read(source), 0, out, answer)
+        if source in live and got is not None:
+            offsets[source] = got
+    if not offsets and not follow:
+        print(f"job {job_id} has no output yet ({first['state']})", file=sys.stderr)
         return
-    offset = got or 0
     while follow:
-        answer = read(offset)
-        state = answer["state"]
-        got = _drain(read, offset, out, answer)
-        offset += got or 0
-        if not got:
-            if state in DONE:  # what it wrote last was in this answer
+        moved, state = 0, None
+        for source in live:
+            at = offsets.get(source, 0)
+            answer = read(source)(at)
+            state = state or answer["state"]  # before any part's data of this round
+            got = _drain(read(source), at, out, answer) or 0
+            offsets[source], moved = at + got, moved + got
+        if not moved:
+            if state in DONE:  # what any part wrote last was in this round
                 return
             time.sleep(POLL_S)
 

@@ -123,6 +123,17 @@ class Dispatcher:
             att.job_id, att.id, _gpu_list(gpus), att.node,
         )  # fmt: skip
 
+    def _model_of(
+        self, node: ResolvedNode, gpus: list[int], parts: list[tuple[str, list[int]]] | None
+    ) -> str | None:
+        """The attempt's GPU model; a job across servers: its parts' one model, or None
+        where they differ (calibration then learns nothing from it)."""
+        if not parts:
+            return node.model_of(gpus) if gpus else None
+        by_name = {n.name: n for n in self.nodes}
+        models = {by_name[n].model_of(g) for n, g in parts}
+        return models.pop() if len(models) == 1 else None
+
     def fail_queued(self, job_id: int, now: datetime, reason: str) -> None:
         try:
             with self.db.write() as session:
@@ -176,7 +187,7 @@ class Dispatcher:
                 run_as_uid=self._run_as(job),
                 cap=cap,
                 planned_until=until if job.interruptible else None,
-                gpu_model=node.model_of(gpus) if gpus else None,
+                gpu_model=self._model_of(node, gpus, parts),
                 parts=[{"node": n, "gpu_ids": list(g)} for n, g in parts] if parts else None,
             )
             att.run_dir = str(self.settings.runs_dir / f"attempt-{att.id}")
@@ -248,7 +259,9 @@ class Dispatcher:
         """A part of a job across servers did not start; the others were stopped. Every
         part known not to run: the launch failed (the job fails) or, where a server went
         away, the job is requeued. Else the attempt is orphaned with every part's handle
-        (it keeps its GPUs) until its servers answer and each part is fenced."""
+        (it keeps its GPUs) until its servers answer and each part is fenced; where a
+        server went away, the job is requeued only then (or once that server has been
+        away for its ``lost_after``, as a single-server launch), by the reaper."""
         with self.db.write() as session:
             row = session.get(Attempt, attempt_id)
             job = session.get(Job, row.job_id)
@@ -262,6 +275,11 @@ class Dispatcher:
             to = AttemptState.ABANDONED if exc.fenced else AttemptState.ORPHANED
             attempts.move(session, row, to, at=now, finished_at=now, detail=str(exc),
                           handle=exc.handle.to_dict())  # fmt: skip
+            if exc.unreachable and not exc.fenced:  # a part may run there: not yet
+                job.reason = f"launch interrupted: {exc}; requeued once every part is fenced"
+                session.add(job)
+                log.warning("job %s: launch interrupted: %s", row.job_id, exc)
+                return
             transition(session, job, JobState.QUEUED, at=now, actor=ACTOR,
                        reason=f"launch interrupted: {exc}; requeued")  # fmt: skip
         log.warning("job %s: launch interrupted: %s; requeued", row.job_id, exc)

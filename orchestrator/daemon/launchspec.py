@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from pathlib import Path
 
 from executors.base import LaunchSpec
 from executors.gang import part_dir
@@ -100,6 +101,13 @@ def launch_spec(
     )
 
 
+def part_log_path(log_path: str, job_id: int, rank: int) -> str:
+    """The log of a job across servers' part: rank 0's is the job's own log; each other
+    part's is ``<job>.part-<rank>.log`` beside it (servers sharing a home do not append
+    to one file)."""
+    return log_path if rank == 0 else str(Path(log_path).with_name(f"{job_id}.part-{rank}.log"))
+
+
 def slurm_machines(gpus: int, config) -> int:
     """Machines a Slurm job of ``gpus`` GPUs runs on: one, unless the node declares its
     machines' ``gpus_per_node`` and the job is wider (then as few as carry it)."""
@@ -117,13 +125,14 @@ def part_specs(
 ) -> list[LaunchSpec]:
     """One spec per part of a job across servers (``nodes``: each part's, rank order):
     its node's GPUs, and the rendezvous ``torchrun`` and ``torch.distributed`` read:
-    ``MASTER_ADDR`` (rank 0's host), ``MASTER_PORT``, ``NNODES`` (servers),
-    ``NODE_RANK``, ``NPROC_PER_NODE`` (this server's GPUs) and ``WORLD_SIZE`` (every
-    GPU of the job: one process per GPU)."""
+    ``MASTER_ADDR`` (rank 0's ``rendezvous_addr``, else its host), ``MASTER_PORT``,
+    ``NNODES`` (servers), ``NODE_RANK``, ``NPROC_PER_NODE`` (this server's GPUs) and
+    ``WORLD_SIZE`` (every GPU of the job: one process per GPU)."""
     parts = parts_of(att)
     master = nodes[0]
+    addr = master.config.rendezvous_addr if master.config is not None else None
     rendezvous = {
-        "MASTER_ADDR": master.host or master.name,
+        "MASTER_ADDR": addr or master.host or master.name,
         "MASTER_PORT": str(MASTER_PORT_BASE + att.id % 10000),
         "NNODES": str(len(parts)),
         "WORLD_SIZE": str(sum(len(gpus) for _, gpus in parts)),
@@ -138,6 +147,7 @@ def part_specs(
             "NODE_RANK": str(rank),
             "NPROC_PER_NODE": str(len(gpus)),
         }
-        out.append(replace(spec, env=env, gpu_indices=list(gpus), node=name,
+        log_path = spec.log_path if rank == 0 else part_log_path(spec.log_path, job.id, rank)
+        out.append(replace(spec, env=env, gpu_indices=list(gpus), node=name, log_path=log_path,
                            run_dir=part_dir(att.run_dir, rank)))  # fmt: skip
     return out

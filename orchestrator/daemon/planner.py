@@ -123,6 +123,7 @@ class LivePlanner:
         waiting: list | None = None,  # Job rows waiting for a dependency to end
         after: dict | None = None,  # job id -> ids of the jobs it waits for
         load: float = 0.0,  # recent arrivals' share of the GPUs (``expected_load``)
+        widest: int | None = None,  # most GPUs one job may get (SSH servers together)
     ) -> Scheduler:
         policy = self._choose(now)
         held = {j.id for j in waiting or ()}
@@ -155,7 +156,7 @@ class LivePlanner:
             start, end = self.budget.period_of(now_s)
             state = BudgetState(self.budget, start, end, spent_g)
         inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
-        inputs.estimates, inputs.expected_load = known, load
+        inputs.estimates, inputs.expected_load, inputs.widest_gpus = known, load, widest
         snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
         self._left = self._budget_left(snap, state)
         if key != self._key:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -135,21 +134,21 @@ class Reaper:
         log.warning("job %s: node %s lost; attempt %s given up, job requeued",
                     att.job_id, node, att.id)  # fmt: skip
 
-    def fence_orphans(self) -> None:
+    def fence_orphans(self, now: datetime | None = None) -> None:
         """Attempts given up while their server was away: once it answers, make sure they
-        do not run (never started, or killed), then they are plainly lost."""
+        do not run (never started, or killed), then they are plainly lost. A job across
+        servers whose launch a server's going away interrupted is requeued then."""
+        now = now or _now()
         with self.db.read() as session:
-            orphans = session.exec(
-                select(Attempt).where(Attempt.state == AttemptState.ORPHANED)
-            ).all()
+            orphans = session.exec(select(Attempt).where(Attempt.state == "orphaned")).all()
         down = self.executor.unreachable_nodes()
         for att in orphans:  # a job across servers: its reachable parts fenced at once
             if all(n in down for n in attempts.nodes_of(att)):
+                self._requeue_interrupted(att, False, down, now)
                 continue
             bare = bare_handle(att.id, att.run_dir, attempts.nodes_of(att))
-            handle = Handle.from_dict(att.handle) if att.handle else bare
             try:
-                settled = self.executor.fence(handle)
+                settled = self.executor.fence(Handle.from_dict(att.handle) if att.handle else bare)
             except Exception as exc:  # logged; the next pass tries again
                 log.warning("attempt %s: cannot fence: %s", att.id, exc)
                 continue
@@ -158,6 +157,22 @@ class Reaper:
                     row = session.get(Attempt, att.id)
                     attempts.move(session, row, AttemptState.LOST, at=_now(), reason="fenced")
                 log.info("attempt %s on %s: fenced", att.id, att.node)
+            self._requeue_interrupted(att, settled, down, now)
+
+    def _requeue_interrupted(self, att: Attempt, fenced: bool, down: dict, now: datetime) -> None:
+        """A job still planned on this orphaned attempt (a launch across servers that a
+        server's going away interrupted): requeued (or cancelled, if asked) once every
+        part is fenced, or a part's server has been away for its ``lost_after``."""
+        node = min((n for n in attempts.nodes_of(att) if n in down), key=down.get, default=None)
+        if not fenced and (node is None or now.timestamp() - down[node] < self._lost_after_s(node)):
+            return
+        with self.db.write() as session:
+            job = session.get(Job, att.job_id)
+            if job.state == JobState.PLANNED.value and job.attempts == att.number:
+                why = "every part fenced" if fenced else f"node {node} lost"
+                to = JobState.QUEUED if job.cancel_requested_at is None else JobState.CANCELLED
+                transition(session, job, to, at=now, actor=ACTOR,
+                           reason=f"launch interrupted; {why}; {to.value}")  # fmt: skip
 
     def _lost_after_s(self, node: str) -> float:
         cfg = next((n.config for n in self.nodes if n.name == node), None)
@@ -364,8 +379,8 @@ class Reaper:
         with self.db.read() as session:
             rows = session.exec(query).all()
         down = self.executor.unreachable_nodes()
-        for att in rows:
-            if att.kill_sent_at is not None or att.node in down:
+        for att in rows:  # a job across servers: its parts that can be reached hear it
+            if att.kill_sent_at is not None or all(n in down for n in attempts.nodes_of(att)):
                 continue
             if att.state == AttemptState.STOPPED:  # a stopped job must run to hear its SIGTERM
                 with contextlib.suppress(Exception):
@@ -387,19 +402,6 @@ class Reaper:
                 row = session.get(Attempt, att.id)
                 setattr(row, field, now)
                 session.add(row)
-
-
-def modelled_power(nodes: list[ResolvedNode], curve=None) -> Callable[[Attempt], float]:
-    """GPU draw where no counter measures it: the GPU type's curve (the planner's, when
-    one plans) at the attempt's cap."""
-    from orchestrator.planning.perfmodel import curve_for
-
-    def power_w(att: Attempt) -> float:
-        node = next((n for n in nodes if n.name == att.node), None)
-        model = next((g.model for g in node.gpus), None) if node and node.gpus else None
-        return (curve or curve_for(model)).power_w(att.cap or 1.0) * len(att.gpu_ids)
-
-    return power_w
 
 
 def mark_running(session: Session, att: Attempt, job: Job, handle: Handle, now: datetime,

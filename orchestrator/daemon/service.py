@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from executors.base import Executor
-from orchestrator.accounting.meter import Accountant
+from orchestrator.accounting.meter import Accountant, modelled_power
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.guard import Suspender, note_plans
 from orchestrator.daemon.health import HealthWriter
 from orchestrator.daemon.lease import daemon_running  # noqa: F401 (it was here)
-from orchestrator.daemon.reaper import Reaper, modelled_power
+from orchestrator.daemon.reaper import Reaper
 from orchestrator.daemon.server import serve
 from orchestrator.daemon.sqlqueue import SqlQueue
 from orchestrator.errors import DaemonError, GridshiftError
@@ -142,7 +142,7 @@ class Daemon:
             guard=self.planner is not None,
             resize=self.planner is not None,  # elastic jobs resized (planning.resize)
             before=[
-                ("fence", lambda _now: self.reaper.fence_orphans()),
+                ("fence", lambda _now: self.reaper.fence_orphans(self.clock.now())),
                 ("recover", lambda _now: self.reaper.recover(self.clock.now())),
                 ("cancel", lambda _now: self.reaper.stop_cancelled(self.clock.now())),
             ],

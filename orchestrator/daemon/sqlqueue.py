@@ -184,6 +184,7 @@ class SqlQueue(Resizes):
             scheduler = self.planner.schedule(
                 now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
                 spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
+                widest,
             )  # fmt: skip
             scheduler.backfill = self.backfill
             self._restart_resized(scheduler, {j.id for j, _, _ in running}, now_s)
@@ -214,7 +215,7 @@ class SqlQueue(Resizes):
         """A job wider than one server, on whole servers (network packing holds them all):
         SSH servers only; the width spread as evenly as their sizes allow (``spread``),
         each part on its server's first GPUs."""
-        ssh = {n.name for n in self.dispatcher.nodes if n.executor == "ssh"}
+        ssh = self._ssh_nodes()
         if any(node not in ssh for node, _ in held):  # packed again, on SSH servers alone
             key, others = ("job", view.id), ("not ssh", view.id)
             self.alloc.free(key)
@@ -286,7 +287,24 @@ class SqlQueue(Resizes):
         return out
 
     def make_room(self, width: int, movable: dict) -> list:
-        return self.alloc.make_room(width, movable) or []
+        if width <= self.alloc.max_node_gpus:
+            return self.alloc.make_room(width, movable) or []
+        # a job across servers runs on SSH servers alone: room made there, by jobs there
+        ssh, held = self._ssh_nodes(), self.alloc.allocations()
+        movable = {key: run for key, run in movable.items()
+                   if key in held and all(n in ssh for n, _ in held[key].parts)}  # fmt: skip
+        others = ("not ssh", "room")
+        hidden = [n for n in self.alloc.node_names if n not in ssh and self.alloc.free_on(n)]
+        for name in hidden:
+            self.alloc.hold(others, name, self.alloc.free_on(name))
+        try:
+            return self.alloc.make_room(width, movable) or []
+        finally:
+            if hidden:
+                self.alloc.free(others)
+
+    def _ssh_nodes(self) -> set[str]:
+        return {n.name for n in self.dispatcher.nodes if n.executor == "ssh"}
 
     def checkpoint(self, run: Running, now_s: float) -> bool:
         return self.suspender.checkpoint(run.ref, self._at(now_s))

@@ -57,6 +57,7 @@ class PlanInputs:
     checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs (daemon setting)
     after: dict | None = None  # job id -> ids of the jobs it waits for (``--after``)
     expected_load: float = 0.0  # recent arrivals' share of the GPUs (``recent_load``)
+    widest_gpus: int | None = None  # most GPUs one job may get (SSH servers together)
 
 
 def model_for(job, curve, duration_s: float | None = None, estimate: RunEstimate | None = None):
@@ -105,7 +106,8 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
     jobs = []
     left = inp.remaining_s or {}
     for job in inp.queued:
-        width = across_servers_width(job.gpus_min, job.gpus_max, largest_node, inp.total_gpus)
+        most = inp.widest_gpus or inp.total_gpus  # what a job across servers can be placed on
+        width = across_servers_width(job.gpus_min, job.gpus_max, largest_node, most)
         est = estimate_of(inp, job)
         duration = left.get(job.id, est.run_s if est else None)
         jobs.append(

@@ -57,19 +57,21 @@ def job_power(ctx: OpContext, caller: Caller, args: Args) -> dict[str, Any]:
 
 
 def _run(a) -> dict[str, Any]:
+    from orchestrator.queue.attempts import width_of_attempt
     from orchestrator.timeparse import utc_now
 
     start_s = a.started_at.timestamp()
     end = a.finished_at or a.accounted_until or utc_now()
     end_s = max(start_s, end.timestamp())
-    samples = _measured(Path(a.run_dir), start_s, end_s) if a.run_dir else []
+    # a job across servers: its parts' logs are apart (part-<rank>): the mean over it
+    samples = _measured(Path(a.run_dir), start_s, end_s) if a.run_dir and not a.parts else []
     watts = None
     if not samples and a.energy_j is not None and end_s > start_s:
         watts = a.energy_j / (end_s - start_s)
     return {
         "attempt": a.number,
         "state": a.state,
-        "gpus": len(a.gpu_ids),
+        "gpus": width_of_attempt(a),
         "cap": a.cap,
         "start_s": start_s,
         "end_s": end_s,

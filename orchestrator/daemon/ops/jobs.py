@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+from pathlib import Path
 from typing import Any
 
 from orchestrator.daemon.ops.base import Args, Caller, OpContext
@@ -197,7 +198,7 @@ def logs(ctx: OpContext, caller: Caller, args: Args) -> dict:
         job = store.get_job(session, job_id)
         _check_owner(ctx, caller, job)
         state = job.state
-    sources = _sources(ctx, job_id)
+    sources, live = _sources(ctx, job_id)
     index = args.get("source", int, len(sources) - 1)
     if not 0 <= index < len(sources) or offset < 0:
         raise SpecError("malformed request: no such log source or offset")
@@ -207,7 +208,7 @@ def logs(ctx: OpContext, caller: Caller, args: Args) -> dict:
     )
     data = None if block is None else base64.b64encode(block).decode()
     size = _size(path) if not node else None  # for ``logs -n``: where the tail begins
-    return {"state": state, "sources": len(sources), "data": data, "size": size}
+    return {"state": state, "sources": len(sources), "live": live, "data": data, "size": size}
 
 
 def _size(path: str) -> int | None:
@@ -235,12 +236,15 @@ def _check_owner(ctx: OpContext, caller: Caller, job) -> None:
         )
 
 
-def _sources(ctx: OpContext, job_id: int) -> list[tuple[str, str, str | None]]:
+def _sources(ctx: OpContext, job_id: int) -> tuple[list[tuple[str, str, str | None]], list[int]]:
     """Where the job's output is: this host's log, or each SSH server it ran on (with the
-    account it ran as), in the order of its attempts. A server's log path is worked out
-    here, never taken from what the server answered: that is the job's to forge."""
+    account it ran as), in the order of its attempts (a job across servers: each part's
+    own log, by rank); and which of them the last attempt writes to (``logs -f``). A
+    server's log path is worked out here, never taken from what the server answered:
+    that is the job's to forge."""
     from sqlmodel import select
 
+    from orchestrator.daemon.launchspec import part_log_path
     from orchestrator.nodes.ssh import ssh_target
     from orchestrator.queue.models import Attempt
 
@@ -250,34 +254,45 @@ def _sources(ctx: OpContext, job_id: int) -> list[tuple[str, str, str | None]]:
         ).all()
     ssh_nodes = {n.name: n for n in ctx.settings.nodes if n.executor == "ssh"}
     keys: list[tuple[str, str, str | None]] = []
-    for node, data in _runs(attempts):  # a job across servers: each part's, by rank
+    live: list[int] = []
+    last = attempts[-1].number if attempts else None
+    for number, node, data, rank in _runs(attempts):  # a job across servers: each part's
+        name = Path(part_log_path(f"{job_id}.log", job_id, rank)).name
         if node in ssh_nodes:
             target = ssh_target(ssh_nodes[node])
             account = data.get("account")
             account = account if isinstance(account, str) and target.per_user else None
             if account is not None:
                 target = target.for_account(account)
-            key = (node, target.remote_path("logs", f"{job_id}.log"), account)
+            key = (node, target.remote_path("logs", name), account)
         else:
-            key = ("", str(ctx.settings.log_path(job_id)), None)
+            key = ("", str(ctx.settings.log_path(job_id).with_name(name)), None)
         if key not in keys:
             keys.append(key)
-    return keys or [("", str(ctx.settings.log_path(job_id)), None)]
+        if number == last and keys.index(key) not in live:
+            live.append(keys.index(key))
+    if not keys:
+        return [("", str(ctx.settings.log_path(job_id)), None)], [0]
+    return keys, live
 
 
-def _runs(attempts) -> list[tuple[str, dict]]:
-    """(node, its handle's data) of each attempt, or of each part of one."""
+def _runs(attempts) -> list[tuple[int, str, dict, int]]:
+    """(attempt number, node, its handle's data, rank) of each attempt (rank 0), or of
+    each part of one."""
     out = []
     for att in attempts:
         data = (att.handle or {}).get("data", {})
         data = data if isinstance(data, dict) else {}
         parts = data.get("parts") if isinstance(data.get("parts"), list) else None
-        if not att.parts or not parts or len(parts) != len(att.parts):
-            out.append((att.node, data))
+        if not att.parts:
+            out.append((att.number, att.node, data, 0))
             continue
-        for part, handle in zip(att.parts, parts, strict=True):
+        if not parts or len(parts) != len(att.parts):
+            parts = [{}] * len(att.parts)  # not launched (yet): each part's own log all the same
+        for rank, (part, handle) in enumerate(zip(att.parts, parts, strict=True)):
             part_data = handle.get("data") if isinstance(handle, dict) else None
-            out.append((part["node"], part_data if isinstance(part_data, dict) else {}))
+            part_data = part_data if isinstance(part_data, dict) else {}
+            out.append((att.number, str(part["node"]), part_data, rank))
     return out
 
 

@@ -35,7 +35,8 @@ class Stopped:
 def stop_now(ctx: OpContext, job_ids: list[int]) -> dict[int, Stopped]:
     """Stop the running attempts of ``job_ids`` (their cancel already requested) on this
     host; by job id, how each ended (``ended`` False: still running after SIGKILL)."""
-    from orchestrator.daemon.reaper import Reaper, modelled_power
+    from orchestrator.accounting.meter import modelled_power
+    from orchestrator.daemon.reaper import Reaper
     from orchestrator.nodes.backends import local_executor
     from orchestrator.nodes.inventory import resolve_nodes
     from orchestrator.queue import attempts
