@@ -340,7 +340,10 @@ def test_a_0005_database_whose_newest_job_was_cleaned_never_gives_its_ids_again(
     assert proc.stderr.count("\n") == 1 and "gridshift db upgrade" in proc.stderr
     assert _db_status(cli)["state"] == "older"
     cli.run("db", "upgrade")
-    assert _db_status(cli)["current"] == schema.head() and _dump(cli.db_url) == before
+    after = _dump(cli.db_url)
+    for row in after["attempt"]:  # a column a later revision added (0009), empty
+        assert row.pop("backfilled_until") is None
+    assert _db_status(cli)["current"] == schema.head() and after == before
     assert _autoincrement(cli.db_url) == {"job", "attempt"}
     assert cli.submit("--", "true") == 13  # above every id the ledger names
     seq = dict(cli.db_rows("SELECT name, seq FROM sqlite_sequence"))

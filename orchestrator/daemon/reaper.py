@@ -308,6 +308,8 @@ class Reaper:
                 to, reason = JobState.COMPLETED, None
             else:
                 to, reason = JobState.FAILED, _exit_reason(result)
+                if att.backfilled_until is not None and att.term_sent_at is not None:
+                    reason = f"ran past the run time it was backfilled on ({reason})"
             transition(session, job, to, at=ended_at, actor=ACTOR, reason=reason)
             if to is JobState.LOST and not result.unknown_outcome:
                 to, reason = self._retry_lost(session, job, now)

@@ -24,14 +24,14 @@ from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
-from orchestrator.planning.backfill import DEFAULT_BACKFILL
+from orchestrator.planning.backfill import DEFAULT_BACKFILL, running_end_s
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import DEFAULT_MAX_DEFER_S, Decision, QueuedJob
 from orchestrator.planning.policies.baselines import Fifo
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.planning.snapshot import RunEstimate
-from orchestrator.queue import cron
+from orchestrator.queue import attempts, cron
 from orchestrator.queue.attempts import AttemptState, note_forced, remaining_run_s
 from orchestrator.queue.checks import stored_job_problem
 from orchestrator.queue.db import Database
@@ -211,6 +211,14 @@ class SqlQueue:
             with self.db.write() as session:
                 note_forced(session, view.id, *spend)
 
+    def promised(self, view: QueuedJob, until_s: float, now_s: float) -> None:
+        """A job started by backfill: by when it promised to give its GPUs back."""
+        self.suspender.promised(view.id, self._at(until_s))
+
+    def overran(self, blocked: QueuedJob, now_s: float) -> None:
+        """Stop jobs backfilled past ``blocked`` that broke their promise while it waits."""
+        self.suspender.overran(self._at(now_s), self._at(blocked.submitted_s))
+
     def running(self, now_s: float) -> list[Running]:
         now = self._at(now_s)
         with self.db.read() as session:
@@ -241,10 +249,34 @@ class SqlQueue:
         return self.suspender.checkpoint(run.ref, self._at(now_s))
 
     def cluster(self, now_s: float) -> tuple:
-        """For backfill: this pass's allocator and each running attempt's expected end (by
-        its estimate; unknown without one)."""
-        left = {r.key: r.remaining_s for r in self.running(now_s)}
-        return self.alloc, {k: None if s is None else now_s + s for k, s in left.items()}
+        """For backfill: this pass's allocator and each running attempt's expected end,
+        as far as reservations may trust it (``backfill.running_end_s``): by --duration or
+        history, shortened (never lengthened) by its own progress reports, unknown past
+        its estimate or without one; one told to checkpoint leaves within its grace."""
+        now = self._at(now_s)
+        ends: dict = {}
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt, Job)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(Attempt.state == AttemptState.RUNNING)
+            ).all()
+            for att, job in rows:
+                est = self.known.get(job.id)
+                source = "duration" if job.duration_s else est and est.source
+                run_s = job.duration_s or (est.run_s if est else None)
+                leaves = None
+                if att.suspend_sent_at is not None:
+                    leaves = att.suspend_sent_at.timestamp() + self.suspender.grace_s
+                reported = None
+                if est is not None and est.source == "progress":
+                    reported = remaining_run_s(session, job, now, est.run_s)
+                atts = session.exec(select(Attempt).where(Attempt.job_id == job.id)).all()
+                ran = attempts.ran_s(list(atts), now)
+                ends[("attempt", att.id)] = running_end_s(
+                    now_s, run_s, source, ran, reported, leaves
+                )
+        return self.alloc, ends
 
     def next_due_s(self, now_s: float) -> float | None:
         """The next end of a planned piece, and the next cron occurrence."""

@@ -85,6 +85,46 @@ def hold_until_s(job: QueuedJob, decision: Decision, now_s: float) -> float | No
     return now_s + job.duration_s * model.throughput(job.gpus, 1.0) / model.throughput(width, cap)
 
 
+# the lab's own default run time is nobody's promise: a job with no --duration nor history
+# runs for a time nobody knows (``accounting.estimates`` sources)
+PROMISED_SOURCES = ("duration", "history")
+
+
+def running_end_s(
+    now_s: float,
+    run_s: float | None,
+    source: str | None,
+    ran_s: float,
+    reported_left_s: float | None = None,
+    leaves_at_s: float | None = None,
+) -> float | None:
+    """When a running job gives its GPUs back, as far as reservations may trust it: by
+    ``leaves_at_s`` when it is told to leave (checkpointing: SIGTERM sent, plus its
+    grace); else by its run time ``run_s`` (trusted only from ``--duration`` or its
+    history, not the lab's default nor its own progress reports) less the ``ran_s`` it
+    ran; its own report of what is left (``reported_left_s``) may bring that end closer,
+    never push it later. None: unknown, also once it ran past its estimate."""
+    if leaves_at_s is not None:
+        return max(now_s, leaves_at_s)
+    if run_s is None or source not in PROMISED_SOURCES or ran_s >= run_s:
+        return None
+    left_s = run_s - ran_s
+    if reported_left_s is not None:
+        left_s = min(left_s, max(0.0, reported_left_s))
+    return now_s + left_s
+
+
+# a job backfilled on its run time keeps its GPUs this much longer before it breaks its
+# promise (Slurm's OverTimeLimit): at least PROMISE_GRACE_S, or this share of its run time
+PROMISE_GRACE_S, PROMISE_GRACE_SHARE = 300.0, 0.1
+
+
+def promise_s(now_s: float, until_s: float) -> float:
+    """By when a job backfilled now to give its GPUs back by ``until_s`` must have given
+    them back: its run time and a grace."""
+    return until_s + max(PROMISE_GRACE_S, PROMISE_GRACE_SHARE * max(0.0, until_s - now_s))
+
+
 class Backfill:
     """One pass's backfill behind a blocked head. ``fill(queue)`` takes the due jobs in
     queue order, the first of them blocked (it did not fit), and starts those it may

@@ -176,8 +176,15 @@ class Pass:
         ready = self.scheduler.launchable(
             now_s, self._allocate(now_s), cluster and (lambda: Cluster(*cluster(now_s)))
         )
+        promises, promised = self.scheduler.promises, getattr(state, "promised", None)
         for job, decision, allocation in ready:
             state.launch(job, decision, allocation, now_s)
+            until = promises.pop(job.id, None)
+            if promised is not None and until is not None:
+                promised(job, until, now_s)  # started by backfill on its run time
+        overran = getattr(state, "overran", None)
+        if overran is not None and (blocked := self.scheduler.blocked()) is not None:
+            overran(blocked, now_s)  # backfilled jobs past their promise while it waits
 
     def guard(self, now_s: float) -> None:
         """While the blocked head of the queue must start within a slot to meet its

@@ -35,6 +35,7 @@ from orchestrator.planning.backfill import (
     Cluster,
     hold_until_s,
     job_key,
+    promise_s,
 )
 from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
@@ -81,6 +82,9 @@ class Scheduler:
         self._stale = True
         self.replans = 0
         self._entries: dict[int, _Entry] = {}
+        # jobs started by backfill on a known run time: when each promised to be done by
+        # (``backfill.promise_s``); the state records it when it starts them
+        self.promises: dict[int, float] = {}
         self._unplanned: list[QueuedJob] = []
         self._waiting: list[tuple[float, int, int]] = []  # (start, seq, id)
         self._due: list[tuple[int, float, int, int]] = []  # (-priority, submitted, seq, id)
@@ -220,6 +224,8 @@ class Scheduler:
         for index, allocation in chosen:
             job, decision = queue[index]
             del entries[job.id]
+            if (until := hold_until_s(job, decision, now_s)) is not None:
+                self.promises[job.id] = promise_s(now_s, until)
             out.append((job, decision, allocation))
         return out
 

@@ -113,13 +113,19 @@ def remaining_run_s(
     if last is not None and last.progress_total and last.progress_done is not None:
         share = min(1.0, last.progress_done / last.progress_total)
         return max(1.0, total_s * (1.0 - share))
+    return max(1.0, total_s - ran_s(atts, now))
+
+
+def ran_s(atts: list[Attempt], now: datetime | None) -> float:
+    """How long a job's attempts ran (one still running to ``now``; a stopped one to when
+    it was stopped)."""
     ran = 0.0
     for a in atts:
         running = a.state == _S.RUNNING.value
         end = a.finished_at or a.stopped_at or (now if running else None)
         if a.started_at and end:
             ran += (end - a.started_at).total_seconds()
-    return max(1.0, total_s - ran)
+    return ran
 
 
 def note_forced(session: Session, job_id: int, grams: float, wh: float) -> None:

@@ -120,6 +120,9 @@ class Attempt(SQLModel, table=True):
     # spend when it started (g CO2e, and Wh for an energy budget). None: not forced.
     forced_g: float | None = None
     forced_wh: float | None = None
+    # Started ahead of a blocked job (backfill) on the promise of giving its GPUs back by
+    # then (its run time and a grace); past it, stopped while a job it passed waits.
+    backfilled_until: datetime | None = _utc()
 
 
 class Usage(SQLModel, table=True):

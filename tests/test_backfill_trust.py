@@ -1,0 +1,51 @@
+"""What backfill trusts of a running job's end (issue 23 review: findings 1, 4, 5, 6)."""
+
+from __future__ import annotations
+
+from orchestrator.planning.backfill import EASY, Cluster, job_key, running_end_s
+from orchestrator.planning.policies.base import QueuedJob
+from orchestrator.planning.policies.baselines import Fifo
+from orchestrator.planning.scheduler import Scheduler
+from placement.cluster import ClusterAllocator
+from placement.topology import ClusterTopology, NodeTopology
+
+
+def test_a_job_past_its_estimate_is_unknown_not_about_to_end():
+    assert running_end_s(1000.0, 60.0, "duration", 900.0) is None
+    assert running_end_s(1000.0, 600.0, "duration", 100.0) == 1500.0
+
+
+def test_the_labs_default_and_progress_alone_promise_nothing():
+    assert running_end_s(0.0, 4 * 3600.0, "default", 0.0) is None
+    assert running_end_s(0.0, 99 * 3600.0, "progress", 3600.0) is None
+    assert running_end_s(0.0, 3600.0, "history", 0.0) == 3600.0
+
+
+def test_progress_reports_shorten_an_end_never_lengthen_it():
+    # --duration 10 h, ran 1 h; it reports 1 % done (99 h left): still 9 h, not 99 h
+    assert running_end_s(0.0, 36000.0, "duration", 3600.0, 99 * 3600.0) == 32400.0
+    assert running_end_s(0.0, 36000.0, "duration", 3600.0, 600.0) == 600.0
+
+
+def test_a_job_told_to_checkpoint_leaves_within_its_grace():
+    assert running_end_s(100.0, 36000.0, "duration", 0.0, None, 130.0) == 130.0
+    assert running_end_s(100.0, None, None, 0.0, None, 130.0) == 130.0
+
+
+def _liar_run(end):
+    a = ClusterAllocator(ClusterTopology((NodeTopology.plain("n0", 8),)))
+    a.allocate(("attempt", 1), 4)
+    s = Scheduler(Fifo(), backfill=EASY)
+    s.add([QueuedJob(10, 8, 0.0, duration_s=3600.0), QueuedJob(11, 4, 1.0, duration_s=600.0)])
+    s.plan(5.0)
+    ends = {("attempt", 1): end}
+    take = lambda j, d: a.allocate(job_key(j.id), j.gpus)  # noqa: E731
+    got = s.launchable(5.0, take, lambda: Cluster(a, ends))
+    return [j.id for j, _, _ in got]
+
+
+def test_nothing_backfills_behind_a_job_past_its_estimate():
+    # the holder's promise was 60 s and it has run 900 s: its end is unknown, so a 600 s job
+    # may not take the GPUs the head waits for (before: it counted as ending in 1 s)
+    assert _liar_run(running_end_s(5.0, 60.0, "duration", 900.0)) == []
+    assert _liar_run(running_end_s(5.0, 6000.0, "duration", 900.0)) == [11]
