@@ -49,3 +49,27 @@ def test_nothing_backfills_behind_a_job_past_its_estimate():
     # may not take the GPUs the head waits for (before: it counted as ending in 1 s)
     assert _liar_run(running_end_s(5.0, 60.0, "duration", 900.0)) == []
     assert _liar_run(running_end_s(5.0, 6000.0, "duration", 900.0)) == [11]
+
+
+def test_a_queued_job_with_only_the_labs_default_run_time_promises_nothing():
+    from orchestrator.planning.backfill import hold_until_s
+    from orchestrator.planning.policies.base import Decision
+
+    guess = QueuedJob(1, 4, 0.0, duration_s=4 * 3600.0, run_known=False)
+    assert hold_until_s(guess, Decision(start_s=0.0), 0.0) is None
+    promised = QueuedJob(1, 4, 0.0, duration_s=4 * 3600.0)
+    assert hold_until_s(promised, Decision(start_s=0.0), 0.0) == 4 * 3600.0
+    # a guess backfills only where it delays nobody: not into the head's GPUs
+    a = ClusterAllocator(ClusterTopology((NodeTopology.plain("n0", 8),)))
+    a.allocate(("attempt", 1), 4)
+    s = Scheduler(Fifo(), backfill=EASY)
+    s.add(
+        [
+            QueuedJob(10, 8, 0.0, duration_s=3600.0),
+            QueuedJob(11, 4, 1.0, duration_s=60.0, run_known=False),
+        ]
+    )
+    s.plan(5.0)
+    ends = {("attempt", 1): 100.0}
+    take = lambda j, d: a.allocate(job_key(j.id), j.gpus)  # noqa: E731
+    assert s.launchable(5.0, take, lambda: Cluster(a, ends)) == []

@@ -74,6 +74,8 @@ def hold_until_s(job: QueuedJob, decision: Decision, now_s: float) -> float | No
         k = piece_index(decision, now_s)
         if k < len(pieces) - 1:
             return pieces[k][1]
+    if not job.run_known:
+        return None  # a guess (the lab's default run time) is nobody's promise
     if decision.end_s is not None and decision.end_s > decision.start_s:
         return now_s + (decision.end_s - decision.start_s)
     if job.duration_s is None:
