@@ -73,3 +73,29 @@ def test_a_queued_job_with_only_the_labs_default_run_time_promises_nothing():
     ends = {("attempt", 1): 100.0}
     take = lambda j, d: a.allocate(job_key(j.id), j.gpus)  # noqa: E731
     assert s.launchable(5.0, take, lambda: Cluster(a, ends)) == []
+
+
+def test_a_job_suspended_by_sigstop_keeps_its_gpus_through_its_pauses():
+    from orchestrator.planning.backfill import CONSERVATIVE, hold_until_s
+    from orchestrator.planning.policies.base import Decision
+
+    job = QueuedJob(30, 4, 3.0, duration_s=4810.0, interruptible=True)
+    plan = Decision(start_s=0.0, intervals=((0.0, 10.0), (200.0, 5000.0)))
+    assert hold_until_s(job, plan, 0.0) == 10.0  # SIGTERM: it leaves at its piece's end
+    assert hold_until_s(job, plan, 0.0, pieces_release=False) == 5000.0
+    for mode in (EASY, CONSERVATIVE):  # behind a head due at 100, it may not pass it
+        assert _behind_head(mode, job, plan, release=True) == [30], mode
+        assert _behind_head(mode, job, plan, release=False) == [], mode
+
+
+def _behind_head(mode, job, plan, release: bool) -> list[int]:
+    a = ClusterAllocator(ClusterTopology((NodeTopology.plain("n0", 8),)))
+    a.allocate(("attempt", 1), 4)
+    s = Scheduler(Fifo(), backfill=mode)
+    s.pieces_release = release
+    s.add([QueuedJob(10, 8, 0.0, duration_s=3600.0)])
+    s.plan(5.0)
+    s.add_planned(job, plan)
+    ends = {("attempt", 1): 100.0}
+    take = lambda j, d: a.allocate(job_key(j.id), j.gpus)  # noqa: E731
+    return [j.id for j, _, _ in s.launchable(5.0, take, lambda: Cluster(a, ends))]

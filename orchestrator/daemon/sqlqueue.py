@@ -167,6 +167,7 @@ class SqlQueue:
                 spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
             )  # fmt: skip
             scheduler.backfill = self.backfill
+            scheduler.pieces_release = self.suspender.mode != "stop"  # SIGSTOP keeps GPUs
             return scheduler
         scheduler = Scheduler(Fifo(), backfill=self.backfill)  # the simulator's core too
         scheduler.add(_queued_view(job, largest) for job in eligible.values())

@@ -66,14 +66,18 @@ class Cluster:
     ends: dict[Hashable, float | None] = field(default_factory=dict)
 
 
-def hold_until_s(job: QueuedJob, decision: Decision, now_s: float) -> float | None:
+def hold_until_s(
+    job: QueuedJob, decision: Decision, now_s: float, pieces_release: bool = True
+) -> float | None:
     """When a job started now gives its GPUs back, by its plan: the end of the piece it
-    starts in when more follow, else its expected end; None: nobody knows."""
+    starts in when more follow (``pieces_release``: suspended by SIGTERM; suspended by
+    SIGSTOP it keeps them to its last piece's end), else its expected end; None: nobody
+    knows."""
     pieces = decision.intervals
     if pieces:
         k = piece_index(decision, now_s)
         if k < len(pieces) - 1:
-            return pieces[k][1]
+            return pieces[k][1] if pieces_release else pieces[-1][1]
     if not job.run_known:
         return None  # a guess (the lab's default run time) is nobody's promise
     if decision.end_s is not None and decision.end_s > decision.start_s:
@@ -133,8 +137,12 @@ class Backfill:
     through ``allocate``; it returns their indices in ``queue`` with what ``allocate``
     gave each."""
 
-    def __init__(self, mode: str, now_s: float, cluster: Cluster, allocate: Allocate) -> None:
+    def __init__(
+        self, mode: str, now_s: float, cluster: Cluster, allocate: Allocate,
+        pieces_release: bool = True,
+    ) -> None:  # fmt: skip
         self.mode, self.now_s, self.cluster, self.allocate = mode, now_s, cluster, allocate
+        self.pieces_release = pieces_release  # False: suspended jobs keep their GPUs
         self.alloc = cluster.alloc
         # holders of GPUs and when each gives them back: running jobs, then those started
         self.ends: dict[Hashable, float | None] = {
@@ -165,7 +173,7 @@ class Backfill:
             k = width_of(job, decision, now)
             if k in no_fit or k > alloc.free_gpus:
                 continue
-            until = hold_until_s(job, decision, now)
+            until = hold_until_s(job, decision, now, self.pieces_release)
             allocation = self.allocate(job, decision)
             if allocation is None:
                 no_fit.add(k)
@@ -206,7 +214,7 @@ class Backfill:
             k = width_of(job, decision, now)
             if len(reservations) >= MAX_RESERVATIONS and (index == 0 or k > alloc.free_gpus):
                 continue  # it neither starts now nor gets a reservation
-            until = hold_until_s(job, decision, now)
+            until = hold_until_s(job, decision, now, self.pieces_release)
             if index > 0 and k <= alloc.free_gpus:
                 allocation = self.allocate(job, decision)
                 if allocation is not None:

@@ -85,6 +85,8 @@ class Scheduler:
         # jobs started by backfill on a known run time: when each promised to be done by
         # (``backfill.promise_s``); the state records it when it starts them
         self.promises: dict[int, float] = {}
+        # a suspended job gives its GPUs back (SIGTERM); False: it keeps them (SIGSTOP)
+        self.pieces_release = True
         self._unplanned: list[QueuedJob] = []
         self._waiting: list[tuple[float, int, int]] = []  # (start, seq, id)
         self._due: list[tuple[int, float, int, int]] = []  # (-priority, submitted, seq, id)
@@ -215,16 +217,17 @@ class Scheduler:
             item for item in self._due if (e := entries.get(item[3])) and e.seq == item[2]
         )
         for job, decision, _ in started:  # started in this pass: their ends from their plans
-            cluster.ends[job_key(job.id)] = hold_until_s(job, decision, now_s)
+            cluster.ends[job_key(job.id)] = hold_until_s(job, decision, now_s, self.pieces_release)
         queue = [(entries[item[3]].job, entries[item[3]].decision) for item in items]
-        chosen = Backfill(self.backfill, now_s, cluster, allocate).fill(queue)
+        release = self.pieces_release
+        chosen = Backfill(self.backfill, now_s, cluster, allocate, release).fill(queue)
         taken = {index for index, _ in chosen}
         self._due = [item for index, item in enumerate(items) if index not in taken]
         out = []
         for index, allocation in chosen:
             job, decision = queue[index]
             del entries[job.id]
-            if (until := hold_until_s(job, decision, now_s)) is not None:
+            if (until := hold_until_s(job, decision, now_s, release)) is not None:
                 self.promises[job.id] = promise_s(now_s, until)
             out.append((job, decision, allocation))
         return out
