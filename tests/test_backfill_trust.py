@@ -99,3 +99,26 @@ def _behind_head(mode, job, plan, release: bool) -> list[int]:
     ends = {("attempt", 1): 100.0}
     take = lambda j, d: a.allocate(job_key(j.id), j.gpus)  # noqa: E731
     return [j.id for j, _, _ in s.launchable(5.0, take, lambda: Cluster(a, ends))]
+
+
+def test_a_job_planned_for_later_is_not_delayed_by_one_behind_it_in_queue_order():
+    from orchestrator.planning.backfill import CONSERVATIVE
+    from orchestrator.planning.policies.base import Decision
+
+    high = QueuedJob(20, 4, 0.0, priority=5, duration_s=1000.0)  # planned (carbon) at 50
+    for mode in (EASY, CONSERVATIVE):
+        for low_s, started in ((90.0, []), (40.0, [21])):  # ends after 50: not now
+            a = ClusterAllocator(ClusterTopology((NodeTopology.plain("n0", 8),)))
+            a.allocate(("attempt", 1), 4)
+            s = Scheduler(Fifo(), backfill=mode)
+            s.add([QueuedJob(10, 8, 0.0, duration_s=3600.0)])
+            s.add([QueuedJob(21, 4, 2.0, duration_s=low_s)])
+            s.plan(5.0)
+            s.add_planned(high, Decision(start_s=50.0))
+            got = _launch(s, a, {("attempt", 1): 100.0})
+            assert got == started, (mode, low_s)
+
+
+def _launch(s: Scheduler, a: ClusterAllocator, ends: dict) -> list[int]:
+    take = lambda j, d: a.allocate(job_key(j.id), j.gpus)  # noqa: E731
+    return [j.id for j, _, _ in s.launchable(5.0, take, lambda: Cluster(a, ends))]

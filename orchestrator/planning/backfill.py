@@ -143,6 +143,8 @@ class Backfill:
     ) -> None:  # fmt: skip
         self.mode, self.now_s, self.cluster, self.allocate = mode, now_s, cluster, allocate
         self.pieces_release = pieces_release  # False: suspended jobs keep their GPUs
+        # jobs not due yet with their planned starts, earliest first (``fill``'s caller)
+        self.planned: list[tuple[QueuedJob, Decision]] = []
         self.alloc = cluster.alloc
         # holders of GPUs and when each gives them back: running jobs, then those started
         self.ends: dict[Hashable, float | None] = {
@@ -184,8 +186,27 @@ class Backfill:
             if held is not None and late and not _still_fits(shadow, key, held.parts, width):
                 alloc.free(key)  # it would delay the head: not now
                 continue
+            if held is not None and self._delays_planned(job, until):
+                alloc.free(key)  # it would delay a job ahead of it planned to start soon
+                if shadow.allocation(key) is not None:
+                    shadow.free(key)
+                continue
             started.append((index, allocation))
         return started
+
+    def _delays_planned(self, job: QueuedJob, until: float | None) -> bool:
+        """Whether ``job``, holding its GPUs until ``until`` (None: unknown), keeps a job
+        ahead of it in queue order that is planned to start before then (``planned``: not
+        due yet, e.g. waiting for low carbon) from fitting now: GPUs ending before its
+        start are not counted, so this errs on the side of the job ahead."""
+        mine = (-job.priority, job.submitted_s)
+        for other, plan in self.planned:
+            if until is not None and plan.start_s >= until:
+                break  # sorted by start: the rest start after it has gone
+            ahead = (-other.priority, other.submitted_s) < mine
+            if ahead and not _fits(self.alloc, width_of(other, plan, plan.start_s)):
+                return True
+        return False
 
     def _shadow_for(self, width: int) -> tuple[ClusterAllocator | None, float]:
         """A copy of the allocator as it will be when a request of ``width`` GPUs first
@@ -221,7 +242,9 @@ class Backfill:
                     key = job_key(job.id)
                     held = alloc.allocation(key)
                     masks = {} if held is None else profile.masks(held.parts)
-                    if not any(r.overlaps(masks, now, until) for r in reservations):
+                    if not any(r.overlaps(masks, now, until) for r in reservations) and not (
+                        held is not None and self._delays_planned(job, until)
+                    ):
                         profile.hold(masks, until)
                         started.append((index, allocation))
                         continue

@@ -220,7 +220,9 @@ class Scheduler:
             cluster.ends[job_key(job.id)] = hold_until_s(job, decision, now_s, self.pieces_release)
         queue = [(entries[item[3]].job, entries[item[3]].decision) for item in items]
         release = self.pieces_release
-        chosen = Backfill(self.backfill, now_s, cluster, allocate, release).fill(queue)
+        backfill = Backfill(self.backfill, now_s, cluster, allocate, release)
+        backfill.planned = self._planned_later()
+        chosen = backfill.fill(queue)
         taken = {index for index, _ in chosen}
         self._due = [item for index, item in enumerate(items) if index not in taken]
         out = []
@@ -230,6 +232,16 @@ class Scheduler:
             if (until := hold_until_s(job, decision, now_s, release)) is not None:
                 self.promises[job.id] = promise_s(now_s, until)
             out.append((job, decision, allocation))
+        return out
+
+    def _planned_later(self) -> list[tuple[QueuedJob, Decision]]:
+        """The jobs not due yet, each with its planned start, earliest first: backfill may
+        not delay one that is ahead of a candidate in queue order."""
+        entries, out = self._entries, []
+        for _, seq, job_id in sorted(self._waiting):
+            entry = entries.get(job_id)
+            if entry is not None and entry.seq == seq:
+                out.append((entry.job, entry.decision))
         return out
 
     def blocked_latest_start_s(self) -> float | None:
