@@ -9,10 +9,11 @@ ahead of it, as long as that cannot delay it:
   job that must fit one node waits for one node to have room). A later job may start now
   if it gives its GPUs back by then, or if the head still fits at its reservation with the
   job's GPUs (and those of the jobs backfilled before it) still held.
-- ``conservative``: every due job, in queue order, gets a reservation (GPUs over a time
-  span, on a profile of what is held when: ``planning.profile``), as Slurm's backfill
-  plans the pending jobs it looks at, and a later job may start now only if it cannot
-  delay any of them: it holds none of their GPUs before they give them back.
+- ``conservative``: the due jobs, in queue order, get a reservation each (GPUs over a
+  time span, on a profile of what is held when: ``planning.profile``), the first
+  ``MAX_RESERVATIONS`` of them only, as Slurm's backfill plans the pending jobs it looks
+  at (``bf_max_job_test``), and a later job may start now only if it cannot delay any of
+  them: it holds none of their GPUs before they give them back.
 - ``strict``: no backfill; the first job that does not fit blocks every job behind it.
 
 Run times come from the plans (a job's planned piece or expected end) and from what the
@@ -20,6 +21,10 @@ state knows of running jobs' ends (``Cluster.ends``, the pass's ``Running.remain
 A job whose run time nobody knows holds its GPUs forever as far as backfill is concerned:
 it backfills only where holding them forever delays nobody, and a reservation that waits
 for such a job's end cannot be made, so nothing backfills behind a job that needs one.
+Only a promise counts as known (``--duration``, history: ``running_end_s``,
+``QueuedJob.run_known``); a job backfilled on one is held to it (``promise_s``: the
+daemon stops it past that while a job it passed waits). A job not due yet (planned for
+later) that is ahead in queue order is not delayed either (``Backfill.planned``).
 Pure and in memory: no clock, no I/O.
 """
 
