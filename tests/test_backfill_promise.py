@@ -90,3 +90,50 @@ def test_a_broken_promise_checkpoints_or_stops_the_job_while_one_it_passed_waits
     # the rigid one ignores it: SIGKILL once the grace has passed
     assert sus.overran(now + timedelta(seconds=31), T0) == 1
     assert ex.sent[-1] == (att[rigid].id, signal.SIGKILL)
+
+
+@pytest.mark.backends("sqlite")
+def test_a_job_stopped_for_its_broken_promise_fails_with_that_reason(tmp_path):
+    import os
+    from types import SimpleNamespace
+
+    from executors.base import PollResult, RunStatus
+    from orchestrator.accounting.meter import Accountant
+    from orchestrator.daemon.reaper import Reaper
+    from orchestrator.queue import attempts
+    from orchestrator.queue.attempts import AttemptState
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Job
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        job = Job(state="running", user="u", uid=os.getuid(), command=["true"], workdir="/",
+                  gpus_min=1, gpus_max=1, submitted_at=T0, attempts=1)  # fmt: skip
+        session.add(job)
+        session.flush()
+        att = attempts.begin(session, at=T0, job_id=job.id, number=1, node="local",
+                             gpu_ids=[0], run_dir=str(tmp_path / "run"))  # fmt: skip
+        attempts.move(session, att, AttemptState.RUNNING, at=T0,
+                      handle={"attempt_id": att.id, "run_dir": "", "data": {}},
+                      backfilled_until=T0 + timedelta(minutes=6),
+                      term_sent_at=T0 + timedelta(minutes=7))  # fmt: skip
+        session.flush()
+        from orchestrator.queue.models import Attempt
+
+        running = Attempt.model_validate(att.model_dump())
+        job_id = job.id
+    end = T0 + timedelta(minutes=7, seconds=1)
+    executor = SimpleNamespace(
+        poll=lambda handle: PollResult(RunStatus.EXITED, exit_code=143, ended_at=end),
+        progress=lambda handle: None,
+    )
+    accountant = Accountant(carbon=lambda a, b: 0.0, price=lambda a, b: None,
+                            modelled_power_w=lambda att: 300.0)  # fmt: skip
+    reaper = Reaper(db=db, executor=executor, settings=SimpleNamespace(cancel_grace_s=1.0),
+                    nodes=[], accountant=accountant)  # fmt: skip
+    assert reaper._reap_one(running, end) == 1
+    with db.read() as session:
+        job = session.get(Job, job_id)
+    assert job.state == "failed"
+    assert job.reason == "ran past the run time it was backfilled on (exit code 143)"
