@@ -122,3 +122,53 @@ def test_a_job_planned_for_later_is_not_delayed_by_one_behind_it_in_queue_order(
 def _launch(s: Scheduler, a: ClusterAllocator, ends: dict) -> list[int]:
     take = lambda j, d: a.allocate(job_key(j.id), j.gpus)  # noqa: E731
     return [j.id for j, _, _ in s.launchable(5.0, take, lambda: Cluster(a, ends))]
+
+
+def test_the_daemons_cluster_gives_each_running_attempt_the_end_it_may_trust(tmp_path):
+    import os
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.sqlqueue import SqlQueue
+    from orchestrator.planning.snapshot import RunEstimate
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Attempt, Job
+
+    t0 = datetime(2026, 3, 2, 12, tzinfo=UTC)
+    now = t0 + timedelta(hours=1)
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    ids = {}
+    cases = {  # name: (--duration, progress done of 100, SIGTERM sent to checkpoint at)
+        "overran": (600.0, None, None),
+        "lowballs": (36000.0, 1.0, None),
+        "no_duration": (None, None, None),
+        "checkpointing": (36000.0, None, now - timedelta(seconds=10)),
+    }
+    with db.write() as session:
+        for name, (duration, done, sent) in cases.items():
+            job = Job(user="u", uid=os.getuid(), command=["true"], workdir="/", gpus_min=1,
+                      gpus_max=1, state="running", duration_s=duration, submitted_at=t0,
+                      attempts=1)  # fmt: skip
+            session.add(job)
+            session.flush()
+            att = Attempt(job_id=job.id, number=1, state="running", node="local", gpu_ids=[0],
+                          run_dir="/", started_at=t0, progress_done=done,
+                          progress_total=100.0 if done else None, progress_at=now,
+                          suspend_sent_at=sent)  # fmt: skip
+            session.add(att)
+            session.flush()
+            ids[name] = (job.id, att.id)
+    known = {
+        ids["lowballs"][0]: RunEstimate(360000.0, "progress", "1 % done"),
+        ids["no_duration"][0]: RunEstimate(4 * 3600.0, "default", "the lab's"),
+    }
+    queue = SqlQueue(db=db, dispatcher=None, reaper=None,
+                     suspender=SimpleNamespace(grace_s=30.0), known=known)  # fmt: skip
+    _, ends = queue.cluster(now.timestamp())
+    end = {name: ends[("attempt", att_id)] for name, (_, att_id) in ids.items()}
+    n = now.timestamp()
+    assert end["overran"] is None  # before: now + 1 s
+    assert end["lowballs"] == n + 36000.0 - 3600.0  # before: 99 % of 100 h
+    assert end["no_duration"] is None  # the lab's 4 h is nobody's promise
+    assert end["checkpointing"] == n + 20.0  # before: its --duration
