@@ -176,7 +176,8 @@ class Pass:
         ready = self.scheduler.launchable(
             now_s, self._allocate(now_s), cluster and (lambda: Cluster(*cluster(now_s)))
         )
-        promises, promised = self.scheduler.promises, getattr(state, "promised", None)
+        promises = getattr(self.scheduler, "promises", {})  # jobs started by backfill
+        promised = getattr(state, "promised", None)
         for job, decision, allocation in ready:
             state.launch(job, decision, allocation, now_s)
             until = promises.pop(job.id, None)
