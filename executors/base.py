@@ -84,6 +84,15 @@ class PollResult:
     # LOST only: it may have run to its end (a batch scheduler forgot it): never rerun
     unknown_outcome: bool = False
 
+    def exit_words(self) -> str:
+        """How it ended, in words: ``killed by SIGTERM`` or ``exit code 1``."""
+        if self.signal:
+            try:
+                return f"killed by {_signal.Signals(self.signal).name}"
+            except ValueError:
+                return f"killed by signal {self.signal}"
+        return f"exit code {self.exit_code}"
+
 
 class Executor(ABC):
     """Runs commands. Subclasses implement the ``_do_*`` methods."""

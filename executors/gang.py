@@ -202,7 +202,7 @@ def _outcome(
     first = min(bad, key=end_key)
     r = results[first]
     node = hs[first].data.get("node")
-    why = r.detail or _exit_words(r)
+    why = r.detail or r.exit_words()
     detail = f"part {first} on {node}: {why}; the other parts were stopped"
     ends = [x.ended_at for x in results if x.ended_at is not None]
     ended_at = max(ends, default=None)
@@ -211,15 +211,6 @@ def _outcome(
         return PollResult(RunStatus.LOST, ended_at=ended_at, detail=detail)
     return PollResult(RunStatus.EXITED, exit_code=r.exit_code, signal=r.signal,
                       ended_at=ended_at, detail=detail)  # fmt: skip
-
-
-def _exit_words(r: PollResult) -> str:
-    if r.signal:
-        try:
-            return f"killed by {_signal.Signals(r.signal).name}"
-        except ValueError:
-            return f"killed by signal {r.signal}"
-    return f"exit code {r.exit_code}"
 
 
 def signal(signal_one: Callable[[Handle, int], bool], handle: Handle, sig: int) -> bool:

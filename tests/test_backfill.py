@@ -15,6 +15,7 @@ from orchestrator.errors import SpecError
 from orchestrator.planning.backfill import (
     CONSERVATIVE,
     EASY,
+    MAX_RESERVATIONS,
     STRICT,
     Cluster,
     check_backfill,
@@ -212,3 +213,21 @@ def test_simulate_refuses_an_unknown_backfill_in_one_line(cli):
         "gridshift: error: scenario: backfill: Value error, unknown backfill 'aggressive'; "
         "use easy, conservative or strict"
     ]
+
+
+MANY = st.lists(
+    st.tuples(st.integers(0, 5), st.integers(1, 8), st.integers(1, 30)), min_size=55, max_size=70
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(sizes=SIZES, jobs=MANY, mode=st.sampled_from([EASY, CONSERVATIVE]))
+def test_more_due_jobs_than_reservations_still_never_delay_a_head(sizes, jobs, mode):
+    # past MAX_RESERVATIONS due jobs (50) conservative reserves for the first 50 only;
+    # the ones behind start only where they fit, never later than strict order allowed
+    assert len(jobs) > MAX_RESERVATIONS
+    total = sum(sizes)
+    jobs = [(s, min(w, total), d) for s, w, d in jobs]
+    start, promised = _run(mode, sizes, jobs)
+    for job_id, latest in promised.items():
+        assert start[job_id] <= latest, (job_id, start, promised)

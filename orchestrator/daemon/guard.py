@@ -84,6 +84,48 @@ class Suspender:
         """SIGTERM for the deadline guard: the job checkpoints and is requeued."""
         return bool(self._send(att, signal.SIGTERM, "suspend_sent_at", now))
 
+    def promised(self, job_id: int, until: datetime) -> None:
+        """The job's attempt just started by backfill, on its promise to give its GPUs
+        back by ``until`` (``backfill.promise_s``): recorded, shown, enforced."""
+        with self.db.write() as session:
+            att = session.exec(
+                select(Attempt).where(Attempt.job_id == job_id).order_by(col(Attempt.number).desc())
+            ).first()
+            if att is not None:
+                att.backfilled_until = until
+                session.add(att)
+
+    def overran(self, now: datetime, passed_since: datetime) -> int:
+        """Running jobs started by backfill after ``passed_since`` (when the blocked head of
+        the queue was submitted: they passed it) and past their promise: one that may be
+        suspended (signal mode) checkpoints and is requeued; any other gets SIGTERM, and
+        SIGKILL ``grace_s`` later, and fails (the reaper names why). Returns how many were
+        signalled."""
+        grace = timedelta(seconds=self.grace_s)
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt, Job)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(Attempt.state == AttemptState.RUNNING)
+                .where(col(Job.cancel_requested_at).is_(None))
+                .where(col(Attempt.suspend_sent_at).is_(None))
+                .where(col(Attempt.kill_sent_at).is_(None))
+                .where(col(Attempt.backfilled_until) < now)
+                .where(col(Attempt.started_at) >= passed_since)
+            ).all()
+        count = 0
+        for att, job in rows:
+            if att.term_sent_at is not None:
+                if now - att.term_sent_at >= grace:
+                    count += self._send(att, signal.SIGKILL, "kill_sent_at", now)
+                continue
+            checkpoints = job.interruptible and self.mode == "signal"
+            stamp = "suspend_sent_at" if checkpoints else "term_sent_at"
+            if sent := self._send(att, signal.SIGTERM, stamp, now):
+                log.info("job %s: past the run time it was backfilled on; SIGTERM", att.job_id)
+            count += sent
+        return count
+
     def _send(self, att: Attempt, sig: int, stamp: str, now: datetime) -> int:
         """Signal the job and stamp when, only if it was delivered: a job whose process
         is not there yet (its monitor still starting it, seconds on a loaded machine)

@@ -328,7 +328,7 @@ class Reaper:
             elif result.exit_code == 0:
                 to, reason = JobState.COMPLETED, None
             else:
-                to, reason = JobState.FAILED, _exit_reason(result)
+                to, reason = JobState.FAILED, _exit_reason(result, att)
             transition(session, job, to, at=ended_at, actor=ACTOR, reason=reason)
             if to is JobState.LOST and not result.unknown_outcome:
                 to, reason = self._retry_lost(session, job, now)
@@ -438,13 +438,8 @@ def _suspended_reason(att: Attempt, at: datetime) -> str:
     return f"checkpointed{done} and exited; requeued with its progress"
 
 
-def _exit_reason(result: PollResult) -> str:
-    if result.detail:
-        return result.detail
-    if result.signal:
-        try:
-            name = signal.Signals(result.signal).name
-        except ValueError:
-            name = f"signal {result.signal}"
-        return f"killed by {name}"
-    return f"exit code {result.exit_code}"
+def _exit_reason(result: PollResult, att: Attempt | None = None) -> str:
+    said = result.detail or result.exit_words()
+    if att is not None and att.backfilled_until is not None and att.term_sent_at is not None:
+        return f"ran past the run time it was backfilled on ({said})"  # and told to stop
+    return said

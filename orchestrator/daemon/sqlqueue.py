@@ -25,7 +25,7 @@ from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
-from orchestrator.daemon.resizes import Resizes, elastic_rate
+from orchestrator.daemon.running import RunningViews, elastic_rate
 from orchestrator.nodes.inventory import widest_job_gpus
 from orchestrator.planning.backfill import DEFAULT_BACKFILL
 from orchestrator.planning.onepass import Running
@@ -57,7 +57,7 @@ BAD_DEPENDENCY = (JobState.FAILED, JobState.CANCELLED, JobState.LOST)
 
 
 @dataclass
-class SqlQueue(Resizes):
+class SqlQueue(RunningViews):
     db: Database
     dispatcher: Dispatcher
     reaper: Reaper
@@ -188,6 +188,7 @@ class SqlQueue(Resizes):
             )  # fmt: skip
             scheduler.backfill = self.backfill
             self._restart_resized(scheduler, {j.id for j, _, _ in running}, now_s)
+            scheduler.pieces_release = self.suspender.mode != "stop"  # SIGSTOP keeps GPUs
             return scheduler
         scheduler = Scheduler(Fifo(), backfill=self.backfill)  # the simulator's core too
         scheduler.add(_queued_view(job, largest, widest) for job in eligible.values())
@@ -260,6 +261,14 @@ class SqlQueue(Resizes):
             with self.db.write() as session:
                 note_forced(session, view.id, *spend)
 
+    def promised(self, view: QueuedJob, until_s: float, now_s: float) -> None:
+        """A job started by backfill: by when it promised to give its GPUs back."""
+        self.suspender.promised(view.id, self._at(until_s))
+
+    def overran(self, blocked: QueuedJob, now_s: float) -> None:
+        """Stop jobs backfilled past ``blocked`` that broke their promise while it waits."""
+        self.suspender.overran(self._at(now_s), self._at(blocked.submitted_s))
+
     def running(self, now_s: float) -> list[Running]:
         now = self._at(now_s)
         with self.db.read() as session:
@@ -308,12 +317,6 @@ class SqlQueue(Resizes):
 
     def checkpoint(self, run: Running, now_s: float) -> bool:
         return self.suspender.checkpoint(run.ref, self._at(now_s))
-
-    def cluster(self, now_s: float) -> tuple:
-        """For backfill: this pass's allocator and each running attempt's expected end (by
-        its estimate; unknown without one)."""
-        left = {r.key: r.remaining_s for r in self.running(now_s)}
-        return self.alloc, {k: None if s is None else now_s + s for k, s in left.items()}
 
     def next_due_s(self, now_s: float) -> float | None:
         """The next end of a planned piece, and the next cron occurrence."""

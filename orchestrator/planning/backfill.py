@@ -9,10 +9,11 @@ ahead of it, as long as that cannot delay it:
   job that must fit one node waits for one node to have room). A later job may start now
   if it gives its GPUs back by then, or if the head still fits at its reservation with the
   job's GPUs (and those of the jobs backfilled before it) still held.
-- ``conservative``: every due job, in queue order, gets a reservation (GPUs over a time
-  span, on a profile of what is held when: ``planning.profile``), as Slurm's backfill
-  plans the pending jobs it looks at, and a later job may start now only if it cannot
-  delay any of them: it holds none of their GPUs before they give them back.
+- ``conservative``: the due jobs, in queue order, get a reservation each (GPUs over a
+  time span, on a profile of what is held when: ``planning.profile``), the first
+  ``MAX_RESERVATIONS`` of them only, as Slurm's backfill plans the pending jobs it looks
+  at (``bf_max_job_test``), and a later job may start now only if it cannot delay any of
+  them: it holds none of their GPUs before they give them back.
 - ``strict``: no backfill; the first job that does not fit blocks every job behind it.
 
 Run times come from the plans (a job's planned piece or expected end) and from what the
@@ -20,6 +21,10 @@ state knows of running jobs' ends (``Cluster.ends``, the pass's ``Running.remain
 A job whose run time nobody knows holds its GPUs forever as far as backfill is concerned:
 it backfills only where holding them forever delays nobody, and a reservation that waits
 for such a job's end cannot be made, so nothing backfills behind a job that needs one.
+Only a promise counts as known (``--duration``, history: ``running_end_s``,
+``QueuedJob.run_known``); a job backfilled on one is held to it (``promise_s``: the
+daemon stops it past that while a job it passed waits). A job not due yet (planned for
+later) that is ahead in queue order is not delayed either (``Backfill.planned``).
 Pure and in memory: no clock, no I/O.
 """
 
@@ -66,14 +71,20 @@ class Cluster:
     ends: dict[Hashable, float | None] = field(default_factory=dict)
 
 
-def hold_until_s(job: QueuedJob, decision: Decision, now_s: float) -> float | None:
+def hold_until_s(
+    job: QueuedJob, decision: Decision, now_s: float, pieces_release: bool = True
+) -> float | None:
     """When a job started now gives its GPUs back, by its plan: the end of the piece it
-    starts in when more follow, else its expected end; None: nobody knows."""
+    starts in when more follow (``pieces_release``: suspended by SIGTERM; suspended by
+    SIGSTOP it keeps them to its last piece's end), else its expected end; None: nobody
+    knows."""
     pieces = decision.intervals
     if pieces:
         k = piece_index(decision, now_s)
         if k < len(pieces) - 1:
-            return pieces[k][1]
+            return pieces[k][1] if pieces_release else pieces[-1][1]
+    if not job.run_known:
+        return None  # a guess (the lab's default run time) is nobody's promise
     if decision.end_s is not None and decision.end_s > decision.start_s:
         return now_s + (decision.end_s - decision.start_s)
     if job.duration_s is None:
@@ -85,14 +96,60 @@ def hold_until_s(job: QueuedJob, decision: Decision, now_s: float) -> float | No
     return now_s + job.duration_s * model.throughput(job.gpus, 1.0) / model.throughput(width, cap)
 
 
+# the lab's own default run time is nobody's promise: a job with no --duration nor history
+# runs for a time nobody knows (``accounting.estimates`` sources)
+PROMISED_SOURCES = ("duration", "history")
+
+
+def running_end_s(
+    now_s: float,
+    run_s: float | None,
+    source: str | None,
+    ran_s: float,
+    reported_left_s: float | None = None,
+    leaves_at_s: float | None = None,
+) -> float | None:
+    """When a running job gives its GPUs back, as far as reservations may trust it: by
+    ``leaves_at_s`` when it is told to leave (checkpointing: SIGTERM sent, plus its
+    grace); else by its run time ``run_s`` (trusted only from ``--duration`` or its
+    history, not the lab's default nor its own progress reports) less the ``ran_s`` it
+    ran; its own report of what is left (``reported_left_s``) may bring that end closer,
+    never push it later. None: unknown, also once it ran past its estimate."""
+    if leaves_at_s is not None:
+        return max(now_s, leaves_at_s)
+    if run_s is None or source not in PROMISED_SOURCES or ran_s >= run_s:
+        return None
+    left_s = run_s - ran_s
+    if reported_left_s is not None:
+        left_s = min(left_s, max(0.0, reported_left_s))
+    return now_s + left_s
+
+
+# a job backfilled on its run time keeps its GPUs this much longer before it breaks its
+# promise (Slurm's OverTimeLimit): at least PROMISE_GRACE_S, or this share of its run time
+PROMISE_GRACE_S, PROMISE_GRACE_SHARE = 300.0, 0.1
+
+
+def promise_s(now_s: float, until_s: float) -> float:
+    """By when a job backfilled now to give its GPUs back by ``until_s`` must have given
+    them back: its run time and a grace."""
+    return until_s + max(PROMISE_GRACE_S, PROMISE_GRACE_SHARE * max(0.0, until_s - now_s))
+
+
 class Backfill:
     """One pass's backfill behind a blocked head. ``fill(queue)`` takes the due jobs in
     queue order, the first of them blocked (it did not fit), and starts those it may
     through ``allocate``; it returns their indices in ``queue`` with what ``allocate``
     gave each."""
 
-    def __init__(self, mode: str, now_s: float, cluster: Cluster, allocate: Allocate) -> None:
+    def __init__(
+        self, mode: str, now_s: float, cluster: Cluster, allocate: Allocate,
+        pieces_release: bool = True,
+    ) -> None:  # fmt: skip
         self.mode, self.now_s, self.cluster, self.allocate = mode, now_s, cluster, allocate
+        self.pieces_release = pieces_release  # False: suspended jobs keep their GPUs
+        # jobs not due yet with their planned starts, earliest first (``fill``'s caller)
+        self.planned: list[tuple[QueuedJob, Decision]] = []
         self.alloc = cluster.alloc
         # holders of GPUs and when each gives them back: running jobs, then those started
         self.ends: dict[Hashable, float | None] = {
@@ -123,7 +180,7 @@ class Backfill:
             k = width_of(job, decision, now)
             if k in no_fit or k > alloc.free_gpus:
                 continue
-            until = hold_until_s(job, decision, now)
+            until = hold_until_s(job, decision, now, self.pieces_release)
             allocation = self.allocate(job, decision)
             if allocation is None:
                 no_fit.add(k)
@@ -134,8 +191,27 @@ class Backfill:
             if held is not None and late and not _still_fits(shadow, key, held.parts, width):
                 alloc.free(key)  # it would delay the head: not now
                 continue
+            if held is not None and self._delays_planned(job, until):
+                alloc.free(key)  # it would delay a job ahead of it planned to start soon
+                if shadow.allocation(key) is not None:
+                    shadow.free(key)
+                continue
             started.append((index, allocation))
         return started
+
+    def _delays_planned(self, job: QueuedJob, until: float | None) -> bool:
+        """Whether ``job``, holding its GPUs until ``until`` (None: unknown), keeps a job
+        ahead of it in queue order that is planned to start before then (``planned``: not
+        due yet, e.g. waiting for low carbon) from fitting now: GPUs ending before its
+        start are not counted, so this errs on the side of the job ahead."""
+        mine = (-job.priority, job.submitted_s)
+        for other, plan in self.planned:
+            if until is not None and plan.start_s >= until:
+                break  # sorted by start: the rest start after it has gone
+            ahead = (-other.priority, other.submitted_s) < mine
+            if ahead and not _fits(self.alloc, width_of(other, plan, plan.start_s)):
+                return True
+        return False
 
     def _shadow_for(self, width: int) -> tuple[ClusterAllocator | None, float]:
         """A copy of the allocator as it will be when a request of ``width`` GPUs first
@@ -164,14 +240,16 @@ class Backfill:
             k = width_of(job, decision, now)
             if len(reservations) >= MAX_RESERVATIONS and (index == 0 or k > alloc.free_gpus):
                 continue  # it neither starts now nor gets a reservation
-            until = hold_until_s(job, decision, now)
+            until = hold_until_s(job, decision, now, self.pieces_release)
             if index > 0 and k <= alloc.free_gpus:
                 allocation = self.allocate(job, decision)
                 if allocation is not None:
                     key = job_key(job.id)
                     held = alloc.allocation(key)
                     masks = {} if held is None else profile.masks(held.parts)
-                    if not any(r.overlaps(masks, now, until) for r in reservations):
+                    if not any(r.overlaps(masks, now, until) for r in reservations) and not (
+                        held is not None and self._delays_planned(job, until)
+                    ):
                         profile.hold(masks, until)
                         started.append((index, allocation))
                         continue

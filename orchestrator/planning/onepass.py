@@ -195,8 +195,16 @@ class Pass:
         ready = self.scheduler.launchable(
             now_s, self._allocate(now_s), cluster and (lambda: Cluster(*cluster(now_s)))
         )
+        promises = getattr(self.scheduler, "promises", {})  # jobs started by backfill
+        promised = getattr(state, "promised", None)
         for job, decision, allocation in ready:
             state.launch(job, decision, allocation, now_s)
+            until = promises.pop(job.id, None)
+            if promised is not None and until is not None:
+                promised(job, until, now_s)  # started by backfill on its run time
+        overran = getattr(state, "overran", None)
+        if overran is not None and (blocked := self.scheduler.blocked()) is not None:
+            overran(blocked, now_s)  # backfilled jobs past their promise while it waits
 
     def resize(self, now_s: float) -> None:
         """Start a blocked elastic job narrower, shrink running ones to make room for

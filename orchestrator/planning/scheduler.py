@@ -35,6 +35,7 @@ from orchestrator.planning.backfill import (
     Cluster,
     hold_until_s,
     job_key,
+    promise_s,
 )
 from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
@@ -81,6 +82,11 @@ class Scheduler:
         self._stale = True
         self.replans = 0
         self._entries: dict[int, _Entry] = {}
+        # jobs started by backfill on a known run time: when each promised to be done by
+        # (``backfill.promise_s``); the state records it when it starts them
+        self.promises: dict[int, float] = {}
+        # a suspended job gives its GPUs back (SIGTERM); False: it keeps them (SIGSTOP)
+        self.pieces_release = True
         self._unplanned: list[QueuedJob] = []
         self._waiting: list[tuple[float, int, int]] = []  # (start, seq, id)
         self._due: list[tuple[int, float, int, int]] = []  # (-priority, submitted, seq, id)
@@ -211,16 +217,31 @@ class Scheduler:
             item for item in self._due if (e := entries.get(item[3])) and e.seq == item[2]
         )
         for job, decision, _ in started:  # started in this pass: their ends from their plans
-            cluster.ends[job_key(job.id)] = hold_until_s(job, decision, now_s)
+            cluster.ends[job_key(job.id)] = hold_until_s(job, decision, now_s, self.pieces_release)
         queue = [(entries[item[3]].job, entries[item[3]].decision) for item in items]
-        chosen = Backfill(self.backfill, now_s, cluster, allocate).fill(queue)
+        release = self.pieces_release
+        backfill = Backfill(self.backfill, now_s, cluster, allocate, release)
+        backfill.planned = self._planned_later()
+        chosen = backfill.fill(queue)
         taken = {index for index, _ in chosen}
         self._due = [item for index, item in enumerate(items) if index not in taken]
         out = []
         for index, allocation in chosen:
             job, decision = queue[index]
             del entries[job.id]
+            if (until := hold_until_s(job, decision, now_s, release)) is not None:
+                self.promises[job.id] = promise_s(now_s, until)
             out.append((job, decision, allocation))
+        return out
+
+    def _planned_later(self) -> list[tuple[QueuedJob, Decision]]:
+        """The jobs not due yet, each with its planned start, earliest first: backfill may
+        not delay one that is ahead of a candidate in queue order."""
+        entries, out = self._entries, []
+        for _, seq, job_id in sorted(self._waiting):
+            entry = entries.get(job_id)
+            if entry is not None and entry.seq == seq:
+                out.append((entry.job, entry.decision))
         return out
 
     def blocked_latest_start_s(self) -> float | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from orchestrator.planning.backfill import PROMISED_SOURCES
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.dependencies import plan_with_dependencies
 from orchestrator.planning.policies.base import (
@@ -123,6 +124,7 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
                 max_gpus=width,
                 model=model_for(job, inp.curve, duration, est),
                 checkpoint_s=_checkpoint_s(job, inp.checkpoint_s),
+                run_known=est is None or est.source in PROMISED_SOURCES,
             )
         )
     committed = []

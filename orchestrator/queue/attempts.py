@@ -120,6 +120,14 @@ def remaining_run_s(
     if last is not None and last.progress_total and last.progress_done is not None:
         share = min(1.0, last.progress_done / last.progress_total)
         return max(1.0, total_s * (1.0 - share))
+    return max(1.0, total_s - ran_s(atts, now, rate))
+
+
+def ran_s(
+    atts: list[Attempt], now: datetime | None, rate: Callable[[int], float] | None = None
+) -> float:
+    """How long a job's attempts ran (one still running to ``now``; a stopped one to when
+    it was stopped), each at its width's ``rate`` (None: all at full speed)."""
     ran = 0.0
     for a in atts:
         running = a.state == _S.RUNNING.value
@@ -127,7 +135,7 @@ def remaining_run_s(
         if a.started_at and end:
             share = rate(len(a.gpu_ids)) if rate is not None and a.gpu_ids else 1.0
             ran += (end - a.started_at).total_seconds() * share
-    return max(1.0, total_s - ran)
+    return ran
 
 
 def note_forced(session: Session, job_id: int, grams: float, wh: float) -> None:

@@ -126,6 +126,9 @@ class Attempt(SQLModel, table=True):
     # The width the resize step's SIGTERM asked it to start again on (an elastic job):
     # its next attempt's, kept across daemon restarts. None: not resized.
     resize_to: int | None = None
+    # Started ahead of a blocked job (backfill) on the promise of giving its GPUs back by
+    # then (its run time and a grace); past it, stopped while a job it passed waits.
+    backfilled_until: datetime | None = _utc()
 
 
 class Usage(SQLModel, table=True):

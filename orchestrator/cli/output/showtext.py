@@ -149,4 +149,6 @@ def _run(r: dict[str, Any]) -> str:
             parts.append(text)
     if r.get("forced_g") is not None:
         parts.append(paint("forced by its deadline beyond the budget", "yellow"))
+    if r.get("backfilled_until"):
+        parts.append(f"backfilled ahead of a waiting job: to end by {when(r['backfilled_until'])}")
     return ", ".join(parts)

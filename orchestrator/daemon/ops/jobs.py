@@ -161,6 +161,7 @@ def _run(a) -> dict[str, Any]:
         "slurm": _slurm(a.handle) if slurm else None,
         "forced_g": None if a.forced_g is None else round(a.forced_g, 3),
         "forced_kwh": None if a.forced_wh is None else round(a.forced_wh / 1e3, 6),
+        "backfilled_until": iso(a.backfilled_until),
     }
 
 

@@ -58,6 +58,9 @@ class QueuedJob:
     checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time lost to a suspension and restart
     # Not before this (its dependencies' expected end, ``submit --after``); None: no bound.
     earliest_s: float | None = None
+    # Its run time is a promise (--duration, its history); False: a guess (the lab's
+    # default): backfill then takes it as unknown (``backfill.hold_until_s``).
+    run_known: bool = True
 
     def release_s(self, now_s: float) -> float:
         """When it may start at the earliest: now, its arrival or its dependencies' end."""

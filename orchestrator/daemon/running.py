@@ -1,9 +1,14 @@
-"""The daemon's side of resizing running elastic jobs (``orchestrator.planning.resize``
-decides, ``planning.resizestep`` carries a decision out over a ``QueueState``): the SQL
-queue's ``resize`` (a checkpoint whose job starts again at once on its new width, the
-width kept on the attempt, ``attempt.resize_to``, so that a restarted daemon knows it),
-the allocator with the GPUs pending grows wait for held, and each running job as the
-resize step sees it. ``SqlQueue`` takes these methods from ``Resizes``.
+"""The running attempts as the pass's resize step and backfill see them, on the SQL
+store. ``SqlQueue`` takes these methods from ``RunningViews``.
+
+- Resizing running elastic jobs (``orchestrator.planning.resize`` decides,
+  ``planning.resizestep`` carries a decision out over a ``QueueState``): the SQL queue's
+  ``resize`` (a checkpoint whose job starts again at once on its new width, the width kept
+  on the attempt, ``attempt.resize_to``, so that a restarted daemon knows it), the
+  allocator with the GPUs pending grows wait for held, and each running job as the resize
+  step sees it.
+- Backfill (``planning.backfill``): ``cluster``, when each running attempt gives its GPUs
+  back, as far as a reservation may trust it.
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ from dataclasses import replace
 from sqlmodel import Session, col, func, select
 
 from orchestrator.daemon.planner import LivePlanner
+from orchestrator.planning.backfill import running_end_s
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.policies.base import DEFAULT_CHECKPOINT_S
 from orchestrator.planning.resize import run_s, width_rate
 from orchestrator.planning.resizestep import pin_resized, reserve_resized
 from orchestrator.planning.scheduler import Scheduler
-from orchestrator.queue.attempts import AttemptState, width_of_attempt
+from orchestrator.queue.attempts import AttemptState, ran_s, remaining_run_s, width_of_attempt
 from orchestrator.queue.models import Attempt, Job
 from orchestrator.queue.states import JobState
 from placement.cluster import ClusterAllocator
@@ -27,7 +33,7 @@ from placement.cluster import ClusterAllocator
 log = logging.getLogger("orchestrator.daemon.sqlqueue")
 
 
-class Resizes:
+class RunningViews:
     """Mixed into ``SqlQueue`` (which holds the fields these read)."""
 
     resize_to: dict[int, int]
@@ -113,6 +119,36 @@ class Resizes:
         cancelling = job.cancel_requested_at is not None  # it is on its way out
         elastic = not batch and att.planned_until is None and not capped and not cancelling
         return replace(run, job=view, gpus=width, end_s=end_s, elastic=elastic)
+
+    def cluster(self, now_s: float) -> tuple:
+        """For backfill: this pass's allocator and each running attempt's expected end,
+        as far as reservations may trust it (``backfill.running_end_s``): by --duration or
+        history, shortened (never lengthened) by its own progress reports, unknown past
+        its estimate or without one; one told to checkpoint leaves within its grace."""
+        now = self._at(now_s)
+        ends: dict = {}
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt, Job)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(Attempt.state == AttemptState.RUNNING)
+            ).all()
+            for att, job in rows:
+                est = self.known.get(job.id)
+                source = "duration" if job.duration_s else est and est.source
+                run_s = job.duration_s or (est.run_s if est else None)
+                leaves = None
+                if att.suspend_sent_at is not None:
+                    leaves = att.suspend_sent_at.timestamp() + self.suspender.grace_s
+                reported = None
+                if est is not None and est.source == "progress":
+                    reported = remaining_run_s(session, job, now, est.run_s)
+                atts = session.exec(select(Attempt).where(Attempt.job_id == job.id)).all()
+                ran = ran_s(list(atts), now)
+                ends[("attempt", att.id)] = running_end_s(
+                    now_s, run_s, source, ran, reported, leaves
+                )
+        return self.alloc, ends
 
 
 def elastic_rate(job: Job, alloc: ClusterAllocator):
