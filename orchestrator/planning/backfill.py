@@ -95,9 +95,8 @@ class Backfill:
         self.mode, self.now_s, self.cluster, self.allocate = mode, now_s, cluster, allocate
         self.alloc = cluster.alloc
         # holders of GPUs and when each gives them back: running jobs, then those started
-        self.ends: dict[Hashable, float | None] = {
-            key: cluster.ends.get(key) for key in self.alloc.allocations()
-        }
+        self.held = self.alloc.held_masks()
+        self.ends: dict[Hashable, float | None] = {key: cluster.ends.get(key) for key in self.held}
 
     def fill(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
         if self.mode == STRICT or len(queue) < 2:
@@ -156,13 +155,23 @@ class Backfill:
     def _conservative(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
         now, alloc = self.now_s, self.alloc
         profile = Profile(alloc.topology, now)
-        for key, held in alloc.allocations().items():
-            profile.hold(profile.masks(held.parts), self.ends.get(key))
+        stride = profile.stride
+        for key, parts in self.held.items():
+            packed = 0
+            for i, mask in parts:
+                packed |= mask << i * stride
+            profile.hold_packed(packed, self.ends.get(key))
+        # past the last job without GPUs, once the reservations are made and no GPU is
+        # free, nothing more starts
+        last_cpu = max((n for n, (job, _) in enumerate(queue) if not job.gpus), default=-1)
         reservations: list[Reservation] = []
         started: list[tuple[int, object]] = []
         for index, (job, decision) in enumerate(queue):
+            full = len(reservations) >= MAX_RESERVATIONS
+            if full and not alloc.free_gpus and index > last_cpu:
+                break
             k = width_of(job, decision, now)
-            if len(reservations) >= MAX_RESERVATIONS and (index == 0 or k > alloc.free_gpus):
+            if full and (index == 0 or k > alloc.free_gpus):
                 continue  # it neither starts now nor gets a reservation
             until = hold_until_s(job, decision, now)
             if index > 0 and k <= alloc.free_gpus:
