@@ -59,7 +59,7 @@ class SqlQueue:
     faults: Faults = field(default_factory=Faults)
     history: object = None  # accounting.estimates.History: earlier runs, kept between passes
     known: dict = field(default_factory=dict)  # this pass's run-time estimates, by job id
-    backfill: str = DEFAULT_BACKFILL  # easy | conservative | strict (planning.backfill)
+    backfill: str = DEFAULT_BACKFILL  # conservative | easy | strict (planning.backfill)
 
     @property
     def slot_s(self) -> float:

@@ -3,16 +3,18 @@
 When the first due job in queue order does not fit, later due jobs that fit now may start
 ahead of it, as long as that cannot delay it:
 
-- ``easy`` (the default; EASY backfilling): the blocked head gets a *reservation*: the
+- ``conservative`` (the default; what Slurm's backfill scheduler does): every due job it
+  looks at, in queue order (up to ``MAX_RESERVATIONS`` of them), gets a reservation (GPUs
+  over a time span, on a profile of what is held when: ``planning.profile``), and a later
+  job may start now only if it cannot delay any of them: it holds none of their GPUs
+  before they give them back.
+- ``easy`` (EASY backfilling): only the blocked head gets a *reservation*: the
   earliest time it fits, from the running jobs' expected ends, released in order on a copy
   of the cluster's allocator (so per node and per buddy block, not in plain GPU counts: a
   job that must fit one node waits for one node to have room). A later job may start now
   if it gives its GPUs back by then, or if the head still fits at its reservation with the
-  job's GPUs (and those of the jobs backfilled before it) still held.
-- ``conservative``: every due job, in queue order, gets a reservation (GPUs over a time
-  span, on a profile of what is held when: ``planning.profile``), as Slurm's backfill
-  plans the pending jobs it looks at, and a later job may start now only if it cannot
-  delay any of them: it holds none of their GPUs before they give them back.
+  job's GPUs (and those of the jobs backfilled before it) still held. Cheaper, but a
+  backfilled job may delay every job behind the head.
 - ``strict``: no backfill; the first job that does not fit blocks every job behind it.
 
 Run times come from the plans (a job's planned piece or expected end) and from what the
@@ -36,7 +38,7 @@ from placement.cluster import ClusterAllocator
 
 EASY, CONSERVATIVE, STRICT = "easy", "conservative", "strict"
 MODES = (EASY, CONSERVATIVE, STRICT)
-DEFAULT_BACKFILL = EASY
+DEFAULT_BACKFILL = CONSERVATIVE
 # jobs behind the head that get a reservation of their own in one pass (``conservative``),
 # as Slurm's bf_max_job_test bounds its backfill: each is a walk over the profile
 MAX_RESERVATIONS = 50
