@@ -182,7 +182,9 @@ class Backfill:
                     key = job_key(job.id)
                     held = alloc.allocation(key)
                     masks = {} if held is None else profile.masks(held.parts)
-                    if not any(r.overlaps(masks, now, until) for r in reservations):
+                    packed = profile.pack(masks)
+                    if not any(r.packed & packed and r.overlaps(masks, now, until)
+                               for r in reservations):  # fmt: skip
                         profile.hold(masks, until)
                         started.append((index, allocation))
                         continue

@@ -123,15 +123,21 @@ class Profile:
         return self._steps
 
     def first_step(self, width: int) -> int | None:
-        """The first of ``steps`` from which the holders alone leave an aligned block for
-        ``width`` (≤ the largest node) GPUs; None: never. Holders only give GPUs back, so
-        none before it fits, whatever the reservations."""
+        """The first of ``steps`` from which the holders alone leave room for ``width``
+        GPUs (an aligned block on a node; wider than every node: as many free GPUs, a bound);
+        None: never. Holders only give GPUs back, so none before it fits, whatever the
+        reservations."""
         if width not in self._first:
             _, held = self.steps()
             low, high, full = 0, len(held), self.full_packed
             while low < high:
                 mid = (low + high) // 2
-                if self._block_free(width, full & ~held[mid]):
+                free = full & ~held[mid]
+                if (
+                    free.bit_count() >= width
+                    if width > self.max_node
+                    else self._block_free(width, free)
+                ):
                     high = mid
                 else:
                     low = mid + 1
@@ -158,14 +164,18 @@ class Profile:
                 and r.start_s > from_s
             ):
                 from_s = r.start_s
-        if not wide:
-            first = self.first_step(width)
-            if first is None:
-                return None
-            from_s = max(from_s, step_s[first])
+        first = self.first_step(width)
+        if first is None:
+            return None
+        from_s = max(from_s, step_s[first])
         # candidate times from ``from_s``: the holders' steps and the reservations' ends
         ends = sorted({r.end_s for r in reservations if r.end_s is not None and r.end_s >= from_s})
         full, inf = self.full_packed, float("inf")
+        spans = [  # the reservations not given back before from_s: (start, end, packed)
+            (r.start_s, inf if r.end_s is None else r.end_s, r.packed)
+            for r in reservations
+            if r.end_s is None or r.end_s > from_s
+        ]
         i, j = bisect_left(step_s, from_s), 0
         while i < len(step_s) or j < len(ends):
             a = step_s[i] if i < len(step_s) else inf
@@ -173,16 +183,19 @@ class Profile:
             t = min(a, b)
             i, j = i + (a == t), j + (b == t)
             window = held[bisect_right(step_s, t) - 1]  # what the holders hold at t
-            end = None if run_s is None else t + run_s
-            for r in reservations:
-                if (end is None or r.start_s < end) and (r.end_s is None or r.end_s > t):
-                    window |= r.packed
+            end = inf if run_s is None else t + run_s
+            for start, stop, packed in spans:
+                if start < end and stop > t:
+                    window |= packed
             if wide:
+                if (full & ~window).bit_count() < width:
+                    continue  # too few free GPUs, idle nodes or not
                 masks = self._place(width, self.unpack(window))
             else:
                 masks = self._place_one(width, full & ~window)
             if masks is not None:
-                return Reservation(t, end, masks, width, run_s, self.pack(masks))
+                end_s = None if run_s is None else end
+                return Reservation(t, end_s, masks, width, run_s, self.pack(masks))
         return None
 
     def _place_one(self, width: int, free: int) -> Masks | None:
