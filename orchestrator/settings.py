@@ -221,7 +221,7 @@ class DaemonSettings(BaseModel):
         default="6h", description="plan on cached data this long after the source fails"
     )
     fallback: Literal["run-now", "deadline-only"] = "deadline-only"
-    backfill: Literal["easy", "conservative", "strict"] = "easy"  # planning.backfill
+    backfill: Literal["conservative", "easy", "strict"] = "conservative"  # planning.backfill
     power_caps: bool = True
     power_sample: str = Field(default="5s", description="energy samples in each power log")
     metrics_port: int | None = Field(default=None, ge=1, le=65535)

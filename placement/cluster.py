@@ -154,6 +154,11 @@ class ClusterAllocator:
     def allocations(self) -> dict[object, Allocation]:
         return {key: self._allocation(key) for key in self._held}
 
+    def held_masks(self) -> dict[object, tuple[tuple[int, int], ...]]:
+        """What each key holds as (node index, mask of buddy-order positions) pairs:
+        ``allocations`` without naming the GPUs, for callers that work on masks."""
+        return {key: tuple(parts) for key, parts in self._held.items()}
+
     def allocation(self, key: object) -> Allocation | None:
         """What ``key`` holds (None: nothing)."""
         return self._allocation(key) if key in self._held else None

@@ -169,13 +169,15 @@ def test_backfill_names():
 
 
 # -- the simulator --------------------------------------------------------------------------
-def _simulated_starts_h(tmp_path, backfill: str | None) -> list[float]:
+GAP = [(0, "10h", 4), (1, "1h", 8), (2, "1h", 2), (3, "20h", 2), (4, "6h", 2)]
+
+
+def _simulated_starts_h(tmp_path, backfill: str | None, rows=GAP, per_node=8) -> list[float]:
     from orchestrator.planning.policies import resolve_policy
     from orchestrator.sim.engine import SimDaemon
     from orchestrator.sim.inputs import prepare
     from orchestrator.sim.scenario import Scenario
 
-    rows = [(0, "10h", 4), (1, "1h", 8), (2, "1h", 2), (3, "20h", 2), (4, "6h", 2)]
     trace = tmp_path / "jobs.jsonl"
     trace.write_text(
         "".join(
@@ -187,7 +189,7 @@ def _simulated_starts_h(tmp_path, backfill: str | None) -> list[float]:
         "policies": ["fifo"],
         "jobs": {"source": str(trace)},
         "grid": {"source": "synthetic:days=5&start=2023-03-01"},
-        "cluster": {"gpus": 8, "gpus_per_node": 8},
+        "cluster": {"gpus": 8, "gpus_per_node": per_node},
     }
     if backfill is not None:
         raw["backfill"] = backfill
@@ -198,12 +200,25 @@ def _simulated_starts_h(tmp_path, backfill: str | None) -> list[float]:
 
 
 def test_the_simulator_backfills_by_default_and_keeps_strict_order_as_an_option(tmp_path):
-    easy = _simulated_starts_h(tmp_path, None)
+    backfilled = _simulated_starts_h(tmp_path, None)
     # the 8-GPU head starts at 10 h (the 4-GPU job's end); the 1 h and 6 h jobs ran in
     # the gap, the 20 h one after the head
-    assert easy == [0.0, 10.0, 0.03, 11.0, 0.07]
-    assert _simulated_starts_h(tmp_path, "conservative") == easy
+    assert backfilled == [0.0, 10.0, 0.03, 11.0, 0.07]
+    assert _simulated_starts_h(tmp_path, "easy") == backfilled
     assert _simulated_starts_h(tmp_path, "strict") == [0.0, 10.0, 11.0, 11.0, 11.0]
+
+
+def test_the_simulator_backfills_conservatively_by_default(tmp_path):
+    # two 4-GPU nodes: 4 GPUs on one until 10 h, 2 on the other until 12 h; a 4-GPU head
+    # (5 h) is promised the first node at 10 h, the 4-GPU job behind it the second when
+    # that frees (12 h); a 100 h 2-GPU job fits now on the second node. easy starts it
+    # (the head does not need that node) and so pushes the job behind the head to 15 h;
+    # conservative keeps that job's reservation and starts the long one at 15 h
+    rows = [(0, "10h", 4), (1, "12h", 2), (2, "5h", 4), (3, "5h", 4), (4, "100h", 2)]
+    default = _simulated_starts_h(tmp_path, None, rows, per_node=4)
+    assert default == [0.0, 0.02, 10.0, 12.02, 15.0]
+    assert _simulated_starts_h(tmp_path, "conservative", rows, per_node=4) == default
+    assert _simulated_starts_h(tmp_path, "easy", rows, per_node=4) == [0.0, 0.02, 10.0, 15.0, 0.07]
 
 
 def test_simulate_refuses_an_unknown_backfill_in_one_line(cli):
@@ -231,3 +246,14 @@ def test_more_due_jobs_than_reservations_still_never_delay_a_head(sizes, jobs, m
     start, promised = _run(mode, sizes, jobs)
     for job_id, latest in promised.items():
         assert start[job_id] <= latest, (job_id, start, promised)
+
+
+def test_conservative_backfill_is_the_default_of_the_daemon_and_the_simulator():
+    from orchestrator.daemon.sqlqueue import SqlQueue
+    from orchestrator.settings import DaemonSettings
+    from orchestrator.sim.scenario import Scenario
+
+    assert DaemonSettings().backfill == CONSERVATIVE
+    assert SqlQueue.__dataclass_fields__["backfill"].default == CONSERVATIVE
+    assert Scenario.model_fields["backfill"].default == CONSERVATIVE
+    assert Scheduler(Fifo()).backfill == CONSERVATIVE

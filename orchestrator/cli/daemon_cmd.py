@@ -36,7 +36,7 @@ def daemon(
     ] = None,
     backfill: Annotated[
         str | None,
-        Opt(help="Backfill behind a blocked job: easy (default), conservative or strict."),
+        Opt(help="Backfill behind a blocked job: conservative (default), easy or strict."),
     ] = None,
     metrics_port: Annotated[
         int | None, Opt(min=1, max=65535, help="Serve Prometheus metrics on this port.")

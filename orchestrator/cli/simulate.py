@@ -77,7 +77,7 @@ def simulate(
     slot: Annotated[str | None, Opt("--slot", help="The planners' slot, e.g. 15m.")] = None,
     backfill: Annotated[
         str | None,
-        Opt("--backfill", help="easy (default), conservative or strict (no backfill)."),
+        Opt("--backfill", help="conservative (default), easy or strict (no backfill)."),
     ] = None,
     time_limit: Annotated[
         str | None, Opt("--time-limit", help="optimal's solver limit per replan, e.g. 30s.")

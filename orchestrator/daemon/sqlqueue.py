@@ -73,7 +73,7 @@ class SqlQueue(RunningViews):
     history: object = None  # accounting.estimates.History: earlier runs, kept between passes
     known: dict = field(default_factory=dict)  # this pass's run-time estimates, by job id
     widest: int = 0  # GPUs one job may have: a node's, or the SSH servers' together
-    backfill: str = DEFAULT_BACKFILL  # easy | conservative | strict (planning.backfill)
+    backfill: str = DEFAULT_BACKFILL  # conservative | easy | strict (planning.backfill)
     # elastic jobs the resize step checkpointed: job id -> the width they start again on
     # (in memory: after a restart of the daemon they are planned as any other)
     resize_to: dict[int, int] = field(default_factory=dict)

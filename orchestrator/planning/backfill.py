@@ -3,17 +3,19 @@
 When the first due job in queue order does not fit, later due jobs that fit now may start
 ahead of it, as long as that cannot delay it:
 
-- ``easy`` (the default; EASY backfilling): the blocked head gets a *reservation*: the
+- ``conservative`` (the default; what Slurm's backfill scheduler does): every due job it
+  looks at, in queue order (up to ``MAX_RESERVATIONS`` of them), gets a reservation (GPUs
+  over a time span, on a profile of what is held when: ``planning.profile``), as Slurm's
+  backfill plans the pending jobs it looks at (``bf_max_job_test``); a later job may
+  start now only if it cannot delay any of them: it holds none of their GPUs before they
+  give them back. Jobs past the first ``MAX_RESERVATIONS`` get none.
+- ``easy`` (EASY backfilling): only the blocked head gets a *reservation*: the
   earliest time it fits, from the running jobs' expected ends, released in order on a copy
   of the cluster's allocator (so per node and per buddy block, not in plain GPU counts: a
   job that must fit one node waits for one node to have room). A later job may start now
   if it gives its GPUs back by then, or if the head still fits at its reservation with the
-  job's GPUs (and those of the jobs backfilled before it) still held.
-- ``conservative``: the due jobs, in queue order, get a reservation each (GPUs over a
-  time span, on a profile of what is held when: ``planning.profile``), the first
-  ``MAX_RESERVATIONS`` of them only, as Slurm's backfill plans the pending jobs it looks
-  at (``bf_max_job_test``), and a later job may start now only if it cannot delay any of
-  them: it holds none of their GPUs before they give them back.
+  job's GPUs (and those of the jobs backfilled before it) still held. Cheaper, but a
+  backfilled job may delay every job behind the head.
 - ``strict``: no backfill; the first job that does not fit blocks every job behind it.
 
 Run times come from the plans (a job's planned piece or expected end) and from what the
@@ -41,7 +43,7 @@ from placement.cluster import ClusterAllocator
 
 EASY, CONSERVATIVE, STRICT = "easy", "conservative", "strict"
 MODES = (EASY, CONSERVATIVE, STRICT)
-DEFAULT_BACKFILL = EASY
+DEFAULT_BACKFILL = CONSERVATIVE
 # jobs behind the head that get a reservation of their own in one pass (``conservative``),
 # as Slurm's bf_max_job_test bounds its backfill: each is a walk over the profile
 MAX_RESERVATIONS = 50
@@ -152,9 +154,8 @@ class Backfill:
         self.planned: list[tuple[QueuedJob, Decision]] = []
         self.alloc = cluster.alloc
         # holders of GPUs and when each gives them back: running jobs, then those started
-        self.ends: dict[Hashable, float | None] = {
-            key: cluster.ends.get(key) for key in self.alloc.allocations()
-        }
+        self.held = self.alloc.held_masks()
+        self.ends: dict[Hashable, float | None] = {key: cluster.ends.get(key) for key in self.held}
 
     def fill(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
         if self.mode == STRICT or len(queue) < 2:
@@ -232,13 +233,23 @@ class Backfill:
     def _conservative(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
         now, alloc = self.now_s, self.alloc
         profile = Profile(alloc.topology, now)
-        for key, held in alloc.allocations().items():
-            profile.hold(profile.masks(held.parts), self.ends.get(key))
+        stride = profile.stride
+        for key, parts in self.held.items():
+            packed = 0
+            for i, mask in parts:
+                packed |= mask << i * stride
+            profile.hold_packed(packed, self.ends.get(key))
+        # past the last job without GPUs, once the reservations are made and no GPU is
+        # free, nothing more starts
+        last_cpu = max((n for n, (job, _) in enumerate(queue) if not job.gpus), default=-1)
         reservations: list[Reservation] = []
         started: list[tuple[int, object]] = []
         for index, (job, decision) in enumerate(queue):
+            full = len(reservations) >= MAX_RESERVATIONS
+            if full and not alloc.free_gpus and index > last_cpu:
+                break
             k = width_of(job, decision, now)
-            if len(reservations) >= MAX_RESERVATIONS and (index == 0 or k > alloc.free_gpus):
+            if full and (index == 0 or k > alloc.free_gpus):
                 continue  # it neither starts now nor gets a reservation
             until = hold_until_s(job, decision, now, self.pieces_release)
             if index > 0 and k <= alloc.free_gpus:
@@ -247,9 +258,11 @@ class Backfill:
                     key = job_key(job.id)
                     held = alloc.allocation(key)
                     masks = {} if held is None else profile.masks(held.parts)
-                    if not any(r.overlaps(masks, now, until) for r in reservations) and not (
+                    packed = profile.pack(masks)
+                    if not any(r.packed & packed and r.overlaps(masks, now, until)
+                               for r in reservations) and not (
                         held is not None and self._delays_planned(job, until)
-                    ):
+                    ):  # fmt: skip
                         profile.hold(masks, until)
                         started.append((index, allocation))
                         continue

@@ -13,6 +13,7 @@ ends. Pure and in memory.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
@@ -59,6 +60,7 @@ class Profile:
         self.full_packed = self.pack(dict(enumerate(self.full)))
         self.holders: list[tuple[float, int]] = []  # (end, packed); inf: unknown
         self._steps: tuple[list[float], list[int]] | None = None  # see ``steps``
+        self._first: dict[int, int | None] = {}  # see ``first_step``
 
     def pack(self, masks: Masks) -> int:
         out, stride = 0, self.stride
@@ -91,8 +93,12 @@ class Profile:
 
     def hold(self, masks: Masks, end_s: float | None) -> None:
         """GPUs held from now until ``end_s`` (None: unknown)."""
-        self.holders.append((float("inf") if end_s is None else end_s, self.pack(masks)))
-        self._steps = None
+        self.hold_packed(self.pack(masks), end_s)
+
+    def hold_packed(self, packed: int, end_s: float | None) -> None:
+        """``hold`` for masks already on one integer (``pack``)."""
+        self.holders.append((float("inf") if end_s is None else end_s, packed))
+        self._steps, self._first = None, {}
 
     def steps(self) -> tuple[list[float], list[int]]:
         """When what the holders hold changes, from now (the first), and what they hold
@@ -116,6 +122,28 @@ class Profile:
             self._steps = times, held
         return self._steps
 
+    def first_step(self, width: int) -> int | None:
+        """The first of ``steps`` from which the holders alone leave room for ``width``
+        GPUs (an aligned block on a node; wider than every node: as many free GPUs, a bound);
+        None: never. Holders only give GPUs back, so none before it fits, whatever the
+        reservations."""
+        if width not in self._first:
+            _, held = self.steps()
+            low, high, full = 0, len(held), self.full_packed
+            while low < high:
+                mid = (low + high) // 2
+                free = full & ~held[mid]
+                if (
+                    free.bit_count() >= width
+                    if width > self.max_node
+                    else self._block_free(width, free)
+                ):
+                    high = mid
+                else:
+                    low = mid + 1
+            self._first[width] = low if low < len(held) else None
+        return self._first[width]
+
     def reserve(
         self, width: int, run_s: float | None, reservations: list[Reservation]
     ) -> Reservation | None:
@@ -123,8 +151,6 @@ class Profile:
         if width <= 0:
             return Reservation(now, None if run_s is None else now + run_s, {}, width, run_s)
         step_s, held = self.steps()
-        times = set(step_s)
-        times.update(r.end_s for r in reservations if r.end_s is not None and r.end_s > now)
         # the profile only fills up as a pass goes on, so a narrower (or as wide) request
         # for no longer that found its earliest time at t_A means none before t_A fits
         from_s = now
@@ -138,24 +164,61 @@ class Profile:
                 and r.start_s > from_s
             ):
                 from_s = r.start_s
-        full, k, last = self.full_packed, 0, len(step_s) - 1
-        for t in sorted(times):
-            if t < from_s:
-                continue
-            while k < last and step_s[k + 1] <= t:  # what the holders gave back by then
-                k += 1
-            busy = held[k]
-            end = None if run_s is None else t + run_s
-            window = busy
-            for r in reservations:
-                if (end is None or r.start_s < end) and (r.end_s is None or r.end_s > t):
-                    window |= r.packed
-            if not wide and not self._block_free(width, full & ~window):
-                continue
-            masks = self._place(width, self.unpack(window))
+        first = self.first_step(width)
+        if first is None:
+            return None
+        from_s = max(from_s, step_s[first])
+        # candidate times from ``from_s``: the holders' steps and the reservations' ends
+        ends = sorted({r.end_s for r in reservations if r.end_s is not None and r.end_s >= from_s})
+        full, inf = self.full_packed, float("inf")
+        spans = [  # the reservations not given back before from_s: (start, end, packed)
+            (r.start_s, inf if r.end_s is None else r.end_s, r.packed)
+            for r in reservations
+            if r.end_s is None or r.end_s > from_s
+        ]
+        i, j = bisect_left(step_s, from_s), 0
+        while i < len(step_s) or j < len(ends):
+            a = step_s[i] if i < len(step_s) else inf
+            b = ends[j] if j < len(ends) else inf
+            t = min(a, b)
+            i, j = i + (a == t), j + (b == t)
+            window = held[bisect_right(step_s, t) - 1]  # what the holders hold at t
+            end = inf if run_s is None else t + run_s
+            for start, stop, packed in spans:
+                if start < end and stop > t:
+                    window |= packed
+            if wide:
+                if (full & ~window).bit_count() < width:
+                    continue  # too few free GPUs, idle nodes or not
+                masks = self._place(width, self.unpack(window))
+            else:
+                masks = self._place_one(width, full & ~window)
             if masks is not None:
-                return Reservation(t, end, masks, width, run_s, self.pack(masks))
+                end_s = None if run_s is None else end
+                return Reservation(t, end_s, masks, width, run_s, self.pack(masks))
         return None
+
+    def _place_one(self, width: int, free: int) -> Masks | None:
+        """``_place`` for a request that fits one node, on the packed free positions: the
+        fullest node with an aligned free block (the first such, on ties), that block."""
+        size, step, starts = next_pow2(width), 1, free
+        while step < size:  # bit j stays set when positions j .. j + 2 * step - 1 are free
+            starts &= starts >> step
+            step *= 2
+        stride = self.stride
+        starts &= _aligned(size, len(self.sizes) * stride)
+        one, best = (1 << stride) - 1, None
+        while starts:
+            i = ((starts & -starts).bit_length() - 1) // stride
+            starts &= ~(one << i * stride)  # the next candidate is on a later node
+            f, n = free >> i * stride & one, self.sizes[i]
+            if best is not None and f.bit_count() >= best[0]:
+                continue
+            tab = self.tables[i]
+            mask = tab[f][width] if tab is not None else choose(n, f, width)
+            start = (mask & -mask).bit_length() - 1
+            best = (f.bit_count(), i, ((1 << size) - 1) << start & self.full[i])
+        return None if best is None else {best[1]: best[2]}
 
     def _place(self, width: int, busy: list[int]) -> Masks | None:
         free = [f & ~b for f, b in zip(self.full, busy, strict=True)]

@@ -3,7 +3,7 @@ plan queued jobs with a policy, then pick the jobs that are due and fit, in queu
 
 Queue order is priority (high first), then submission time, then id. Among jobs that are
 due, the first one that does not fit waits; the jobs behind it start only by backfill
-(``planning.backfill``: ``easy`` by default, ``conservative``, or ``strict``: none),
+(``planning.backfill``: ``conservative`` by default, ``easy``, or ``strict``: none),
 which never delays it, so a wide job is never starved by narrow ones. Jobs not yet due
 wait in a heap by planned start; ``next_start_s`` tells the daemon when to wake for them.
 

@@ -46,7 +46,7 @@ class SimInputs:
     slot_s: float = 900.0
     checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs an interruptible job
     time_limit_s: float | None = None  # None: optimal stops on a node limit (deterministic)
-    backfill: str = DEFAULT_BACKFILL  # easy | conservative | strict (planning.backfill)
+    backfill: str = DEFAULT_BACKFILL  # conservative | easy | strict (planning.backfill)
     notes: list[str] = field(default_factory=list)
 
     @property

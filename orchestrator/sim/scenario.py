@@ -8,7 +8,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     budget = "40kg/day"               # optional: kg per day, week or month, or a total
     power_limit_w = 20000             # optional: the site's limit on the jobs' draw
     slot = "15m"                      # the planners' slot
-    backfill = "easy"                 # easy | conservative | strict (no backfill)
+    backfill = "conservative"         # conservative | easy | strict (no backfill)
     seed = 0
     timezone = "Europe/Berlin"        # deadline rules read clock times here
 
@@ -143,7 +143,7 @@ class Scenario(BaseModel):
     budget: str | None = None  # e.g. 20kg/day, 150kg/week, 500kg (the whole run)
     power_limit_w: float | None = Field(default=None, gt=0)  # the site's limit on jobs' draw
     slot: str = "15m"  # the planners' slot
-    backfill: str = "easy"  # easy | conservative | strict (planning.backfill)
+    backfill: str = "conservative"  # conservative | easy | strict (planning.backfill)
     # optimal's wall-clock limit per replan (oracle: 10× this). None: a node limit instead,
     # so the answer does not depend on the machine's speed (runner.NODE_LIMIT)
     time_limit: str | None = None
