@@ -73,7 +73,10 @@ class Periods:
             at_a, at_b = signal.cumulative(a), signal.cumulative(b)
             s = np.where(p.start < a, at_a, np.where(p.start > b, at_b, at_start))
             e = np.where(p.end < a, at_a, np.where(p.end > b, at_b, at_end))
-            self.grams[i] = np.where(p.exists, watts * (e - s) / J_PER_KWH, 0)
+            e -= s  # watts × (e − s) / J_PER_KWH, in place (the same numbers)
+            e = np.multiply(watts, e, out=e)
+            e /= J_PER_KWH
+            self.grams[i] = np.where(p.exists, e, 0)
             for c in p.snapshot.committed:
                 s_c, e_c = np.clip(max(c.start_s, p.now), a, b), np.clip(c.end_s, a, b)
                 self.left[i] -= c.power_w * float(signal.integral(s_c, e_c)) / J_PER_KWH

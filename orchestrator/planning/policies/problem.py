@@ -194,9 +194,10 @@ class Problem:
         self._index: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._values: dict[tuple, tuple] = {}  # (series, its values) by (id, at)
         obj = self.cumulative(self.obj, "end") - self.cumulative(self.obj, "start")
-        self.obj_cost = np.where(self.exists, p * obj, np.inf)
+        self.obj_cost = np.where(self.exists, np.multiply(p, obj, out=obj), np.inf)
         carbon = self.cumulative(self.carbon, "end") - self.cumulative(self.carbon, "start")
-        carbon_g = p * carbon / J_PER_KWH
+        carbon_g = np.multiply(p, carbon, out=carbon)  # (in place: the same numbers)
+        carbon_g /= J_PER_KWH
         self.carbon_g = np.where(self.exists, carbon_g, np.inf)
         self.slot_obj = self.per_slot(self.obj)  # per watt, per slot
         self.slot_carbon = self.per_slot(self.carbon) / J_PER_KWH
@@ -221,7 +222,9 @@ class Problem:
             i = series.index(t)
             self._index[key] = (i, t - (series.start_s + i * series.step_s))
         i, offset = self._index[key]
-        out = series.cum[i] + series.values[i] * offset
+        out = series.values[i]  # (v × offset + cum, in place: the same numbers)
+        out *= offset
+        out += series.cum[i]
         self._values[(id(series), at)] = (series, out)
         return out
 
