@@ -275,9 +275,8 @@ def _cheapest(options: np.ndarray, ends: np.ndarray) -> tuple[int, int, float]:
     if not np.isfinite(low):
         return 0, 0, np.inf
     near = options <= low + 1e-9 * max(1.0, abs(low))
-    flat = np.where(near, ends, np.inf).argmin()
-    c, s = np.unravel_index(flat, options.shape)
-    return int(c), int(s), float(options[c, s])
+    c, s = divmod(int(np.where(near, ends, np.inf).argmin()), options.shape[1])
+    return c, s, float(options[c, s])
 
 
 class BudgetFifo(Policy):

@@ -26,7 +26,9 @@ def cheapest_pieces(p: Problem, j: int, free_g, free_w, periods, lambdas, bound=
     it dearer) and, with a budget, the least completion time pieces ending in each slot
     can have. Those whose floor is above the best found (or ``bound``) are not settled."""
     job = p.jobs[j]
-    first, last = int(p.rk[j]), min(int(p.slot_of(p.latest[j])), p.K)
+    if "last_slot" not in p.memo:  # (once per problem, for every job)
+        p.memo["last_slot"] = np.minimum(p.slot_of(p.latest), p.K).tolist()
+    first, last = int(p.rk[j]), p.memo["last_slot"][j]
     timed = lambdas is not None
     if timed and np.isfinite(bound):
         # with a budget (prices ≥ 0) pieces ending after the bound's time cost more
@@ -36,7 +38,7 @@ def cheapest_pieces(p: Problem, j: int, free_g, free_w, periods, lambdas, bound=
     edges_a = np.maximum(p.t[first:last], p.release[j])
     lengths = p.t[first + 1 : last + 1] - edges_a
     if timed:
-        per_s = lambdas[periods.slot_period[first:last]] * periods.slot_units[first:last] / p.slot
+        per_s = _slot_prices(p, periods, lambdas)[first:last]
     else:
         per_s = p.slot_obj[first:last] / p.slot
     # what the caller takes in place of its best run in one piece must cost less by this
@@ -67,6 +69,15 @@ def cheapest_pieces(p: Problem, j: int, free_g, free_w, periods, lambdas, bound=
             floor, mask = _cover(price, lengths, cfg.run_s)
             options.append((floor, c, cfg, price, mask))
     return _settled(p, j, options, bound, beats, lengths, edges_a, timed)
+
+
+def _slot_prices(p: Problem, periods, lambdas: np.ndarray) -> np.ndarray:
+    """Per second and watt in each slot of the horizon at the budget's prices ``lambdas``
+    (kept for the greedy pass at those prices)."""
+    key = ("prices", lambdas.tobytes())
+    if key not in p.memo:
+        p.memo[key] = lambdas[periods.slot_period] * periods.slot_units / p.slot
+    return p.memo[key]
 
 
 def _settled(p: Problem, j: int, options, bound, beats, lengths, edges_a, timed):
@@ -159,10 +170,14 @@ def _timed_options(
     last = np.arange(lo, hi + 1)
     usable = order[None, :] <= last[:, None]  # [e, k]: slot ≤ e
     secs_e = np.where(usable[None, :, :], secs[:, None, :], 0.0)
-    before_e = np.cumsum(secs_e, axis=2) - secs_e
-    left = np.maximum(need[:, None, None] - before_e, 0.0)
-    cover_e = (np.minimum(left, secs_e) * per[:, None, :]).sum(axis=2)
+    before_e = np.cumsum(secs_e, axis=2)
+    before_e -= secs_e
     enough = before_e[:, :, -1] + secs_e[:, :, -1] >= need[:, None] - 1e-6
+    left = np.subtract(need[:, None, None], before_e)  # (in place from here: less memory)
+    np.maximum(left, 0.0, out=left)
+    np.minimum(left, secs_e, out=left)
+    left *= per[:, None, :]
+    cover_e = left.sum(axis=2)
     total = np.where(enough, cover_e, np.inf)
     total += np.maximum(edges_a[last][None, :], float(edges_a[0]) + need[:, None])
     e = np.argmin(total, axis=1)

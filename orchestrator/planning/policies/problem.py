@@ -50,13 +50,8 @@ class Config:
 
 def widths(job: QueuedJob) -> list[int]:
     lo, hi = job.min_gpus or job.gpus, job.max_gpus or job.gpus
-    out = {lo, hi, job.gpus}
-    p = 1
-    while p <= hi:
-        if p >= lo:
-            out.add(p)
-        p *= 2
-    return sorted(out)
+    powers = (1 << e for e in range(hi.bit_length()))  # 1, 2, 4, ... up to hi
+    return sorted({lo, hi, job.gpus, *(p for p in powers if p >= lo)})
 
 
 def full_power(job: QueuedJob) -> Config:
@@ -75,18 +70,9 @@ def job_configs(job: QueuedJob, max_configs: int = MAX_CONFIGS) -> list[Config]:
     if model is None or run <= 0:
         return [Config(job.gpus, 1.0, run, job.gpus * DEFAULT_GPU_W)]
     table = tuple(sorted(model.throughput_table.items())) if model.throughput_table else None
-    shape = _shapes(
-        model.curve,
-        job.gpus,
-        job.min_gpus or job.gpus,
-        job.max_gpus or job.gpus,
-        model.efficiency,
-        table,
-        model.host_w_per_gpu,
-        model.pue,
-        model.power_scale,
-        max_configs,
-    )
+    lo, hi = job.min_gpus or job.gpus, job.max_gpus or job.gpus
+    power = model.host_w_per_gpu, model.pue, model.power_scale
+    shape = _shapes(model.curve, job.gpus, lo, hi, model.efficiency, table, *power, max_configs)
     return [Config(n, f, run * factor, watts) for n, f, factor, watts in shape]
 
 
@@ -96,16 +82,9 @@ def _shapes(curve, gpus, lo, hi, efficiency, table, host_w, pue, power_scale, ma
     this shape (they differ only in length)."""
     from orchestrator.planning.perfmodel import JobModel
 
-    model = JobModel(
-        1.0,
-        gpus,
-        curve,
-        efficiency=efficiency,
-        throughput_table=dict(table) if table else None,
-        host_w_per_gpu=host_w,
-        pue=pue,
-        power_scale=power_scale,
-    )
+    rates = dict(table) if table else None
+    power = dict(host_w_per_gpu=host_w, pue=pue, power_scale=power_scale)
+    model = JobModel(1.0, gpus, curve, efficiency=efficiency, throughput_table=rates, **power)
     caps = {1.0, round(curve.min_fraction, 3)}
     f = 1.0 - CAP_STEP
     while f > curve.min_fraction:
@@ -132,14 +111,11 @@ def _shapes(curve, gpus, lo, hi, efficiency, table, host_w, pue, power_scale, ma
 
 
 def _dominated(c: Config, every: list[Config]) -> bool:
-    for o in every:
-        if o is c:
-            continue
+    def beats(o: Config) -> bool:
         le = o.run_s <= c.run_s and o.energy_j <= c.energy_j and o.gpus <= c.gpus
-        lt = o.run_s < c.run_s or o.energy_j < c.energy_j or o.gpus < c.gpus
-        if le and lt:
-            return True
-    return False
+        return le and (o.run_s < c.run_s or o.energy_j < c.energy_j or o.gpus < c.gpus)
+
+    return any(o is not c and beats(o) for o in every)
 
 
 def objective_series(snapshot: Snapshot, t0: float, t1: float):
@@ -218,15 +194,18 @@ class Problem:
         self._index: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
         self._values: dict[tuple, tuple] = {}  # (series, its values) by (id, at)
         obj = self.cumulative(self.obj, "end") - self.cumulative(self.obj, "start")
-        self.obj_cost = np.where(self.exists, p * obj, np.inf)
+        self.obj_cost = np.where(self.exists, np.multiply(p, obj, out=obj), np.inf)
         carbon = self.cumulative(self.carbon, "end") - self.cumulative(self.carbon, "start")
-        carbon_g = p * carbon / J_PER_KWH
+        carbon_g = np.multiply(p, carbon, out=carbon)  # (in place: the same numbers)
+        carbon_g /= J_PER_KWH
         self.carbon_g = np.where(self.exists, carbon_g, np.inf)
         self.slot_obj = self.per_slot(self.obj)  # per watt, per slot
         self.slot_carbon = self.per_slot(self.carbon) / J_PER_KWH
         self.free_gpus, self.free_w = self._capacity()
         self._cover_a, self._cover_b = self._covers()
         self.watt_limited = snap.power_limit_w is not None
+        self._all_fit = np.ones((C, S), dtype=bool)  # (read only: shared by ``fits``)
+        self._all_fit.flags.writeable = False
         self.memo: dict = {}  # answers a policy keeps between its passes over this problem
 
     def cumulative(self, series, at: str) -> np.ndarray:
@@ -243,7 +222,9 @@ class Problem:
             i = series.index(t)
             self._index[key] = (i, t - (series.start_s + i * series.step_s))
         i, offset = self._index[key]
-        out = series.cum[i] + series.values[i] * offset
+        out = series.values[i]  # (v × offset + cum, in place: the same numbers)
+        out *= offset
+        out += series.cum[i]
         self._values[(id(series), at)] = (series, out)
         return out
 
@@ -260,8 +241,8 @@ class Problem:
 
     # -- capacity -----------------------------------------------------------------------
     def slot_range(self, start_s: float, end_s: float) -> tuple[int, int]:
-        a = int(np.floor((start_s - self.origin) / self.slot + 1e-9))
-        b = int(np.ceil((end_s - self.origin) / self.slot - 1e-9))
+        a = math.floor((start_s - self.origin) / self.slot + 1e-9)  # (np.floor's numbers)
+        b = math.ceil((end_s - self.origin) / self.slot - 1e-9)
         return max(a, 0), min(max(b, a + 1), self.K)
 
     def _capacity(self) -> tuple[np.ndarray, np.ndarray]:
@@ -285,7 +266,12 @@ class Problem:
 
     def fits(self, j: int, free_gpus: np.ndarray, free_w: np.ndarray) -> np.ndarray:
         """(C, S): whether each option of job j finds its GPUs and watts in every slot it
-        covers (the part beyond the horizon is not checked)."""
+        covers (the part beyond the horizon is not checked); all where every slot from
+        its release has the GPUs (and watts) of its widest (most power hungry)."""
+        g, w = free_gpus[self.rk[j] :], free_w[self.rk[j] :]
+        watts = not self.watt_limited or (w.size and w.min() >= self.power_w[j].max() - 1e-6)
+        if g.size and watts and g.min() >= self.gpus[j].max() - 1e-9:
+            return self._all_fit
         bad = free_gpus[None, :] < self.gpus[j][:, None] - 1e-9
         if self.watt_limited:  # (with no power limit, every slot has the watts)
             bad |= free_w[None, :] < self.power_w[j][:, None] - 1e-6
