@@ -358,5 +358,7 @@ def test_a_servers_log_is_read_where_gridshift_put_it_as_the_jobs_account(tmp_pa
                       handle={"attempt_id": 1, "run_dir": "/r", "data": forged}))  # fmt: skip
         job_id = job.id
     ctx = OpContext(settings, open_db=lambda: db, daemon_running=lambda: True)
-    assert _sources(ctx, job_id) == [("s", f"/home/alice/.gridshift/logs/{job_id}.log", "alice")]
+    sources, last = _sources(ctx, job_id)
+    assert sources == [("s", f"/home/alice/.gridshift/logs/{job_id}.log", "alice")]
+    assert last == [0]
     db.dispose()
