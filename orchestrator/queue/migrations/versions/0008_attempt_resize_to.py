@@ -2,8 +2,7 @@
 SIGTERM has made it checkpoint and leave (issue 23): kept in the database, so that a
 daemon restarted meanwhile starts it on that width and does not resize it again.
 
-Revision 0008, after 0006 (0007, attempt.parts, comes from the multi-server work in
-parallel: once both are merged this one follows it).
+Revision 0008, after 0007 (attempt.parts).
 """
 
 from __future__ import annotations

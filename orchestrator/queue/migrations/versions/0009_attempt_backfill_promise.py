@@ -3,8 +3,7 @@ the promise that it gives its GPUs back by then (its run time, and a grace); pas
 end counts as unknown for reservations, and it is stopped (checkpointed, if it may be)
 while a job it passed still waits (issue 23).
 
-Revision 0009, after 0006 (0007 and 0008 are other branches' of issue 23: whoever merges
-them sets down_revision to the last of those).
+Revision 0009, after 0008 (attempt.resize_to).
 """
 
 from __future__ import annotations
