@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 from orchestrator.errors import SpecError
 from orchestrator.planning.pieces import piece_index, width_of
@@ -160,6 +161,13 @@ class Backfill:
     def fill(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
         if self.mode == STRICT or len(queue) < 2:
             return []
+        # the least width from each place in the queue on: once it exceeds the free GPUs,
+        # no job from there starts now, and reservations protect only jobs that start now
+        self.least = list(accumulate(
+            (width_of(job, d, self.now_s) for job, d in reversed(queue)), min
+        ))[::-1]  # fmt: skip
+        if self.least[1] > self.alloc.free_gpus:
+            return []
         if self.mode == CONSERVATIVE:
             return self._conservative(queue)
         return self._easy(queue)
@@ -245,6 +253,8 @@ class Backfill:
         reservations: list[Reservation] = []
         started: list[tuple[int, object]] = []
         for index, (job, decision) in enumerate(queue):
+            if self.least[index] > alloc.free_gpus:
+                break  # none of the jobs left fits now (GPUs only get fewer)
             full = len(reservations) >= MAX_RESERVATIONS
             if full and not alloc.free_gpus and index > last_cpu:
                 break
