@@ -41,7 +41,9 @@ class Cli:
 
     @property
     def db_url(self) -> str:
-        return self.env.get("GRIDSHIFT_DATABASE_URL") or f"sqlite:///{self.home / 'gridshift.db'}"
+        # the home the commands use: a test may point GRIDSHIFT_HOME elsewhere (shared mode)
+        home = Path(self.env.get("GRIDSHIFT_HOME") or self.home)
+        return self.env.get("GRIDSHIFT_DATABASE_URL") or f"sqlite:///{home / 'gridshift.db'}"
 
     @property
     def backend(self) -> str:
@@ -93,7 +95,7 @@ class Cli:
     def db_rows(self, sql: str) -> list[tuple]:
         from sqlalchemy import create_engine, text
 
-        if self.backend == "sqlite" and not (self.home / "gridshift.db").exists():
+        if self.backend == "sqlite" and not Path(self.db_url.removeprefix("sqlite:///")).exists():
             raise LookupError("no database yet")
         engine = create_engine(self.db_url, poolclass=_null_pool())
         try:
