@@ -244,12 +244,19 @@ class Pass:
             if not heard:
                 return  # no SIGTERM reached its job (one still starting): the next pass
             self.guard_suspensions += len(heard)
-            state.reap(now_s)  # those that left go back to the queue, behind the urgent job
-            started = scheduler.launch_out_of_order(head.id, self._allocate(now_s))
-            if started is not None:
-                state.launch(*started, now_s)
-            self.plan(now_s)
-            self.launch(now_s)
+            self.start_ahead(head.id, now_s)
+
+    def start_ahead(self, job_id: int, now_s: float) -> None:
+        """Once running jobs were told to leave its GPUs (the guard's checkpoints, the
+        resize step's shrinks): reap those that left (back to the queue, behind it),
+        start the waiting job ``job_id`` ahead of them if it fits now (real processes take
+        a later pass to checkpoint), then plan and launch the rest."""
+        self.state.reap(now_s)
+        started = self.scheduler.launch_out_of_order(job_id, self._allocate(now_s))
+        if started is not None:
+            self.state.launch(*started, now_s)
+        self.plan(now_s)
+        self.launch(now_s)
 
     def _allocate(self, now_s: float):
         state = self.state

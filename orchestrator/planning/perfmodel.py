@@ -109,6 +109,14 @@ def curve_for(gpu_model: str | None, max_limit_w: float | None = None) -> PowerC
     return chosen.with_max_limit(max_limit_w) if max_limit_w else chosen
 
 
+DEFAULT_EFFICIENCY = 0.9  # speed-up per doubling of GPUs, where nothing was measured
+
+
+def scaled_speedup(n: int, efficiency: float = DEFAULT_EFFICIENCY) -> float:
+    """Speed-up on ``n`` GPUs at a per-doubling ``efficiency``: n · efficiency^log2(n)."""
+    return n * efficiency ** math.log2(n)
+
+
 @dataclass(frozen=True)
 class JobModel:
     """One job. Its work is ``total_work`` units (steps; 1.0 = the whole job when only a
@@ -122,7 +130,7 @@ class JobModel:
     ref_gpus: int
     curve: PowerCurve
     total_work: float = 1.0
-    efficiency: float = 0.9
+    efficiency: float = DEFAULT_EFFICIENCY
     throughput_table: dict[int, float] | None = field(default=None, hash=False)
     gpu_idle_w: float | None = None  # default: 20 % of the maximum limit
     host_w_per_gpu: float = 50.0  # CPU, memory, fans: a node's share per GPU in use
@@ -134,7 +142,7 @@ class JobModel:
             raise ValueError("a job runs on at least one GPU")
         if self.throughput_table:
             return self._table(n) / self._table(1)
-        return n * self.efficiency ** math.log2(n)
+        return scaled_speedup(n, self.efficiency)
 
     def _table(self, n: int) -> float:
         table = dict(sorted(self.throughput_table.items()))

@@ -29,6 +29,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from orchestrator.planning.perfmodel import scaled_speedup
 from orchestrator.planning.policies.base import Commitment, QueuedJob
 
 
@@ -43,7 +44,6 @@ class Running(Protocol):  # ``onepass.Running``: a running attempt
     age_s: float
 
 
-EFFICIENCY = 0.9  # speed-up per doubling of a job without a model (JobModel's default)
 ROUNDS = 8  # narrow starts in one pass, at most (``resizestep``)
 SETTLE_S = 2.0  # an attempt runs at least this long (and its restart cost) before a resize
 Fits = Callable[[int, dict], bool]  # (GPUs for a waiting job, {key: new width}) -> fits?
@@ -61,14 +61,14 @@ class Resize:
 def speedup(job: QueuedJob, n: int) -> float:
     if job.model is not None and hasattr(job.model, "speedup"):
         return job.model.speedup(n)
-    return n * EFFICIENCY ** math.log2(n)
+    return scaled_speedup(n)
 
 
 def width_rate(widest: int) -> Callable[[int], float]:
     """How fast a job runs on n GPUs as a share of its speed on ``widest`` (the model's
     default scaling): what an hour on n GPUs did of its work at its widest."""
-    full = EFFICIENCY ** math.log2(widest) * widest if widest > 0 else 1.0
-    return lambda n: (n * EFFICIENCY ** math.log2(n)) / full if n > 0 else 1.0
+    full = scaled_speedup(widest) if widest > 0 else 1.0
+    return lambda n: scaled_speedup(n) / full if n > 0 else 1.0
 
 
 def run_s(job: QueuedJob, remaining_s: float, n: int) -> float:
@@ -171,7 +171,6 @@ def plan_shrinks(
         got += gives
     if got < need:
         return []
-    # give back what more than ``need`` took, from the last chosen
     cost = sum(lost for _, _, lost in chosen.values())
     if cost >= wait or not fits(width, {k: n for k, (_, n, _) in chosen.items()}):
         return []

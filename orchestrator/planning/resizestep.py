@@ -193,13 +193,7 @@ class Resizer:
         if not done:
             return
         self.shrinks += len(done)
-        state.reap(now_s)  # those that left go back to the queue, behind the head
-        scheduler = p.scheduler
-        started = scheduler.launch_out_of_order(head.id, p._allocate(now_s))
-        if started is not None:
-            state.launch(*started, now_s)
-        p.plan(now_s)
-        p.launch(now_s)
+        p.start_ahead(head.id, now_s)
 
     def _grow(self, p: Pass, now_s: float) -> None:
         state = p.state
