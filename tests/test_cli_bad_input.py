@@ -87,6 +87,7 @@ CASES = {
     "unknown suspend mode": (["daemon", "--suspend", "pause"], "--suspend"),
     "planner without a signal": (["daemon", "--policy", "budget"], "plans with the grid"),
     "malformed budget": (["daemon", "--budget", "lots"], "invalid budget"),
+    "unknown backfill mode": (["daemon", "--backfill", "aggressive"], "invalid --backfill"),
     "budget without an amount": (["budget"], "no budget"),
     "malformed report start": (["report", "--since", "yesterday"], "invalid --since"),
 }
@@ -162,6 +163,11 @@ def test_a_daemon_given_a_missing_trace_refuses_to_start(cli):
         ('name = "s"\nexecutor = "ssh"\nhost = "h"\nlost_after = "soon"', "lost_after"),
         ('name = "c"\nexecutor = "slurm"', "a slurm node needs gpus"),
         ('name = "c"\nexecutor = "slurm"\ngpus = 4\ntime_margin = -1', "time_margin"),
+        ('name = "c"\nexecutor = "slurm"\ngpus = 8\ngpus_per_node = 0', "gpus_per_node"),
+        (
+            'name = "s"\nexecutor = "ssh"\nhost = "h"\nrendezvous_addr = "x;rm -rf /"',
+            "rendezvous_addr",
+        ),
     ],
 )
 def test_a_bad_node_is_one_line(cli, node, message):
