@@ -20,137 +20,22 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
-    model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 from pydantic_settings.exceptions import SettingsError
 
 from orchestrator.api.environ import env_path, not_blank
 from orchestrator.errors import ConfigError
+from orchestrator.settings.nodes import (  # noqa: F401 (re-exported)
+    MAX_FAKE_GPUS,
+    MAX_NODE_GPUS,
+    NodeConfig,
+    _duration,
+)
 
 DEFAULT_HOME = Path("~/.local/share/gridshift").expanduser()
 CONFIG_NAME = "gridshift.toml"
 MAX_CONFIG_BYTES = 1 << 20
-#: GPUs one node may declare (a Slurm partition planned as one node included), and the
-#: pretend GPUs of a test node (each is a row and a monitor thread's worth of work).
-MAX_NODE_GPUS = 65_536
-MAX_FAKE_GPUS = 1024
-
-
-class NodeConfig(BaseModel):
-    """One ``[[nodes]]`` table."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-    name: str = Field(min_length=1, max_length=255)
-    executor: Literal["local", "ssh", "slurm"] = "local"
-    gpus: int | None = Field(
-        default=None, ge=0, le=MAX_NODE_GPUS, description="count; detected when left out"
-    )
-    fake_gpus: int | None = Field(default=None, ge=0, le=MAX_FAKE_GPUS)
-    gpu_model: str | None = None
-    rack: str | None = None
-    nvlink_islands: list[list[int]] | None = Field(
-        default=None, description="GPU groups sharing the fastest link, e.g. [[0,1,2,3],[4,5,6,7]]"
-    )
-    host: str | None = None
-    port: int = Field(default=22, ge=1, le=65535)
-    user: str | None = Field(
-        default=None,
-        description='SSH account; "{user}": each job logs in as its submitter\'s name '
-        "(else all jobs share this one account: one trust domain on that server)",
-    )
-    identity_file: Path | None = None
-    # -- SSH nodes ----------------------------------------------------------------------
-    known_hosts: Path | None = Field(
-        default=None, description="known_hosts file; default: ssh's own (~/.ssh/known_hosts)"
-    )
-    verify_host_key: bool = Field(
-        default=True, description="false trusts any host key (logged at every start)"
-    )
-    python: str = Field(default="python3", min_length=1, description="python on the server")
-    remote_dir: str = Field(default=".gridshift", min_length=1, description="runs and logs "
-                            "on the server ({user}: the job's account)")  # fmt: skip
-    rendezvous_addr: str | None = Field(default=None, pattern=r"^[A-Za-z0-9.:_\[\]-]{1,255}$",
-                                        description="MASTER_ADDR of jobs whose rank 0 is "
-                                        "here, as others reach it; default: host")  # fmt: skip
-    sudo: bool = Field(default=False, description="power limits through sudo -n nvidia-smi")
-    connect_timeout: str = Field(default="10s", description="SSH connect timeout")
-    lost_after: str = Field(
-        default="5m", description="an unreachable server's jobs are lost and requeued after this"
-    )
-    # -- Slurm nodes (a cluster, or one partition of it, planned as one node) -------------
-    partition: str | None = Field(default=None, description="Slurm partition (sbatch -p)")
-    account: str | None = Field(default=None, description="Slurm account (sbatch -A)")
-    sbatch_args: list[str] = Field(
-        default_factory=list, description="further sbatch options, e.g. ['--qos=green']"
-    )
-    time_margin: float = Field(
-        default=0.25, ge=0, le=100, description="--time: the estimate plus this share, plus 5 min"
-    )
-    gpus_per_node: int | None = Field(default=None, ge=1, le=MAX_NODE_GPUS, description="GPUs "
-                                      "per machine: a wider job gets sbatch --nodes N")  # fmt: skip
-    slurm_bin_dir: Path | None = Field(
-        default=None,
-        description="where sbatch, squeue, sacct, scancel and scontrol are (absolute); "
-        "default: /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin",
-    )
-
-    @field_validator("connect_timeout", "lost_after", mode="after")
-    @classmethod
-    def _durations(cls, value: str) -> str:
-        return _duration(value)
-
-    @field_validator("name", mode="after")
-    @classmethod
-    def _printable_name(cls, value: str) -> str:
-        if not value.isprintable() or value != value.strip():
-            raise ValueError(f"node name {value!r}: no control characters or outer spaces")
-        return value
-
-    @model_validator(mode="after")
-    def _islands(self) -> NodeConfig:
-        """The declared NVLink islands are the node's topology: each GPU index in exactly
-        one island; with a known count (gpus, fake_gpus), they cover 0 .. count-1."""
-        if self.nvlink_islands is None:
-            return self
-        flat = [g for island in self.nvlink_islands for g in island]
-        count = self.gpus if self.gpus is not None else self.fake_gpus
-        if any(not island for island in self.nvlink_islands):
-            raise ValueError(f"node {self.name}: nvlink_islands holds an empty island")
-        if any(not 0 <= g < MAX_NODE_GPUS for g in flat):
-            raise ValueError(f"node {self.name}: nvlink_islands: GPU indices are 0 and up")
-        if len(set(flat)) != len(flat):
-            raise ValueError(f"node {self.name}: nvlink_islands: a GPU appears in two islands")
-        if count is not None and sorted(flat) != list(range(count)):
-            raise ValueError(
-                f"node {self.name}: nvlink_islands must hold each of its {count} GPUs "
-                f"(0 to {count - 1}) once"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _ssh_needs_host(self) -> NodeConfig:
-        if self.executor == "ssh" and not self.host:
-            raise ValueError(f"node {self.name}: an ssh node needs a host")
-        if self.executor == "slurm" and not self.gpus:
-            raise ValueError(
-                f"node {self.name}: a slurm node needs gpus (how many of the partition's GPUs "
-                "gridshift plans with)"
-            )
-        if self.slurm_bin_dir is not None and not self.slurm_bin_dir.is_absolute():
-            raise ValueError(f"node {self.name}: slurm_bin_dir must be an absolute path")
-        if self.executor != "local" and self.fake_gpus is not None:
-            raise ValueError(
-                f"node {self.name}: fake_gpus is for local nodes; a server's GPUs are "
-                "found through its nvidia-smi"
-            )
-        return self
-
-    def seconds(self, name: str) -> float:
-        from orchestrator.timeparse import parse_duration_s
-
-        return parse_duration_s(getattr(self, name))
 
 
 class ProviderSettings(BaseModel):
@@ -179,17 +64,6 @@ class GridSettings(BaseModel):
     energy_charts: ProviderSettings = Field(default_factory=ProviderSettings)
     entsoe: ProviderSettings = Field(default_factory=ProviderSettings)
     carbon_aware: ProviderSettings = Field(default_factory=ProviderSettings)
-
-
-def _duration(value: str | None, checkpoint: bool = False) -> str | None:
-    if value is not None:
-        from orchestrator.timeparse import parse_checkpoint_s, parse_duration_s
-
-        try:
-            (parse_checkpoint_s if checkpoint else parse_duration_s)(value)
-        except Exception as exc:
-            raise ValueError(str(exc)) from None
-    return value
 
 
 class DaemonSettings(BaseModel):
