@@ -117,7 +117,7 @@ def test_after_the_actions_every_need_due_fits_or_every_node_is_up(raw_nodes, ra
             (NOW - idle) if idle is not None else None,
             wake,
             600.0,
-        )  # noqa: E501
+        )
         for i, (s, free, idle, wake) in enumerate(raw_nodes)
     ]
     needs = [Need(NOW + t, g) for t, g in raw_needs]
