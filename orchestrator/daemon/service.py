@@ -137,6 +137,11 @@ class Daemon:
                                    cfg.suspend)  # fmt: skip
         self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner,
                               backfill=cfg.backfill)  # fmt: skip
+        from orchestrator.daemon.energy.levers import Levers
+
+        self.levers = Levers.build(self.settings, nodes, self.links, self.db,
+                                   carbon=feed.integral if feed is not None else None)  # fmt: skip
+        self.queue.power = self.levers.power  # packing prefers servers on; wakes one off
         self.onepass = Pass(
             self.queue,
             guard=self.planner is not None,
@@ -146,7 +151,14 @@ class Daemon:
                 ("recover", lambda _now: self.reaper.recover(self.clock.now())),
                 ("cancel", lambda _now: self.reaper.stop_cancelled(self.clock.now())),
             ],
-            after=[("note", self._note), ("health", self._health)],
+            after=[
+                ("note", self._note),
+                ("health", self._health),
+                (
+                    "energy",
+                    lambda now_s: self.levers.after_pass(self.queue, self.onepass.scheduler, now_s),
+                ),
+            ],
             clock=lambda: self.clock.now().timestamp(),
         )
         self.lock = DaemonLock(self.settings.home / "daemon.lock")
@@ -248,6 +260,7 @@ class Daemon:
         finally:
             if server is not None:
                 server.stop()
+            self.levers.stop()
             if self.lease is None or self.lease.epoch is not None:
                 self.reaper.restore_caps()
                 self.health.write(self.clock.now(), stopped=True)
@@ -296,6 +309,7 @@ class Daemon:
             sshnodes.record(session, self.discovery, now)
         self.reaper.recover(now)
         self.reaper.reconcile_caps()
+        self.levers.start(now.timestamp())
         self._announce()
         self._wake.clear()
         timers = []

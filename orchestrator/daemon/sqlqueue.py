@@ -78,6 +78,7 @@ class SqlQueue(RunningViews):
     # (in memory: after a restart of the daemon they are planned as any other)
     resize_to: dict[int, int] = field(default_factory=dict)
     resize_from: dict[int, object] = field(default_factory=dict)  # job id -> attempt's key
+    power: object = None  # daemon.energy.rightsizing.RightSizer: servers powered off
 
     @property
     def slot_s(self) -> float:
@@ -204,7 +205,9 @@ class SqlQueue(RunningViews):
             width = min(width, self.widest)
         if width == 0:  # a CPU-only job: the first node, no GPUs
             return (self.dispatcher.nodes[0].name, [])
-        allocation = self.alloc.allocate(("job", view.id), width)
+        key = ("job", view.id)  # right-sizing: servers on first; one off is woken
+        allocation = (self.power.allocate(self.alloc, key, width, now_s) if self.power
+                      else self.alloc.allocate(key, width))  # fmt: skip
         if allocation is None:
             return None
         (node, gpu_tuple), *more = allocation.parts

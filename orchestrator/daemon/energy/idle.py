@@ -1,0 +1,142 @@
+"""Idle energy on the live daemon: what the cluster draws besides its jobs.
+
+At every pass, each local or SSH node that is on draws, beside its jobs' GPUs (whose
+energy each attempt's power log measures):
+
+- each GPU no job holds: the node's ``gpu_idle_w``, else what ``nvidia-smi`` measured
+  (``power.draw`` at the last discovery of the GPUs no job held, their median; SSH
+  servers), else 50 W;
+- the server itself while no job runs there (a powered-on idle server): ``host_idle_w``
+  (default 150 W; a busy server's own draw is its jobs' share, not counted here);
+
+times the PUE (the node's ``pue``, else ``[daemon] pue``, default 1.0). A server that is
+off (right-sizing) or whose wake failed draws nothing; one waking or powering off counts
+as on. The draw found at one pass holds until the next: each stretch between passes is
+added to the ``idle_usage`` ledger (per node and UTC day, with its carbon from the
+daemon's signal) in the same transaction that moves the node's ``idle_until``, so a
+daemon killed at any point counts each stretch once. Time no daemon watched (a stretch
+longer than ``MAX_STRETCH_S``) is not counted. Slurm nodes are not counted: the
+partition's idle machines are Slurm's (and its power saving's) business.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from orchestrator.planning.budgets import J_PER_KWH
+from orchestrator.queue.db import Database
+from orchestrator.settings.nodes import NodeConfig
+
+DEFAULT_GPU_IDLE_W = 50.0  # planning.perfmodel.ClusterPower's
+DEFAULT_HOST_IDLE_W = 150.0
+MAX_STRETCH_S = 300.0  # longer: nobody watched (the daemon was down)
+MEASURE_EVERY_S = 60.0  # how often the measured idle draws are read again
+JOB_KEYS = ("attempt", "job")  # allocator keys of what jobs hold
+
+
+@dataclass
+class IdleMeter:
+    db: Database
+    nodes: dict[str, str]  # name -> executor
+    configs: dict[str, NodeConfig]
+    pue: float = 1.0
+    carbon: Callable[[float, float], float | None] = lambda _a, _b: None
+    off: Callable[[str], bool] = lambda _name: False  # right-sizing: the server is off
+    _watts: dict[str, float] = field(default_factory=dict)  # the draw since the last pass
+    _measured: dict[str, float] = field(default_factory=dict)
+    _measured_at: float = -1e18
+
+    def draw_w(self, name: str, gpus: int, busy: int) -> float:
+        """A node's idle draw now: its free GPUs, and itself when no job runs there."""
+        if self.nodes.get(name) not in ("local", "ssh") or self.off(name):
+            return 0.0
+        cfg = self.configs.get(name)
+        gpu_w = cfg.gpu_idle_w if cfg is not None and cfg.gpu_idle_w is not None else None
+        if gpu_w is None:
+            gpu_w = self._measured.get(name, DEFAULT_GPU_IDLE_W)
+        host_w = cfg.host_idle_w if cfg is not None else DEFAULT_HOST_IDLE_W
+        pue = cfg.pue if cfg is not None and cfg.pue is not None else self.pue
+        return ((gpus - busy) * gpu_w + (host_w if busy == 0 else 0.0)) * pue
+
+    def step(self, alloc, now_s: float) -> None:
+        """Account the stretch since the last pass at the draw found then; find the draw
+        from now on."""
+        if alloc is None:
+            return
+        if now_s - self._measured_at >= MEASURE_EVERY_S:
+            self._measured, self._measured_at = self._measure(alloc), now_s
+        busy: dict[str, int] = {}
+        for key, held in alloc.allocations().items():
+            if isinstance(key, tuple) and key and key[0] in JOB_KEYS:
+                for node, gpus in held.parts:
+                    busy[node] = busy.get(node, 0) + len(gpus)
+        watts = {
+            name: self.draw_w(name, len(alloc.gpus_of(name)), busy.get(name, 0))
+            for name in alloc.node_names
+            if name in self.nodes
+        }
+        self._account(now_s, {n: self._watts.get(n, w) for n, w in watts.items()})
+        self._watts = watts
+
+    def _account(self, now_s: float, watts: dict[str, float]) -> None:
+        from orchestrator.queue.models import IdleUsage, Node
+
+        now = datetime.fromtimestamp(now_s, UTC)
+        with self.db.write() as session:
+            for name, w in watts.items():
+                row = session.get(Node, name)
+                if row is None:
+                    continue
+                start_s = row.idle_until.timestamp() if row.idle_until else now_s
+                start_s = max(start_s, now_s - MAX_STRETCH_S)
+                for a, b in _days(start_s, now_s):
+                    if w <= 0 or b <= a:
+                        continue
+                    day = datetime.fromtimestamp(a, UTC).replace(hour=0, minute=0, second=0,
+                                                                 microsecond=0)  # fmt: skip
+                    usage = session.get(IdleUsage, (name, day)) or IdleUsage(
+                        node=name, day=day, energy_j=0.0, carbon_g=0.0
+                    )
+                    usage.energy_j += w * (b - a)
+                    integral = self.carbon(a, b)
+                    if integral is None or usage.carbon_g is None:
+                        usage.carbon_g = None
+                    else:
+                        usage.carbon_g += w * integral / J_PER_KWH
+                    session.add(usage)
+                row.idle_until = now
+                session.add(row)
+
+    def _measure(self, alloc) -> dict[str, float]:
+        """Each SSH server's idle GPU draw as its last discovery measured it: the median
+        ``power.draw`` of the GPUs no job holds now (a sanity bound: 0 to 2 kW)."""
+        from sqlmodel import col, select
+
+        from orchestrator.queue.models import Gpu
+
+        ssh = [n for n, ex in self.nodes.items() if ex == "ssh" and n in alloc.node_names]
+        if not ssh:
+            return {}
+        out: dict[str, float] = {}
+        with self.db.read() as session:
+            rows = session.exec(select(Gpu).where(col(Gpu.node).in_(ssh))).all()
+        for name in ssh:
+            free = set(alloc.free_on(name))
+            draws = [g.power_draw_w for g in rows if g.node == name and g.index in free
+                     and g.power_draw_w is not None and 0 <= g.power_draw_w <= 2000]  # fmt: skip
+            if draws:
+                out[name] = float(statistics.median(draws))
+        return out
+
+
+def _days(a: float, b: float):
+    """``[a, b]`` cut at UTC midnights."""
+    while a < b:
+        start = datetime.fromtimestamp(a, UTC)
+        midnight = (start + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
+        end = min(b, midnight.timestamp())
+        yield a, end
+        a = end

@@ -1,0 +1,46 @@
+"""The daemon's energy levers, wired into its pass: right-sizing (``rightsizing``) and the
+idle-energy meter (``idle``). ``Daemon`` builds one ``Levers`` and calls ``after_pass``
+as a step after the launches, ``start`` once it serves and ``stop`` when it stops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from orchestrator.daemon.energy.idle import IdleMeter
+from orchestrator.daemon.energy.rightsizing import WAKE_FAILED, RightSizer
+from orchestrator.planning.devices.rightsizing import OFF
+
+
+@dataclass
+class Levers:
+    power: RightSizer | None
+    idle: IdleMeter
+
+    @classmethod
+    def build(cls, settings, nodes: list, links: dict, db, carbon=None) -> Levers:
+        power = RightSizer.build(settings.nodes, links, db)
+
+        def off(name: str) -> bool:
+            p = power.nodes.get(name) if power is not None else None
+            return p is not None and p.state in (OFF, WAKE_FAILED)
+
+        idle = IdleMeter(
+            db, {n.name: n.executor for n in nodes}, {c.name: c for c in settings.nodes},
+            settings.daemon.pue, carbon=carbon or (lambda _a, _b: None), off=off,
+        )  # fmt: skip
+        return cls(power, idle)
+
+    def start(self, now_s: float) -> None:
+        if self.power is not None:
+            self.power.restore(now_s)
+
+    def after_pass(self, queue, scheduler, now_s: float) -> None:
+        """Idle energy up to now, then right-sizing on this pass's reading."""
+        self.idle.step(queue.alloc, now_s)
+        if self.power is not None:
+            planned = scheduler.planned() if scheduler is not None else []
+            self.power.step(queue.alloc, planned, now_s)
+
+    def stop(self) -> None:
+        if self.power is not None:
+            self.power.stop()
