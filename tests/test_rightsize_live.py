@@ -6,8 +6,7 @@ shows the power state, ``report`` the idle energy."""
 
 from __future__ import annotations
 
-import os
-import signal
+import subprocess
 import sys
 import textwrap
 import time
@@ -31,6 +30,7 @@ def write_config(home: Path, nodes: list[dict], top: dict | None = None) -> None
     for node in nodes:
         lines += ["", "[[nodes]]", *(f"{k} = {value(v)}" for k, v in node.items())]
     (home / "gridshift.toml").write_text("\n".join(lines) + "\n")
+
 
 pytestmark = [pytest.mark.slow, E2E, pytest.mark.backends("sqlite")]
 
@@ -88,13 +88,10 @@ def _calls(path: Path) -> list[tuple[str, float]]:
     return [(w, float(t)) for w, t in (line.split() for line in path.read_text().splitlines())]
 
 
-def _kill_server(srv) -> None:
-    pid_file = srv.root / "sshd.pid"
-    if pid_file.exists():
-        try:
-            os.kill(int(pid_file.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
+def _kill_server(srv, node: dict) -> None:
+    """The sshd that power_on started (daemonized: no fixture owns it), and its sessions."""
+    if (srv.root / "sshd.pid").exists():
+        subprocess.run(node["power_off"], check=False, timeout=30)
 
 
 def test_an_idle_server_is_powered_off_and_woken_for_a_job(cli, ssh_servers, tmp_path):
@@ -132,4 +129,4 @@ def test_an_idle_server_is_powered_off_and_woken_for_a_job(cli, ssh_servers, tmp
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
-        _kill_server(srv)
+        _kill_server(srv, node)

@@ -125,7 +125,9 @@ class RightSizer:
                 continue
             if p.state == ON:
                 idle = free == total and not p.busy
-                p.idle_since_s = (p.idle_since_s or now_s) if idle else None
+                p.idle_since_s = (
+                    (now_s if p.idle_since_s is None else p.idle_since_s) if idle else None
+                )
             state = {ON: ON, WAKING: WAKING}.get(p.state, OFF)
             views.append(NodePower(
                 name, total, total if state != ON else free, state,
@@ -219,8 +221,7 @@ class RightSizer:
                 p.backoff_s = min(RETRY_MAX_S, p.backoff_s * 2)
 
     def _set(self, p: Power, state: str, now_s: float, error: str | None = None) -> None:
-        p.state, p.since_s, p.stored = state, now_s, False
-        p.error = error if error is not None or state != ON else None
+        p.state, p.since_s, p.stored, p.error = state, now_s, False, error
         if state != ON:
             p.idle_since_s = None
 
