@@ -284,3 +284,31 @@ def test_power_commands_are_for_ssh_servers_and_users_cli_never_runs_them(cli, t
     for args in (["nodes", "--refresh"], ["submit", "--gpus", "1", "--", "true"], ["ls"]):
         cli.run(*args, check=False)
     assert not canary.exists(), "only the daemon runs power commands"
+
+
+def test_idle_draw_measured_through_the_energy_counters_when_not_configured(tmp_path):
+    from datetime import UTC, datetime
+
+    from executors.gpu.fake import FakeGpuControl
+    from orchestrator.daemon.energy.idle import IdleMeter
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import IdleUsage, Node
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        session.add(Node(name="local", executor="local", gpus=4, gpu_source="fake",
+                         updated_at=datetime.now(UTC)))  # fmt: skip
+    t0 = 1_700_000_000.0
+    clock = [t0]
+    ctl = FakeGpuControl(4, power_w=30.0, clock=lambda: clock[0])  # each draws 30 W
+    meter = IdleMeter(db, {"local": "local"}, {}, local_ctl=ctl)
+    alloc = ClusterAllocator(ClusterTopology((NodeTopology.plain("local", 4),)))
+    for dt in (0.0, 10.0, 20.0):
+        clock[0] = t0 + dt
+        meter.step(alloc, t0 + dt)
+    with db.read() as session:
+        (row,) = session.exec(__import__("sqlmodel").select(IdleUsage)).all()
+    # 10 s at the default (4 x 50 W + 150 W host), then 10 s as measured (4 x 30 W + 150 W)
+    assert row.energy_j == pytest.approx(3500 + 2700)
+    assert meter.draw_w("local", 4, 1) == pytest.approx(90.0), "3 idle GPUs, busy server"

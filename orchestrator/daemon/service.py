@@ -139,7 +139,7 @@ class Daemon:
                               backfill=cfg.backfill)  # fmt: skip
         from orchestrator.daemon.energy.levers import Levers
 
-        self.levers = Levers.build(self.settings, nodes, self.links, self.db,
+        self.levers = Levers.build(self.settings, nodes, self.links, self.db, caps=self.caps,
                                    carbon=feed.integral if feed is not None else None)  # fmt: skip
         self.queue.power = self.levers.power  # packing prefers servers on; wakes one off
         self.onepass = Pass(

@@ -3,9 +3,11 @@
 At every pass, each local or SSH node that is on draws, beside its jobs' GPUs (whose
 energy each attempt's power log measures):
 
-- each GPU no job holds: the node's ``gpu_idle_w``, else what ``nvidia-smi`` measured
-  (``power.draw`` at the last discovery of the GPUs no job held, their median; SSH
-  servers), else 50 W;
+- each GPU no job holds: the node's ``gpu_idle_w``, else its measured idle draw, else
+  50 W. Measured: on this host, through NVML's energy counters (the median over the GPUs
+  no job held at two passes in a row of their energy between them over the time); on an
+  SSH server, through ``nvidia-smi`` (the median ``power.draw`` the last discovery read
+  on the GPUs no job holds);
 - the server itself while no job runs there (a powered-on idle server): ``host_idle_w``
   (default 150 W; a busy server's own draw is its jobs' share, not counted here);
 
@@ -45,6 +47,8 @@ class IdleMeter:
     pue: float = 1.0
     carbon: Callable[[float, float], float | None] = lambda _a, _b: None
     off: Callable[[str], bool] = lambda _name: False  # right-sizing: the server is off
+    local_ctl: object = None  # executors.gpu GpuControl of this host's GPUs (local nodes)
+    _counters: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
     _watts: dict[str, float] = field(default_factory=dict)  # the draw since the last pass
     _measured: dict[str, float] = field(default_factory=dict)
     _measured_at: float = -1e18
@@ -68,6 +72,7 @@ class IdleMeter:
             return
         if now_s - self._measured_at >= MEASURE_EVERY_S:
             self._measured, self._measured_at = self._measure(alloc), now_s
+        self._measured.update(self._counted(alloc, now_s))
         busy: dict[str, int] = {}
         for key, held in alloc.allocations().items():
             if isinstance(key, tuple) and key and key[0] in JOB_KEYS:
@@ -127,6 +132,37 @@ class IdleMeter:
             free = set(alloc.free_on(name))
             draws = [g.power_draw_w for g in rows if g.node == name and g.index in free
                      and g.power_draw_w is not None and 0 <= g.power_draw_w <= 2000]  # fmt: skip
+            if draws:
+                out[name] = float(statistics.median(draws))
+        return out
+
+    def _counted(self, alloc, now_s: float) -> dict[str, float]:
+        """This host's idle GPU draw from NVML's energy counters: for each GPU free now and
+        at the last pass (at least a second ago), its energy between the two over the
+        time; their median per node. Nothing where the GPUs have no counter."""
+        ctl, out = self.local_ctl, {}
+        if ctl is None:
+            return out
+        from executors.errors import ExecutorError
+
+        for name in (n for n, ex in self.nodes.items() if ex == "local" and n in alloc.node_names):
+            free = sorted(alloc.free_on(name))
+            try:
+                if not free or not ctl.supports_energy_counter(free[0]):
+                    continue
+                now_j = ctl.energy_many_j(free)
+            except ExecutorError:
+                continue
+            draws = []
+            for gpu, e in zip(free, now_j, strict=True):
+                last = self._counters.get((name, gpu))
+                if e is not None and last is not None and now_s - last[0] >= 1.0:
+                    w = (e - last[1]) / (now_s - last[0])
+                    if 0 <= w <= 2000:
+                        draws.append(w)
+            self._counters = {k: v for k, v in self._counters.items() if k[0] != name}
+            self._counters |= {(name, g): (now_s, e) for g, e in zip(free, now_j, strict=True)
+                               if e is not None}  # fmt: skip
             if draws:
                 out[name] = float(statistics.median(draws))
         return out

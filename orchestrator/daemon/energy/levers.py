@@ -4,20 +4,25 @@ as a step after the launches, ``start`` once it serves and ``stop`` when it stop
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from orchestrator.daemon.energy.idle import IdleMeter
 from orchestrator.daemon.energy.rightsizing import WAKE_FAILED, RightSizer
+from orchestrator.errors import GridshiftError
 from orchestrator.planning.devices.rightsizing import OFF
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class Levers:
     power: RightSizer | None
     idle: IdleMeter
+    _said: str | None = None  # the failure last logged
 
     @classmethod
-    def build(cls, settings, nodes: list, links: dict, db, carbon=None) -> Levers:
+    def build(cls, settings, nodes: list, links: dict, db, carbon=None, caps=None) -> Levers:
         power = RightSizer.build(settings.nodes, links, db)
 
         def off(name: str) -> bool:
@@ -27,6 +32,8 @@ class Levers:
         idle = IdleMeter(
             db, {n.name: n.executor for n in nodes}, {c.name: c for c in settings.nodes},
             settings.daemon.pue, carbon=carbon or (lambda _a, _b: None), off=off,
+            local_ctl=next((caps.by_node[n.name].ctl for n in nodes if n.executor == "local"
+                            and caps is not None and n.name in caps.by_node), None),
         )  # fmt: skip
         return cls(power, idle)
 
@@ -35,11 +42,21 @@ class Levers:
             self.power.restore(now_s)
 
     def after_pass(self, queue, scheduler, now_s: float) -> None:
-        """Idle energy up to now, then right-sizing on this pass's reading."""
-        self.idle.step(queue.alloc, now_s)
-        if self.power is not None:
-            planned = scheduler.planned() if scheduler is not None else []
-            self.power.step(queue.alloc, planned, now_s)
+        """Idle energy up to now, then right-sizing on this pass's reading. A failure of
+        either is logged (once per reason) and the daemon goes on: the jobs come first."""
+        try:
+            self.idle.step(queue.alloc, now_s)
+            if self.power is not None:
+                planned = scheduler.planned() if scheduler is not None else []
+                self.power.step(queue.alloc, planned, now_s)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            if why != self._said:
+                log.error("energy levers: %s (the daemon goes on)", why,
+                          exc_info=not isinstance(exc, GridshiftError))  # fmt: skip
+                self._said = why
+        else:
+            self._said = None
 
     def stop(self) -> None:
         if self.power is not None:
