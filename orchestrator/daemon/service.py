@@ -260,7 +260,7 @@ class Daemon:
         finally:
             if server is not None:
                 server.stop()
-            self.levers.stop()
+            self.levers.stop(self.clock.now().timestamp())
             if self.lease is None or self.lease.epoch is not None:
                 self.reaper.restore_caps()
                 self.health.write(self.clock.now(), stopped=True)

@@ -14,10 +14,12 @@ energy each attempt's power log measures):
 times the PUE (the node's ``pue``, else ``[daemon] pue``, default 1.0). A server that is
 off (right-sizing) or whose wake failed draws nothing; one waking or powering off counts
 as on. The draw found at one pass holds until the next: each stretch between passes is
-added to the ``idle_usage`` ledger (per node and UTC day, with its carbon from the
-daemon's signal) in the same transaction that moves the node's ``idle_until``, so a
-daemon killed at any point counts each stretch once. Time no daemon watched (a stretch
-longer than ``MAX_STRETCH_S``) is not counted. Slurm nodes are not counted: the
+counted in memory and written to the ``idle_usage`` ledger (per node and UTC day, with
+its carbon from the daemon's signal) every ``FLUSH_EVERY_S``, in the same transaction
+that moves the node's ``idle_until``, before which nothing is added again: a daemon
+killed at any point counts each stretch at most once (and loses at most its last 10 s).
+Time no daemon watched (before its first pass, or a stretch between passes longer than
+``MAX_STRETCH_S``) is not counted. Slurm nodes are not counted: the
 partition's idle machines are Slurm's (and its power saving's) business.
 """
 
@@ -36,6 +38,7 @@ DEFAULT_GPU_IDLE_W = 50.0  # planning.perfmodel.ClusterPower's
 DEFAULT_HOST_IDLE_W = 150.0
 MAX_STRETCH_S = 300.0  # longer: nobody watched (the daemon was down)
 MEASURE_EVERY_S = 60.0  # how often the measured idle draws are read again
+FLUSH_EVERY_S = 10.0  # how often what was counted is written (a crash loses at most this)
 JOB_KEYS = ("attempt", "job")  # allocator keys of what jobs hold
 
 
@@ -49,6 +52,9 @@ class IdleMeter:
     off: Callable[[str], bool] = lambda _name: False  # right-sizing: the server is off
     local_ctl: object = None  # executors.gpu GpuControl of this host's GPUs (local nodes)
     _counters: dict[tuple[str, int], tuple[float, float]] = field(default_factory=dict)
+    _pending: dict[str, list[tuple[float, float, float]]] = field(default_factory=dict)
+    _last_s: float | None = None  # the last pass
+    _flushed_s: float | None = None
     _watts: dict[str, float] = field(default_factory=dict)  # the draw since the last pass
     _measured: dict[str, float] = field(default_factory=dict)
     _measured_at: float = -1e18
@@ -83,37 +89,50 @@ class IdleMeter:
             for name in alloc.node_names
             if name in self.nodes
         }
-        self._account(now_s, {n: self._watts.get(n, w) for n, w in watts.items()})
-        self._watts = watts
+        if self._last_s is not None:  # the stretch since the last pass, at its draw
+            start_s = max(self._last_s, now_s - MAX_STRETCH_S)
+            for name, w in self._watts.items():
+                if w > 0 and now_s > start_s:
+                    self._pending.setdefault(name, []).append((start_s, now_s, w))
+        self._watts, self._last_s = watts, now_s
+        if self._flushed_s is None:
+            self._flushed_s = now_s
+        if now_s - self._flushed_s >= FLUSH_EVERY_S:
+            self.flush(now_s)
 
-    def _account(self, now_s: float, watts: dict[str, float]) -> None:
+    def flush(self, now_s: float) -> None:
+        """Write what was counted in memory since the last flush: each stretch no earlier
+        than the node's ``idle_until`` (never counted twice), which moves to its end in
+        the same transaction."""
         from orchestrator.queue.models import IdleUsage, Node
 
-        now = datetime.fromtimestamp(now_s, UTC)
+        pending, self._pending, self._flushed_s = self._pending, {}, now_s
+        if not pending:
+            return
         with self.db.write() as session:
-            for name, w in watts.items():
+            for name, stretches in pending.items():
                 row = session.get(Node, name)
                 if row is None:
                     continue
-                start_s = row.idle_until.timestamp() if row.idle_until else now_s
-                start_s = max(start_s, now_s - MAX_STRETCH_S)
-                for a, b in _days(start_s, now_s):
-                    if w <= 0 or b <= a:
-                        continue
-                    day = datetime.fromtimestamp(a, UTC).replace(hour=0, minute=0, second=0,
-                                                                 microsecond=0)  # fmt: skip
-                    usage = session.get(IdleUsage, (name, day)) or IdleUsage(
-                        node=name, day=day, energy_j=0.0, carbon_g=0.0
-                    )
-                    usage.energy_j += w * (b - a)
-                    integral = self.carbon(a, b)
-                    if integral is None or usage.carbon_g is None:
-                        usage.carbon_g = None
-                    else:
-                        usage.carbon_g += w * integral / J_PER_KWH
-                    session.add(usage)
-                row.idle_until = now
-                session.add(row)
+                floor = row.idle_until.timestamp() if row.idle_until else -1e18
+                for a0, b0, w in stretches:
+                    for a, b in _days(max(a0, floor), b0):
+                        day = datetime.fromtimestamp(a, UTC).replace(hour=0, minute=0, second=0,
+                                                                     microsecond=0)  # fmt: skip
+                        usage = session.get(IdleUsage, (name, day)) or IdleUsage(
+                            node=name, day=day, energy_j=0.0, carbon_g=0.0
+                        )
+                        usage.energy_j += w * (b - a)
+                        integral = self.carbon(a, b)
+                        if integral is None or usage.carbon_g is None:
+                            usage.carbon_g = None
+                        else:
+                            usage.carbon_g += w * integral / J_PER_KWH
+                        session.add(usage)
+                end_s = max(b for _, b, _ in stretches)
+                if end_s > floor:
+                    row.idle_until = datetime.fromtimestamp(end_s, UTC)
+                    session.add(row)
 
     def _measure(self, alloc) -> dict[str, float]:
         """Each SSH server's idle GPU draw as its last discovery measured it: the median

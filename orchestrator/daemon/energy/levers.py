@@ -58,6 +58,11 @@ class Levers:
         else:
             self._said = None
 
-    def stop(self) -> None:
+    def stop(self, now_s: float) -> None:
         if self.power is not None:
             self.power.stop()
+        if self.idle._last_s is not None:
+            try:
+                self.idle.flush(now_s)
+            except GridshiftError as exc:  # the store is gone: the last seconds are lost
+                log.warning("idle energy: the last stretch was not written: %s", exc)
