@@ -312,3 +312,31 @@ def test_idle_draw_measured_through_the_energy_counters_when_not_configured(tmp_
     # 10 s at the default (4 x 50 W + 150 W host), then 10 s as measured (4 x 30 W + 150 W)
     assert row.energy_j == pytest.approx(3500 + 2700)
     assert meter.draw_w("local", 4, 1) == pytest.approx(90.0), "3 idle GPUs, busy server"
+
+
+def test_idle_energy_is_never_counted_twice_by_two_daemons(tmp_path):
+    """A second daemon (a takeover) counting a stretch the first already wrote adds only
+    what lies after the node's idle_until."""
+    from datetime import UTC, datetime
+
+    from orchestrator.accounting.reports import idle_energy
+    from orchestrator.daemon.energy.idle import IdleMeter
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Node
+    from orchestrator.settings.nodes import NodeConfig
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        session.add(Node(name="a", executor="ssh", gpus=1, gpu_source="config",
+                         updated_at=datetime.now(UTC)))  # fmt: skip
+    cfg = {"a": NodeConfig(name="a", executor="ssh", host="h", gpu_idle_w=100, host_idle_w=0)}
+    alloc = ClusterAllocator(ClusterTopology((NodeTopology.plain("a", 1),)))
+    first, second = (IdleMeter(db, {"a": "ssh"}, cfg) for _ in range(2))
+    t0 = 1_700_000_000.0
+    first.step(alloc, t0)
+    first.step(alloc, t0 + 10)  # written: [t0, t0 + 10] at 100 W
+    second.step(alloc, t0 + 5)
+    second.step(alloc, t0 + 15)  # [t0 + 5, t0 + 15]: only its last 5 s are new
+    with db.read() as session:
+        assert idle_energy(session, None)["energy_kwh"] == pytest.approx(1500 / 3.6e6, abs=1e-6)

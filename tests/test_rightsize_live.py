@@ -76,7 +76,7 @@ def _power_node(srv, servers, tmp_path: Path, **extra) -> tuple[dict, Path]:
         srv, servers, "gpu1",
         power_off=[*argv, "off", str(calls), str(srv.root)],
         power_on=[*argv, "on", str(calls), str(srv.root)],
-        idle_off_after="2s", wake_time="1s", wake_timeout="30s", power_timeout="20s",
+        idle_off_after="1s", wake_time="1s", wake_timeout="30s", power_timeout="20s",
         gpu_idle_w=40, host_idle_w=100, **extra,
     )  # fmt: skip
     return node, calls
@@ -106,7 +106,7 @@ def test_an_idle_server_is_powered_off_and_woken_for_a_job(cli, ssh_servers, tmp
         wait_for(lambda: cli.json("nodes")[0]["power"] == "off", timeout_s=10, what="state off")
         assert shown["gpu1"]["gpus"] == 2
         assert "off" in cli.run("nodes").stdout
-        time.sleep(1.0)
+        time.sleep(0.5)
         assert [w for w, _ in _calls(calls)] == ["off"], "an off server stays off while idle"
 
         out = tmp_path / "ran"
@@ -123,6 +123,8 @@ def test_an_idle_server_is_powered_off_and_woken_for_a_job(cli, ssh_servers, tmp
 
         assert datetime.fromisoformat(started).timestamp() >= woke[1][1], "launched once woken"
         assert cli.json("nodes")[0]["power"] in ("on", "powering off", "off")
+        daemon.terminate()  # a stopped daemon has written its idle energy
+        daemon.wait(timeout=30)
         report = cli.json("report")
         assert report["total"]["idle_energy_kwh"] > 0, report["idle"]
         assert set(report["idle"]["by_node"]) == {"gpu1"}
