@@ -340,3 +340,18 @@ def test_idle_energy_is_never_counted_twice_by_two_daemons(tmp_path):
     second.step(alloc, t0 + 15)  # [t0 + 5, t0 + 15]: only its last 5 s are new
     with db.read() as session:
         assert idle_energy(session, None)["energy_kwh"] == pytest.approx(1500 / 3.6e6, abs=1e-6)
+
+
+def test_a_daemon_that_stops_kills_the_power_commands_under_way(tmp_path):
+    import threading
+
+    from orchestrator.daemon.energy.powercmd import kill_running
+
+    got = []
+    hang = _script(tmp_path, "hang", "import time; time.sleep(60)")
+    thread = threading.Thread(target=lambda: got.append(run_power_command(hang, 60)))
+    thread.start()
+    time.sleep(0.5)
+    kill_running()
+    thread.join(10)
+    assert not thread.is_alive() and not got[0].ok and "signal 9" in got[0].detail

@@ -18,9 +18,12 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 
 ENV = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C"}
+_RUNNING: set[subprocess.Popen] = set()  # commands under way, killed when the daemon stops
+_LOCK = threading.Lock()
 SHOWN_CHARS = 200  # of a command's last line of output
 READ_BYTES = 4096  # of its output's end
 
@@ -47,6 +50,8 @@ def run_power_command(argv: list[str], timeout_s: float) -> Outcome:
             )
         except OSError as exc:
             return Outcome(False, f"cannot run {argv[0]}: {exc.strerror or exc}")
+        with _LOCK:
+            _RUNNING.add(proc)
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -54,11 +59,23 @@ def run_power_command(argv: list[str], timeout_s: float) -> Outcome:
             return Outcome(False, f"{_name(argv)} still running after {timeout_s:g}s: killed")
         finally:
             _kill_group(proc)  # what it left behind in its group goes too
+            with _LOCK:
+                _RUNNING.discard(proc)
         tail = _last_line(out)
     if code == 0:
         return Outcome(True, "exit 0")
     why = f"signal {-code}" if code < 0 else f"exit {code}"
     return Outcome(False, f"{_name(argv)}: {why}" + (f": {tail}" if tail else ""))
+
+
+def kill_running() -> None:
+    """The daemon stops: the commands still under way are killed (a server left waking or
+    powering off is taken as off by the next daemon, which wakes it when needed)."""
+    with _LOCK:
+        procs = list(_RUNNING)
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -145,8 +145,11 @@ class RightSizer:
         return self._store()
 
     def stop(self) -> None:
-        """The daemon stops: waits for servers to answer end (commands run out)."""
+        """The daemon stops: waits for servers to answer end, commands are killed."""
+        from orchestrator.daemon.energy.powercmd import kill_running
+
         self._stop.set()
+        kill_running()
 
     # -- transitions ---------------------------------------------------------------------
     def wake(self, name: str, now_s: float, why: str) -> None:
