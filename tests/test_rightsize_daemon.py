@@ -355,3 +355,15 @@ def test_a_daemon_that_stops_kills_the_power_commands_under_way(tmp_path):
     kill_running()
     thread.join(10)
     assert not thread.is_alive() and not got[0].ok and "signal 9" in got[0].detail
+
+
+def test_discovery_leaves_servers_that_are_off_alone(tmp_path):
+    from orchestrator.daemon.energy.levers import Levers
+
+    ok = _script(tmp_path, "ok", "pass")
+    sizer, _alloc, _db = _sizer(tmp_path, ok, ok)
+    levers = Levers(sizer, idle=None)
+    links = {"a": "link-a", "b": "link-b"}
+    assert levers.awake(links) == links
+    sizer.nodes["a"].state = "off"
+    assert levers.awake(links) == {"b": "link-b"}, "b is not managed: always asked"

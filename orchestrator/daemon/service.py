@@ -229,8 +229,9 @@ class Daemon:
                 feed.unexpected(exc)
 
     def refresh_nodes(self) -> None:
-        """The discovery timer: the servers' GPUs, use and power limits, for ``nodes``."""
-        found = sshnodes.discover(self.links)
+        """The discovery timer: the servers' GPUs, use and power limits, for ``nodes``
+        (servers right-sizing powered off are not asked)."""
+        found = sshnodes.discover(self.levers.awake(self.links))
         with self.db.write() as session:
             sshnodes.record(session, found, self.clock.now())
 

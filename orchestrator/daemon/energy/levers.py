@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from orchestrator.daemon.energy.idle import IdleMeter
 from orchestrator.daemon.energy.rightsizing import WAKE_FAILED, RightSizer
 from orchestrator.errors import GridshiftError
-from orchestrator.planning.devices.rightsizing import OFF
+from orchestrator.planning.devices.rightsizing import OFF, ON
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,13 @@ class Levers:
                             and caps is not None and n.name in caps.by_node), None),
         )  # fmt: skip
         return cls(power, idle)
+
+    def awake(self, links: dict) -> dict:
+        """The SSH links of servers that are on (discovery leaves the others alone)."""
+        if self.power is None:
+            return links
+        return {n: link for n, link in links.items()
+                if n not in self.power.nodes or self.power.nodes[n].state == ON}  # fmt: skip
 
     def start(self, now_s: float) -> None:
         if self.power is not None:
