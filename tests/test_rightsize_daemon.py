@@ -367,3 +367,11 @@ def test_discovery_leaves_servers_that_are_off_alone(tmp_path):
     assert levers.awake(links) == links
     sizer.nodes["a"].state = "off"
     assert levers.awake(links) == {"b": "link-b"}, "b is not managed: always asked"
+
+
+@pytest.mark.parametrize("value", ["0.5", "6", "nan", '"high"'])
+def test_a_bad_daemon_pue_is_one_line_and_exit_2(cli, value):
+    (cli.home / "gridshift.toml").write_text(f"[daemon]\npue = {value}\n")
+    proc = cli.run("nodes", check=False)
+    assert proc.returncode == 2 and "pue" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
