@@ -132,3 +132,41 @@ def test_an_idle_server_is_powered_off_and_woken_for_a_job(cli, ssh_servers, tmp
         daemon.terminate()
         daemon.wait(timeout=30)
         _kill_server(srv, node)
+
+
+def test_a_failing_wake_marks_the_server_and_the_daemon_goes_on(cli, tmp_path):
+    """A server whose power_on fails (printing garbage): marked ``wake failed`` with one
+    escaped line, its job waits, and a job elsewhere runs meanwhile."""
+    calls = tmp_path / "calls"
+    off = [sys.executable, "-c", f"open({str(calls)!r}, 'a').write('off\\n')"]
+    garbage = "sys.stdout.write('\\x1b[2J\\x00' * 500 + '\\nBMC says no\\x07')"
+    on = [sys.executable, "-c", f"import sys; open({str(calls)!r}, 'a').write('on\\n'); "
+          f"{garbage}; sys.exit(4)"]  # fmt: skip
+    nodes = [
+        {"name": "here", "executor": "local", "fake_gpus": 1},
+        {"name": "far", "executor": "ssh", "host": "127.0.0.1", "port": 1, "gpus": 2,
+         "connect_timeout": "1s", "idle_off_after": "1s", "wake_time": "1s",
+         "power_off": off, "power_on": on},
+    ]  # fmt: skip
+    write_config(cli.home, nodes, top={"daemon_interval_s": 0.2})
+    daemon = cli.daemon()
+    try:
+        wait_for(lambda: calls.exists() and "off" in calls.read_text(), timeout_s=20,
+                 what="the idle server powered off")  # fmt: skip
+        wide = cli.submit("--gpus", "2", "--", "true")
+        far = wait_for(lambda: next((n for n in cli.json("nodes") if n["name"] == "far"
+                                     and n["power"] == "wake failed"), None),
+                       timeout_s=20, what="the wake to fail")  # fmt: skip
+        assert (
+            far["power_error"].startswith("power_on: python")
+            and "BMC says no\\x07" in (far["power_error"])
+        ), far
+        assert "\x1b" not in cli.run("nodes").stdout
+        small = cli.submit("--gpus", "1", "--priority", "1", "--", "true")  # fifo: ahead
+        assert cli.wait_state(small, {"completed"}, timeout=30)["node"] == "here"
+        assert cli.json("show", str(wide))["state"] == "queued", "it waits for its server"
+        assert calls.read_text().splitlines().count("on") == 1, "retried only after a back-off"
+        cli.run("cancel", str(wide))
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)

@@ -116,13 +116,14 @@ class RightSizer:
             self._settle(name, p, now_s)
         if alloc is None:
             return self._store()
-        views = []
+        views, held = [], _job_gpus(alloc)
         for name in alloc.node_names:
             total, free = len(alloc.gpus_of(name)), len(alloc.free_on(name))
             p = self.nodes.get(name)
             if p is None:  # not managed: capacity that is on
                 views.append(NodePower(name, total, free))
                 continue
+            free = total - held.get(name, 0)  # idle: no job's (unreachable, it is still idle)
             if p.state == ON:
                 idle = free == total and not p.busy
                 p.idle_since_s = (
@@ -265,6 +266,16 @@ class RightSizer:
                     row.power_since = datetime.fromtimestamp(p.since_s, UTC)
                     session.add(row)
                 p.stored = True
+
+
+def _job_gpus(alloc) -> dict[str, int]:
+    """GPUs jobs hold per node (running attempts, and jobs launched in this pass)."""
+    out: dict[str, int] = {}
+    for key, got in alloc.allocations().items():
+        if isinstance(key, tuple) and key and key[0] in ("attempt", "job"):
+            for node, gpus in got.parts:
+                out[node] = out.get(node, 0) + len(gpus)
+    return out
 
 
 def answers(link) -> str | None:
