@@ -85,6 +85,10 @@ class ClusterAllocator:
         i = self._names.index(node)
         return [g for p, g in enumerate(self._orders[i]) if self._free[i] >> p & 1]
 
+    def free_per_node(self) -> tuple[int, ...]:
+        """Free GPUs of each node, in ``node_names`` order."""
+        return tuple(self._count)
+
     def idle_nodes(self) -> int:
         return sum(1 for i, c in enumerate(self._count) if c == self._size[i])
 
