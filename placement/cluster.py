@@ -130,6 +130,24 @@ class ClusterAllocator:
         self._held[key] = parts
         return self._allocation(key)
 
+    def allocate_preferring(
+        self, key: object, k: int, later: Iterable[str], **options
+    ) -> Allocation | None:
+        """``allocate``, keeping off the nodes named in ``later`` (e.g. powered off: a job
+        there waits for a wake-up) while it fits elsewhere: packing prefers nodes on."""
+        parked = []
+        for name in dict.fromkeys(later):
+            free = self.free_on(name)
+            if free:
+                self.hold(("later", key, name), name, free)
+                parked.append(("later", key, name))
+        try:
+            got = self.allocate(key, k, **options)
+        finally:
+            for held in parked:
+                self.free(held)
+        return got if got is not None or not parked else self.allocate(key, k, **options)
+
     def hold(self, key: object, node: str, gpu_indices) -> None:
         """Mark GPUs as held by ``key`` as they are (e.g. running jobs found in the
         database), whether or not they form a buddy block."""

@@ -139,3 +139,20 @@ def test_after_the_actions_every_need_due_fits_or_every_node_is_up(raw_nodes, ra
     still_off = [n for n in nodes if n.state == OFF and n.name not in actions.wake]
     if still_off and not fits(due, up, size):
         pytest.fail(f"due {due} does not fit on {up} with {len(still_off)} nodes left off")
+
+
+def test_packing_prefers_nodes_on_and_falls_back_to_one_off():
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    nodes = (NodeTopology.plain("on", 4, "r"), NodeTopology.plain("off", 4, "r"))
+    alloc = ClusterAllocator(ClusterTopology(nodes))
+    alloc.hold("busy", "off", [0])  # best fit alone would pick "off", the fuller node
+    first = alloc.allocate_preferring("a", 2, ["off"])
+    assert [n for n, _ in first.parts] == ["on"]
+    assert alloc.free_on("off") == [1, 2, 3]  # what it parked is free again
+    assert [n for n, _ in alloc.allocate_preferring("b", 2, ["off"]).parts] == ["on"]
+    third = alloc.allocate_preferring("c", 2, ["off"])  # no room on "on": the off node
+    assert [n for n, _ in third.parts] == ["off"]
+    assert alloc.allocate_preferring("d", 2, ["off"]) is None and alloc.free_gpus == 1
+    assert set(alloc.allocations()) == {"busy", "a", "b", "c"}
