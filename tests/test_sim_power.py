@@ -151,3 +151,24 @@ def test_bad_idle_settings_get_one_line_and_exit_2(cli, tmp_path, table, message
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert message.split(": ")[1] in proc.stderr
+
+
+def test_planning_with_the_idle_draw_of_waiting_jobs_emits_less_in_all():
+    """budget counting what keeping a job's GPUs on while it waits costs (plan_idle)
+    defers less, and jobs and idle servers together emit less."""
+
+    def run(**cluster) -> dict:
+        scenario = Scenario.model_validate(
+            {
+                "policies": ["budget"],
+                "jobs": {"source": "synthetic:count=150&days=3"},
+                "grid": {"source": "synthetic:days=7"},
+                "cluster": {"gpus": 64, **cluster},
+            }
+        )
+        return simulate(scenario, ROOT).results["budget"]
+
+    plain, idle = run(), run(plan_idle=True)
+    assert idle["avg_wait_h"] < plain["avg_wait_h"]
+    total = lambda m: m["carbon_kg"] + m["idle_carbon_kg"]  # noqa: E731
+    assert total(idle) < total(plain)

@@ -263,7 +263,7 @@ class SimDaemon(Resizing):
         inp = self.inputs
         return {
             "expected_load": self._recent_load(now),
-            "committed": running + self.power.committed(now),
+            **self.power.context(now, running),  # committed: running, and nodes off
             "total_gpus": self.alloc.total_gpus,
             "budget": self.ledger.state(now) if self.ledger is not None else None,
             "price": self._price,

@@ -71,6 +71,7 @@ class SimPower:
         self.pue = inputs.cluster.pue
         self.nodes = node_settings(inputs)
         self.enabled = any(n.off_after_s is not None for n in self.nodes)
+        self.plan_idle = plan_idle(self.nodes, inputs.cluster, self.enabled)
         self._offs: list[float] = []  # when each power-off and wake-up was decided
         self._wakes: list[float] = []
         self._checks: set[float] = set()
@@ -139,6 +140,15 @@ class SimPower:
             if n.state != ON
         ]
 
+    def context(self, now: float, running: list[Commitment]) -> dict:
+        """The planner's view: running jobs and nodes off as committed, and what keeping
+        a server on costs a job that waits (``plan_idle``; by default with right-sizing,
+        for at most idle_off_after and a wake-up)."""
+        out: dict = {"committed": running + self.committed(now)}
+        if self.plan_idle:
+            out["idle_w_per_gpu"], out["idle_wait_s"] = self.plan_idle
+        return out
+
     def is_on(self, node: str) -> bool:
         return next(n.state == ON for n in self.nodes if n.name == node)
 
@@ -165,6 +175,16 @@ class SimPower:
         offs = sum(at <= end_s for at in self._offs)
         wakes = sum(at <= end_s for at in self._wakes)
         return IdleAccount(t[:-1], t[1:], np.asarray(self._w), offs, wakes, self.enabled)
+
+
+def plan_idle(nodes: list[_Node], cluster, right_sizing: bool) -> tuple | None:
+    """(idle W per GPU, the longest wait it is counted for) for the planner, or None."""
+    wanted = cluster.plan_idle if cluster.plan_idle is not None else right_sizing
+    if not wanted or not nodes:
+        return None
+    per_gpu_w = sum(n.idle_w for n in nodes) / sum(n.gpus for n in nodes) * cluster.pue
+    offs = [n.off_after_s + n.wake_s for n in nodes if n.off_after_s is not None]
+    return per_gpu_w, (max(offs) if right_sizing and len(offs) == len(nodes) else None)
 
 
 def node_settings(inputs) -> list[_Node]:

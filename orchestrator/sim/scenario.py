@@ -115,6 +115,9 @@ class ClusterConfig(BaseModel):
     wake: str = "5m"
     node_idle_w: float = Field(default=150.0, ge=0, le=100_000)  # a server on, no GPU
     gpu_idle_w: float | None = Field(default=None, ge=0, le=10_000)  # None: 20 % of max
+    plan_idle: bool | None = (
+        None  # planners count idle GPUs of a waiting job (None: if right-sizing)
+    )
 
     @field_validator("idle_off_after", "wake")
     @classmethod
