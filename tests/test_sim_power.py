@@ -172,3 +172,15 @@ def test_planning_with_the_idle_draw_of_waiting_jobs_emits_less_in_all():
     assert idle["avg_wait_h"] < plain["avg_wait_h"]
     total = lambda m: m["carbon_kg"] + m["idle_carbon_kg"]  # noqa: E731
     assert total(idle) < total(plain)
+
+
+def test_the_carbon_plot_stacks_the_idle_carbon_on_the_jobs(tmp_path):
+    from orchestrator.sim.plots import figures
+
+    outcome = simulate(_two_nodes(tmp_path, ROWS), ROOT)
+    carbon_ax = figures(outcome)["carbon_vs_jct"].axes[0]
+    _jobs, idle = carbon_ax.containers  # two bar series: the jobs', the idle on top
+    m = outcome.results["fifo"]
+    assert idle.patches[0].get_y() == pytest.approx(m["carbon_kg"])
+    assert idle.patches[0].get_height() == pytest.approx(m["idle_carbon_kg"])
+    assert "idle" in carbon_ax.get_ylabel()
