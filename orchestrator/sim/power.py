@@ -75,23 +75,42 @@ class SimPower:
         self._offs: list[float] = []  # when each power-off and wake-up was decided
         self._wakes: list[float] = []
         self._checks: set[float] = set()
+        self._index = {n.name: i for i, n in enumerate(self.nodes)}
+        self._seen = tuple(n.gpus for n in self.nodes)  # free GPUs per node, last step
+        self._node_w = np.array([float(n.idle_w) for n in self.nodes])  # each one's idle draw
+        self._mark: tuple | None = None  # the queue's size and replans at the last decision
+        self._due_s = -np.inf  # when right-sizing must decide again, at the latest
+        self._dirty = True
         start = float(inputs.jobs.submit_s[0])
         for n in self.nodes:
             n.free, n.idle_since_s = n.gpus, start
-        self._t, self._w = [start], [self._idle_w()]
+        self._t, self._w = [start], [float(self._node_w.sum()) * self.pue]
 
     # -- the pass's step ----------------------------------------------------------------
     def step(self, now: float) -> None:
-        for n, free in zip(self.nodes, self.daemon.alloc.free_per_node(), strict=True):
-            if n.state != ON:
-                continue
-            n.free = free
-            if n.free < n.gpus:
-                n.idle_since_s = None
-            elif n.idle_since_s is None:
-                n.idle_since_s = now
+        """Note the nodes whose free GPUs changed; right-size when anything it reads did
+        (free GPUs, the queue, a plan, a wake-up, a time it asked to decide again at);
+        record the idle draw from now. Cheap when nothing changed (every pass runs it)."""
+        free = self.daemon.alloc.free_per_node()
+        changed = free != self._seen
+        if changed:
+            for i in np.flatnonzero(np.asarray(free) != np.asarray(self._seen)).tolist():
+                n = self.nodes[i]
+                if n.state != ON:
+                    continue  # held while off or waking: its draw is set with its state
+                n.free = free[i]
+                if n.free < n.gpus:
+                    n.idle_since_s = None
+                elif n.idle_since_s is None:
+                    n.idle_since_s = now
+                self._node_w[i] = n.idle_w * n.free / n.gpus
+            self._seen = free
         if self.enabled:
-            self._right_size(now)
+            sched = self.daemon.scheduler
+            mark = (len(sched), sched.replans)
+            if changed or self._dirty or mark != self._mark or now >= self._due_s:
+                self._mark, self._dirty = mark, False
+                self._right_size(now)
         self._record(now)
 
     def _right_size(self, now: float) -> None:
@@ -106,20 +125,22 @@ class SimPower:
             for n in self.nodes
         ]  # fmt: skip
         actions = right_size(states, needs, now)
-        by_name = {n.name: n for n in self.nodes}
         alloc = self.daemon.alloc
         for name in actions.power_off:
-            node = by_name[name]
+            node = self.nodes[self._index[name]]
             alloc.hold(("off", name), name, alloc.gpus_of(name))
             node.state, node.free, node.idle_since_s = OFF, 0, None
+            self._node_w[self._index[name]] = 0.0
             self._offs.append(now)
         for name in actions.wake:
-            node = by_name[name]
+            node = self.nodes[self._index[name]]
             node.state, node.ready_s = WAKING, now + node.wake_s
+            self._node_w[self._index[name]] = node.idle_w
             self.daemon.loop.schedule(node.ready_s, lambda node=node: self._woken(node), 0)
             self._wakes.append(now)
         if actions.power_off or actions.wake:
             sched.invalidate()  # the capacity the plan saw changed
+        self._due_s = np.inf if actions.next_check_s is None else actions.next_check_s
         if actions.next_check_s is not None and actions.next_check_s not in self._checks:
             self._checks.add(actions.next_check_s)
             self.daemon.loop.schedule(actions.next_check_s)
@@ -129,6 +150,9 @@ class SimPower:
         if node.state == WAKING:
             self.daemon.alloc.free(("off", node.name))
             node.state, node.free, node.idle_since_s = ON, node.gpus, self.daemon.loop.now
+            seen = list(self._seen)
+            seen[self._index[node.name]] = -1  # the next step reads its GPUs again
+            self._seen, self._dirty = tuple(seen), True
             self.daemon.scheduler.invalidate()
 
     # -- what the planner sees ----------------------------------------------------------
@@ -153,17 +177,8 @@ class SimPower:
         return next(n.state == ON for n in self.nodes if n.name == node)
 
     # -- accounts -----------------------------------------------------------------------
-    def _idle_w(self) -> float:
-        watts = 0.0
-        for n in self.nodes:
-            if n.state == ON:
-                watts += n.idle_w * n.free / n.gpus
-            elif n.state == WAKING:
-                watts += n.idle_w
-        return watts * self.pue
-
     def _record(self, now: float) -> None:
-        watts = self._idle_w()
+        watts = float(self._node_w.sum()) * self.pue
         if watts != self._w[-1]:
             self._t.append(now)
             self._w.append(watts)
