@@ -184,3 +184,17 @@ def test_the_carbon_plot_stacks_the_idle_carbon_on_the_jobs(tmp_path):
     assert idle.patches[0].get_y() == pytest.approx(m["carbon_kg"])
     assert idle.patches[0].get_height() == pytest.approx(m["idle_carbon_kg"])
     assert "idle" in carbon_ax.get_ylabel()
+
+
+def test_a_node_of_its_own_settings_overrides_the_cluster(tmp_path):
+    """Node a says never (and draws 200 W idle): only b is powered off, at 0.5 h."""
+    scenario = _two_nodes(tmp_path, ROWS, idle_off_after="30m", wake="10m")
+    scenario.cluster.nodes[0].idle_off_after = "never"
+    scenario.cluster.nodes[0].node_idle_w = 200.0
+    outcome = simulate(scenario, ROOT)
+    m, run = outcome.results["fifo"], outcome.runs["fifo"]
+    assert m["power_offs"] == 1 and m["wakes"] == 0
+    assert run.first_start_s[1] == pytest.approx(T0 + 3 * H)  # a is on: no wake-up
+    # a on throughout: 260 W idle (200 + 2 × 30), half of it 0-1 h; b 160 W to 0.5 h; PUE 1.5
+    hand_kwh = 1.5 * (130 * 1 + 260 * 2 + 0 * 1 + 160 * 0.5) / 1000
+    assert m["idle_energy_kwh"] == pytest.approx(hand_kwh, abs=1e-3)

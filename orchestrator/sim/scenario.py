@@ -34,6 +34,11 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     gpu = "v100"                      # the power curve (v100, a40, p100, rtx6000)
     host_w_per_gpu = 50.0
     pue = 1.0
+    node_idle_w = 150.0               # a server on, besides its GPUs (sim.power)
+    gpu_idle_w = 60.0                 # an idle GPU (default: 20 % of its maximum limit)
+    idle_off_after = "30m"            # right-sizing: a node idle this long is powered off
+    wake = "5m"                       # ... and answers this long after it is woken
+    plan_idle = true                  # planners count a waiting job's idle GPUs
 
 Paths are relative to the scenario file and may use environment variables
 (``$GRIDSHIFT_SHARED_DATA``).
