@@ -139,3 +139,50 @@ def test_after_the_actions_every_need_due_fits_or_every_node_is_up(raw_nodes, ra
     still_off = [n for n in nodes if n.state == OFF and n.name not in actions.wake]
     if still_off and not fits(due, up, size):
         pytest.fail(f"due {due} does not fit on {up} with {len(still_off)} nodes left off")
+
+
+def test_packing_prefers_nodes_on_and_falls_back_to_one_off():
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    nodes = (NodeTopology.plain("on", 4, "r"), NodeTopology.plain("off", 4, "r"))
+    alloc = ClusterAllocator(ClusterTopology(nodes))
+    alloc.hold("busy", "off", [0])  # best fit alone would pick "off", the fuller node
+    first = alloc.allocate_preferring("a", 2, ["off"])
+    assert [n for n, _ in first.parts] == ["on"]
+    assert alloc.free_on("off") == [1, 2, 3]  # what it parked is free again
+    assert [n for n, _ in alloc.allocate_preferring("b", 2, ["off"]).parts] == ["on"]
+    third = alloc.allocate_preferring("c", 2, ["off"])  # no room on "on": the off node
+    assert [n for n, _ in third.parts] == ["off"]
+    assert alloc.allocate_preferring("d", 2, ["off"]) is None and alloc.free_gpus == 1
+    assert set(alloc.allocations()) == {"busy", "a", "b", "c"}
+
+
+def test_the_planner_counts_the_idle_draw_of_a_job_kept_waiting():
+    """budget compares start slots: 400 g/kWh for 10 h, then 100. A 1-GPU job of an hour
+    saves ~0.1 kg by waiting 10 h; a GPU kept on idle (100 W) over the wait costs 0.4 kg,
+    so it starts now; with right-sizing (the node off after an hour idle) only an hour of
+    it counts, and waiting pays again."""
+    from datetime import UTC, datetime
+
+    import numpy as np
+
+    from grid.forecasters import StepForecaster
+    from grid.steps import StepSeries
+    from orchestrator.planning.perfmodel import JobModel, curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.planning.policies.base import QueuedJob, Snapshot
+
+    h, day0 = 3600.0, datetime(2023, 3, 6, tzinfo=UTC).timestamp()
+    values = np.array([400.0] * 10 + [100.0] * 38)
+    job = QueuedJob(0, 1, day0, duration_s=h, deadline_s=day0 + 24 * h,
+                    model=JobModel(h, 1, curve_for("a40")))  # fmt: skip
+
+    def start_h(**idle) -> float:
+        snap = Snapshot(day0, [job], StepForecaster(StepSeries(day0, h, values)),
+                        total_gpus=8, slot_s=h, **idle)  # fmt: skip
+        return (resolve_policy("budget").plan(snap)[0].start_s - day0) / h
+
+    assert start_h() == 10
+    assert start_h(idle_w_per_gpu=100.0) == 0
+    assert start_h(idle_w_per_gpu=100.0, idle_wait_s=h) == 10

@@ -49,6 +49,7 @@ from orchestrator.planning.scheduler import Scheduler
 from orchestrator.sim.elastic import Resizing, job_model, resizes
 from orchestrator.sim.events import EventLoop
 from orchestrator.sim.inputs import SimInputs
+from orchestrator.sim.power import SimPower
 from orchestrator.sim.result import RunResult
 from placement.cluster import ClusterAllocator
 
@@ -132,6 +133,8 @@ class SimDaemon(Resizing):
         after = [("sample", self._sample)]
         if inputs.power_limit_w is not None:
             after.insert(0, ("split power", lambda _now: self._split_power()))
+        self.power = SimPower(self)  # idle power, right-sizing: after launch, each pass
+        after.insert(0, ("power", self.power.step))
         self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on
         self._restarted: set[int] = set()  # jobs that checkpointed: each start costs
         self.onepass = Pass(self, guard=not self.clairvoyant, after=after,
@@ -260,7 +263,7 @@ class SimDaemon(Resizing):
         inp = self.inputs
         return {
             "expected_load": self._recent_load(now),
-            "committed": running,
+            **self.power.context(now, running),  # committed: running, and nodes off
             "total_gpus": self.alloc.total_gpus,
             "budget": self.ledger.state(now) if self.ledger is not None else None,
             "price": self._price,
@@ -426,6 +429,7 @@ class SimDaemon(Resizing):
             replans=self.scheduler.replans,
             ledger=self.ledger,
             solver=solver,
+            idle=self.power.account(float(np.nanmax(self.finish))),
         )
 
     def _plan_whole_run(self) -> dict:
