@@ -372,3 +372,40 @@ def test_a_bad_daemon_pue_is_one_line_and_exit_2(cli, value):
     proc = cli.run("nodes", check=False)
     assert proc.returncode == 2 and "pue" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+# -- what the live planner counts for keeping a server on -----------------------------------
+def test_idle_cost_of_the_cluster_with_right_sizing(tmp_path):
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.energy.levers import Levers
+
+    ok = _script(tmp_path, "ok", "pass")
+    sizer, _alloc, db = _sizer(tmp_path, ok, ok, gpu_idle_w=40, host_idle_w=100)
+    configs = {n: p.cfg for n, p in sizer.nodes.items()}
+    from orchestrator.daemon.energy.idle import IdleMeter
+
+    meter = IdleMeter(db, {"a": "ssh", "b": "ssh"}, configs)
+    nodes = [SimpleNamespace(name=n, executor="ssh", gpu_count=2) for n in ("a", "b")]
+    # a: 2 x 40 + 100 = 180 W; b (defaults): 2 x 50 + 150 = 250 W; over 4 GPUs
+    per_gpu_w, wait_s = Levers(sizer, meter).idle_cost(nodes)
+    assert per_gpu_w == pytest.approx(430 / 4)
+    assert wait_s is None, "b is never powered off: a wait keeps it on"
+    assert Levers(None, meter).idle_cost(nodes) is None, "counted with right-sizing only"
+
+
+def test_the_live_planner_counts_idle_servers_for_a_job_that_would_wait():
+    from orchestrator.daemon.planner import LivePlanner
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from tests.test_budget_pacing import NOW_S, T0, _feed, _job
+
+    def start_h(idle_cost) -> float:
+        feed, _ = _feed()  # 400 g/kWh, 100 only from +12 h to +14.5 h
+        planner = LivePlanner(resolve_policy("budget"), 900.0, curve_for(None), feed=feed)
+        planner.idle_cost = idle_cost
+        planner.schedule(T0, [_job(1)], {}, [], 4, 4, 0.0)
+        return (planner._plan[1].start_s - NOW_S) / 3600
+
+    assert start_h(None) >= 12, "without the idle cost it waits for the low window"
+    assert start_h((2000.0, None)) < 1, "4 GPUs idle 12 h cost more than the window saves"

@@ -142,6 +142,8 @@ class Daemon:
         self.levers = Levers.build(self.settings, nodes, self.links, self.db, caps=self.caps,
                                    carbon=feed.integral if feed is not None else None)  # fmt: skip
         self.queue.power = self.levers.power  # packing prefers servers on; wakes one off
+        if self.planner is not None:  # with right-sizing: a waiting job keeps GPUs idle
+            self.planner.idle_cost = self.levers.idle_cost(nodes)
         self.onepass = Pass(
             self.queue,
             guard=self.planner is not None,
