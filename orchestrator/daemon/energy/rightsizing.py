@@ -84,30 +84,24 @@ class RightSizer:
         """GPUs for ``key`` on servers that are on; None while it must wait. One that fits
         only with a server that is off wakes that server (the job waits for it)."""
         blocked = [n for n, p in self.nodes.items() if p.state != ON and n in alloc.node_names]
-        hidden = [n for n in blocked if alloc.free_on(n)]
-        for name in hidden:
-            alloc.hold(("power", name), name, alloc.free_on(name))
-        try:
-            got = alloc.allocate(key, width)
-        finally:
-            for name in hidden:
-                alloc.free(("power", name))
-        if got is not None or not blocked:
-            return got
+        if not blocked:
+            return alloc.allocate(key, width)
         down = {n: alloc.allocation(("down", n)) for n in blocked}  # unreachable: it is off
         down = {n: a for n, a in down.items() if a is not None}
         for name in down:
             alloc.free(("down", name))
-        try:
-            got = alloc.allocate(key, width)
-            if got is not None:
+        try:  # placement.cluster: servers off only when it fits nowhere else
+            got = alloc.allocate_preferring(key, width, blocked)
+            woken = {node for node, _ in got.parts} & set(blocked) if got is not None else set()
+            if woken:
                 alloc.free(key)
-                for name in {node for node, _ in got.parts} & set(blocked):
+                for name in sorted(woken):
                     self.wake(name, now_s, f"for {_job(key)}")
+                got = None
         finally:
             for name, held in down.items():
                 alloc.hold(("down", name), name, [g for _, gpus in held.parts for g in gpus])
-        return None
+        return got
 
     def step(self, alloc, planned: Iterable[tuple], now_s: float) -> None:
         """After the launches: how the commands under way ended, since when each server
