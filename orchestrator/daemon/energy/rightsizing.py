@@ -69,7 +69,6 @@ class RightSizer:
     db: Database
     nodes: dict[str, Power]
     probe: Callable[[str], str | None]  # None: the server answers; else why not
-    now: Callable[[], float] = time.time
     _stop: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -155,7 +154,7 @@ class RightSizer:
             return
         log.info("node %s: waking it (%s)", name, why)
         self._set(p, WAKING, now_s)
-        self._start(name, p, lambda: self._wake(name, p, now_s))
+        self._start(name, p, lambda: self._wake(name, p))
 
     def _power_off(self, name: str, now_s: float) -> None:
         p = self.nodes[name]
@@ -163,18 +162,19 @@ class RightSizer:
         self._set(p, POWERING_OFF, now_s)
         self._start(name, p, lambda: run_power_command(p.cfg.power_off, p.seconds("power_timeout")))
 
-    def _wake(self, name: str, p: Power, started_s: float) -> Outcome:
-        """power_on, then wait for the server to answer (on this thread)."""
+    def _wake(self, name: str, p: Power) -> Outcome:
+        """power_on, then wait for the server to answer (on this thread), within its
+        wake_timeout of power_on's start."""
+        deadline = time.monotonic() + p.seconds("wake_timeout")
         got = run_power_command(p.cfg.power_on, p.seconds("power_timeout"))
         if not got.ok:
             return got
-        deadline = started_s + p.seconds("wake_timeout")
         why = "no answer yet"
         while not self._stop.is_set():
             why = self.probe(name)
             if why is None:
                 return Outcome(True, "answers")
-            if self.now() >= deadline:
+            if time.monotonic() >= deadline:
                 break
             self._stop.wait(PROBE_EVERY_S)
         return Outcome(False, f"no answer within {p.cfg.wake_timeout} of power_on ({why})")
