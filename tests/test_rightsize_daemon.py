@@ -128,7 +128,7 @@ def test_idle_server_off_then_packing_prefers_servers_on_and_wakes_one_only_when
         tmp_path, "rec", f"import sys; open({str(calls)!r}, 'a').write(sys.argv[1] + '\\n')"
     )
     sizer, alloc, db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"])
-    sizer.restore(100.0)
+    sizer.restore(100.0, {})
     alloc.hold(("attempt", 1), "b", [0])  # b is busy: only a may go off
     sizer.step(alloc, [], 100.0)
     assert sizer.nodes["a"].state == "on", "idle for less than idle_off_after"
@@ -151,7 +151,7 @@ def test_a_wake_that_hangs_or_fails_marks_the_node_and_is_retried_later(tmp_path
     hang = _script(tmp_path, "hang", "import time; time.sleep(60)")
     ok = _script(tmp_path, "ok", "pass")
     sizer, alloc, db = _sizer(tmp_path, ok, hang)
-    sizer.restore(0.0)
+    sizer.restore(0.0, {})
     sizer.nodes["a"].state = "off"
     alloc.hold(("attempt", 1), "b", [0, 1])
     assert sizer.allocate(alloc, ("job", 1), 2, 10.0) is None
@@ -169,7 +169,7 @@ def test_a_wake_that_hangs_or_fails_marks_the_node_and_is_retried_later(tmp_path
 def test_a_woken_server_that_never_answers_is_a_failed_wake(tmp_path):
     ok = _script(tmp_path, "ok", "pass")
     sizer, alloc, db = _sizer(tmp_path, ok, ok, probe=lambda _n: "connection refused")
-    sizer.restore(0.0)
+    sizer.restore(0.0, {})
     sizer.nodes["a"].state = "off"
     alloc.hold(("attempt", 1), "b", [0, 1])
     sizer.allocate(alloc, ("job", 1), 1, 10.0)
@@ -180,7 +180,7 @@ def test_a_woken_server_that_never_answers_is_a_failed_wake(tmp_path):
 def test_a_power_off_that_fails_leaves_the_server_on(tmp_path):
     bad = _script(tmp_path, "bad", "print('ipmi: \\x07 no route'); raise SystemExit(1)")
     sizer, alloc, db = _sizer(tmp_path, bad, bad)
-    sizer.restore(0.0)
+    sizer.restore(0.0, {})
     sizer.step(alloc, [], 0.0)
     sizer.step(alloc, [], 5.0)
     deadline = time.monotonic() + 10
@@ -409,3 +409,38 @@ def test_the_live_planner_counts_idle_servers_for_a_job_that_would_wait():
 
     assert start_h(None) >= 12, "without the idle cost it waits for the low window"
     assert start_h((2000.0, None)) < 1, "4 GPUs idle 12 h cost more than the window saves"
+
+
+def test_a_restarted_daemon_keeps_power_states_and_idle_cursors(tmp_path):
+    """``sync_inventory`` replaces the node rows at start: what right-sizing and the idle
+    ledger stored on them is carried over (a server left off stays off, a stretch already
+    counted is not counted again)."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.energy.idle import IdleMeter
+    from orchestrator.daemon.energy.levers import Levers
+    from orchestrator.nodes.inventory import sync_inventory
+    from orchestrator.queue.models import Node
+
+    ok = _script(tmp_path, "ok", "pass")
+    sizer, _alloc, db = _sizer(tmp_path, ok, ok)
+    cursor = datetime(2026, 11, 24, 5, 0, tzinfo=UTC)
+    with db.write() as session:
+        a, b = session.get(Node, "a"), session.get(Node, "b")
+        a.power_state, a.power_error, a.idle_until = "off", None, cursor
+        b.idle_until = cursor
+        session.add_all([a, b])
+    levers = Levers(sizer, IdleMeter(db, {"a": "ssh", "b": "ssh"}, {}))
+    kept = levers.remember()
+    fields = dict(executor="ssh", gpu_count=2, gpu_model=None, rack=None, host="h",
+                  gpu_source="config", gpus=[])  # fmt: skip
+    resolved = [SimpleNamespace(name=n, **fields) for n in ("a", "b")]
+    with db.write() as session:
+        sync_inventory(session, resolved, datetime.now(UTC))
+    levers.start(datetime.now(UTC).timestamp(), kept)
+    assert sizer.nodes["a"].state == "off"
+    with db.read() as session:
+        rows = {n: session.get(Node, n) for n in ("a", "b")}
+        assert rows["a"].power_state == "off" and rows["a"].idle_until == cursor
+        assert rows["b"].idle_until == cursor and rows["b"].power_state is None

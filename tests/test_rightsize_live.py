@@ -106,8 +106,12 @@ def test_an_idle_server_is_powered_off_and_woken_for_a_job(cli, ssh_servers, tmp
         wait_for(lambda: cli.json("nodes")[0]["power"] == "off", timeout_s=10, what="state off")
         assert shown["gpu1"]["gpus"] == 2
         assert "off" in cli.run("nodes").stdout
-        time.sleep(0.5)
+        daemon.terminate()  # a daemon started again finds the server off, as left
+        daemon.wait(timeout=30)
+        daemon = cli.daemon()
+        time.sleep(1.5)
         assert [w for w, _ in _calls(calls)] == ["off"], "an off server stays off while idle"
+        assert cli.json("nodes")[0]["power"] == "off"
 
         out = tmp_path / "ran"
         job = cli.submit("--gpus", "1", "--", sys.executable, "-c",

@@ -307,12 +307,13 @@ class Daemon:
         from orchestrator.daemon.loop import Every, run_passes
 
         now = self.clock.now()
+        kept = self.levers.remember()  # power states the inventory's replacement drops
         with self.db.write() as session:
             sync_inventory(session, self.dispatcher.nodes, now)
             sshnodes.record(session, self.discovery, now)
         self.reaper.recover(now)
         self.reaper.reconcile_caps()
-        self.levers.start(now.timestamp())
+        self.levers.start(now.timestamp(), kept)
         self._announce()
         self._wake.clear()
         timers = []

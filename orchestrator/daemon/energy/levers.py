@@ -59,9 +59,31 @@ class Levers:
         return {n: link for n, link in links.items()
                 if n not in self.power.nodes or self.power.nodes[n].state == ON}  # fmt: skip
 
-    def start(self, now_s: float) -> None:
+    def remember(self) -> dict[str, dict]:
+        """Each node row's power state and idle-energy cursor, read before the daemon
+        replaces the inventory at start (``sync_inventory``), for ``start``."""
+        from sqlmodel import select
+
+        from orchestrator.queue.models import Node
+
+        keys = ("power_state", "power_since", "power_error", "idle_until")
+        with self.idle.db.read() as session:
+            return {row.name: {k: getattr(row, k) for k in keys}
+                    for row in session.exec(select(Node)).all()}  # fmt: skip
+
+    def start(self, now_s: float, kept: dict[str, dict]) -> None:
+        """The daemon serves: the idle-energy cursors back on the new node rows (nothing
+        is counted twice across a restart), and each server's power state."""
+        from orchestrator.queue.models import Node
+
+        with self.idle.db.write() as session:
+            for name, row in kept.items():
+                node = session.get(Node, name)
+                if node is not None and row["idle_until"] is not None:
+                    node.idle_until = row["idle_until"]
+                    session.add(node)
         if self.power is not None:
-            self.power.restore(now_s)
+            self.power.restore(now_s, kept)
 
     def after_pass(self, queue, scheduler, now_s: float) -> None:
         """Idle energy up to now, then right-sizing on this pass's reading. A failure of

@@ -224,26 +224,19 @@ class RightSizer:
             p.idle_since_s = None
 
     # -- the node rows -------------------------------------------------------------------
-    def restore(self, now_s: float) -> None:
-        """At start: servers stored off, powering off or waking are off (what a crash
-        left is uncertain: a job that needs one wakes it); a failed wake is retried when
-        needed; rows of servers no longer managed are cleared."""
-        from sqlmodel import select
-
-        from orchestrator.queue.models import Node
-
-        with self.db.write() as session:
-            for row in session.exec(select(Node)).all():
-                p = self.nodes.get(row.name)
-                if p is None:
-                    if row.power_state is not None:
-                        row.power_state, row.power_since, row.power_error = None, None, None
-                        session.add(row)
-                    continue
-                state = {None: ON, ON: ON, WAKE_FAILED: WAKE_FAILED}.get(row.power_state, OFF)
-                p.state, p.error, p.stored = state, row.power_error, False
-                p.since_s = row.power_since.timestamp() if row.power_since else now_s
-                p.idle_since_s = now_s if state == ON else None
+    def restore(self, now_s: float, kept: dict[str, dict]) -> None:
+        """At start, from what the node rows said before the inventory was replaced
+        (``levers.remember``): servers stored off, powering off or waking are off (what a
+        crash left is uncertain: a job that needs one wakes it); a failed wake is retried
+        when needed."""
+        for name, p in self.nodes.items():
+            row = kept.get(name, {})
+            stored = row.get("power_state")
+            state = {None: ON, ON: ON, WAKE_FAILED: WAKE_FAILED}.get(stored, OFF)
+            p.state, p.error, p.stored = state, row.get("power_error"), False
+            since = row.get("power_since")
+            p.since_s = since.timestamp() if since else now_s
+            p.idle_since_s = now_s if state == ON else None
         self._store()
 
     def _store(self) -> None:
