@@ -86,7 +86,7 @@ def _sizer(tmp_path, argv_off, argv_on, probe=lambda _n: None, **extra):
     db = Database(f"sqlite:///{tmp_path / 'q.db'}")
     db.ensure_schema()
     cfg = dict(executor="ssh", host="h", gpus=2, power_off=argv_off, power_on=argv_on,
-               idle_off_after="1s", wake_time="1s", wake_timeout="2s",
+               idle_off_after="1s", wake="1s", wake_timeout="2s",
                power_timeout="1s")  # fmt: skip
     configs = [
         NodeConfig(name="a", **{**cfg, **extra}),
@@ -209,9 +209,9 @@ def test_idle_energy_by_hand(tmp_path):
                              updated_at=datetime.now(UTC)))  # fmt: skip
     configs = {
         "a": NodeConfig(
-            name="a", executor="ssh", host="h", gpu_idle_w=40, host_idle_w=100, pue=1.5
+            name="a", executor="ssh", host="h", gpu_idle_w=40, node_idle_w=100, pue=1.5
         ),
-        "b": NodeConfig(name="b", executor="ssh", host="h", gpu_idle_w=40, host_idle_w=100),
+        "b": NodeConfig(name="b", executor="ssh", host="h", gpu_idle_w=40, node_idle_w=100),
     }
     meter = IdleMeter(db, {"a": "ssh", "b": "ssh", "s": "slurm"}, configs, pue=1.2,
                       carbon=lambda a, b: 200.0 * (b - a))  # 200 g/kWh  # fmt: skip
@@ -221,15 +221,16 @@ def test_idle_energy_by_hand(tmp_path):
     t0 = 1_700_000_000.0
     meter.step(alloc, t0)
     meter.step(alloc, t0 + 10)
-    # a: 3 x 40 W x 1.5 = 180 W; b: (4 x 40 + 100) x 1.2 = 312 W; s (Slurm): not counted
+    # a: (3 x 40 W + 100 W x 3/4) x 1.5 = 292.5 W; b: (4 x 40 + 100) x 1.2 = 312 W;
+    # s (Slurm): not counted
     got = idle_energy(db.read().__enter__(), None)
-    assert got["by_node"]["a"]["energy_kwh"] == pytest.approx(1800 / 3.6e6, abs=2e-6)
+    assert got["by_node"]["a"]["energy_kwh"] == pytest.approx(2925 / 3.6e6, abs=2e-6)
     assert got["by_node"]["b"]["energy_kwh"] == pytest.approx(3120 / 3.6e6, abs=2e-6)
     assert "s" not in got["by_node"]
-    assert got["carbon_kg"] == pytest.approx((4920 / 3.6e6) * 200 / 1e3, abs=2e-6)
+    assert got["carbon_kg"] == pytest.approx((6045 / 3.6e6) * 200 / 1e3, abs=2e-6)
     meter.step(alloc, t0 + 10 + 3600)  # a daemon away for an hour: 5 minutes at most
     got = idle_energy(db.read().__enter__(), None)
-    assert got["by_node"]["a"]["energy_kwh"] == pytest.approx(180 * 310 / 3.6e6, abs=2e-6)
+    assert got["by_node"]["a"]["energy_kwh"] == pytest.approx(292.5 * 310 / 3.6e6, abs=2e-6)
 
 
 # -- the config ----------------------------------------------------------------------------
@@ -308,7 +309,7 @@ def test_idle_draw_measured_through_the_energy_counters_when_not_configured(tmp_
         (row,) = session.exec(__import__("sqlmodel").select(IdleUsage)).all()
     # 10 s at the default (4 x 50 W + 150 W host), then 10 s as measured (4 x 30 W + 150 W)
     assert row.energy_j == pytest.approx(3500 + 2700)
-    assert meter.draw_w("local", 4, 1) == pytest.approx(90.0), "3 idle GPUs, busy server"
+    assert meter.draw_w("local", 4, 1) == pytest.approx(3 * 30 + 150 * 3 / 4), "3 idle GPUs"
 
 
 def test_idle_energy_is_never_counted_twice_by_two_daemons(tmp_path):
@@ -327,7 +328,7 @@ def test_idle_energy_is_never_counted_twice_by_two_daemons(tmp_path):
     with db.write() as session:
         session.add(Node(name="a", executor="ssh", gpus=1, gpu_source="config",
                          updated_at=datetime.now(UTC)))  # fmt: skip
-    cfg = {"a": NodeConfig(name="a", executor="ssh", host="h", gpu_idle_w=100, host_idle_w=0)}
+    cfg = {"a": NodeConfig(name="a", executor="ssh", host="h", gpu_idle_w=100, node_idle_w=0)}
     alloc = ClusterAllocator(ClusterTopology((NodeTopology.plain("a", 1),)))
     first, second = (IdleMeter(db, {"a": "ssh"}, cfg) for _ in range(2))
     t0 = 1_700_000_000.0
@@ -381,7 +382,7 @@ def test_idle_cost_of_the_cluster_with_right_sizing(tmp_path):
     from orchestrator.daemon.energy.levers import Levers
 
     ok = _script(tmp_path, "ok", "pass")
-    sizer, _alloc, db = _sizer(tmp_path, ok, ok, gpu_idle_w=40, host_idle_w=100)
+    sizer, _alloc, db = _sizer(tmp_path, ok, ok, gpu_idle_w=40, node_idle_w=100)
     configs = {n: p.cfg for n, p in sizer.nodes.items()}
     from orchestrator.daemon.energy.idle import IdleMeter
 

@@ -76,8 +76,8 @@ def _power_node(srv, servers, tmp_path: Path, **extra) -> tuple[dict, Path]:
         srv, servers, "gpu1",
         power_off=[*argv, "off", str(calls), str(srv.root)],
         power_on=[*argv, "on", str(calls), str(srv.root)],
-        idle_off_after="1s", wake_time="1s", wake_timeout="30s", power_timeout="20s",
-        gpu_idle_w=40, host_idle_w=100, **extra,
+        idle_off_after="1s", wake="1s", wake_timeout="30s", power_timeout="20s",
+        gpu_idle_w=40, node_idle_w=100, **extra,
     )  # fmt: skip
     return node, calls
 
@@ -149,7 +149,7 @@ def test_a_failing_wake_marks_the_server_and_the_daemon_goes_on(cli, tmp_path):
     nodes = [
         {"name": "here", "executor": "local", "fake_gpus": 1},
         {"name": "far", "executor": "ssh", "host": "127.0.0.1", "port": 1, "gpus": 2,
-         "connect_timeout": "1s", "idle_off_after": "1s", "wake_time": "1s",
+         "connect_timeout": "1s", "idle_off_after": "1s", "wake": "1s",
          "power_off": off, "power_on": on},
     ]  # fmt: skip
     write_config(cli.home, nodes, top={"daemon_interval_s": 0.2})

@@ -91,8 +91,9 @@ class NodeConfig(BaseModel):
         le=2000,
         description="a GPU's draw without a job; default: measured while idle, else 50 W",
     )
-    host_idle_w: float = Field(default=150.0, ge=0, le=100_000, description="the server's own "
-                               "draw (CPUs, memory, fans) while on without a job")  # fmt: skip
+    node_idle_w: float = Field(default=150.0, ge=0, le=100_000, description="the server's own "
+                               "draw while on (CPUs, memory, fans); each idle GPU counts "
+                               "its share")  # fmt: skip
     pue: float | None = Field(default=None, ge=1.0, le=5.0, description="default: [daemon] pue")
     idle_off_after: str | None = Field(
         default=None,
@@ -106,8 +107,8 @@ class NodeConfig(BaseModel):
     )
     power_timeout: str = Field(default="2m", description="a power command still running "
                                "after this is killed, and has failed")  # fmt: skip
-    wake_time: str = Field(
-        default="3m",
+    wake: str = Field(
+        default="5m",
         description="how long the server takes to answer "
         "once woken (no job needing it within this is powered off)",
     )
@@ -118,7 +119,7 @@ class NodeConfig(BaseModel):
         "connect_timeout",
         "lost_after",
         "power_timeout",
-        "wake_time",
+        "wake",
         "wake_timeout",
         "idle_off_after",
         mode="after",

@@ -8,19 +8,21 @@ energy each attempt's power log measures):
   no job held at two passes in a row of their energy between them over the time); on an
   SSH server, through ``nvidia-smi`` (the median ``power.draw`` the last discovery read
   on the GPUs no job holds);
-- the server itself while no job runs there (a powered-on idle server): ``host_idle_w``
-  (default 150 W; a busy server's own draw is its jobs' share, not counted here);
+- the server's own draw (``node_idle_w``, default 150 W: CPUs, memory, fans), its
+  share for each GPU no job holds (× free GPUs / its GPUs: a powered-on idle server's
+  whole draw; the busy GPUs' share is their jobs');
 
-times the PUE (the node's ``pue``, else ``[daemon] pue``, default 1.0). A server that is
-off (right-sizing) or whose wake failed draws nothing; one waking or powering off counts
-as on. The draw found at one pass holds until the next: each stretch between passes is
-counted in memory and written to the ``idle_usage`` ledger (per node and UTC day, with
-its carbon from the daemon's signal) every ``FLUSH_EVERY_S``, in the same transaction
-that moves the node's ``idle_until``, before which nothing is added again: a daemon
-killed at any point counts each stretch at most once (and loses at most its last 10 s).
-Time no daemon watched (before its first pass, or a stretch between passes longer than
-``MAX_STRETCH_S``) is not counted. Slurm nodes are not counted: the
-partition's idle machines are Slurm's (and its power saving's) business.
+all times the PUE (the node's ``pue``, else ``[daemon] pue``, default 1.0), as the
+simulator counts it (``sim.power``). A server that is off (right-sizing) or whose wake
+failed draws nothing; one waking or powering off counts as on. The draw found at one
+pass holds until the next: each stretch between passes is counted in memory and written
+to the ``idle_usage`` ledger (per node and UTC day, with its carbon from the daemon's
+signal) every ``FLUSH_EVERY_S``, in the same transaction that moves the node's
+``idle_until``, before which nothing is added again: a daemon killed at any point counts
+each stretch at most once (and loses at most its last 10 s). Time no daemon watched
+(before its first pass, or a stretch between passes longer than ``MAX_STRETCH_S``) is not
+counted. Slurm nodes are not counted: the partition's idle machines are Slurm's (and its
+power saving's) business.
 """
 
 from __future__ import annotations
@@ -60,16 +62,17 @@ class IdleMeter:
     _measured_at: float = -1e18
 
     def draw_w(self, name: str, gpus: int, busy: int) -> float:
-        """A node's idle draw now: its free GPUs, and itself when no job runs there."""
+        """A node's idle draw now: its free GPUs and their share of the server's own."""
         if self.nodes.get(name) not in ("local", "ssh") or self.off(name):
             return 0.0
         cfg = self.configs.get(name)
         gpu_w = cfg.gpu_idle_w if cfg is not None and cfg.gpu_idle_w is not None else None
         if gpu_w is None:
             gpu_w = self._measured.get(name, DEFAULT_GPU_IDLE_W)
-        host_w = cfg.host_idle_w if cfg is not None else DEFAULT_HOST_IDLE_W
+        host_w = cfg.node_idle_w if cfg is not None else DEFAULT_HOST_IDLE_W
         pue = cfg.pue if cfg is not None and cfg.pue is not None else self.pue
-        return ((gpus - busy) * gpu_w + (host_w if busy == 0 else 0.0)) * pue
+        free = max(0, gpus - busy)
+        return (free * gpu_w + (host_w * free / gpus if gpus else host_w)) * pue
 
     def step(self, alloc, now_s: float) -> None:
         """Account the stretch since the last pass at the draw found then; find the draw

@@ -41,14 +41,14 @@ class Levers:
         """With right-sizing, what the planner counts for keeping a server on while a job
         waits (as the simulator does, ``sim.power.plan_idle``): the cluster's idle draw
         per GPU (every GPU idle, servers on, times the PUE) and, when every server may be
-        powered off, the longest idle_off_after plus wake_time (what a wait costs at most)."""
+        powered off, the longest idle_off_after plus wake (what a wait costs at most)."""
         counted = [n for n in nodes if n.executor in ("local", "ssh") and n.gpu_count]
         if self.power is None or not counted:
             return None
         watts = sum(self.idle.draw_w(n.name, n.gpu_count, 0) for n in counted)
         per_gpu_w = watts / sum(n.gpu_count for n in counted)
         p = [self.power.nodes.get(n.name) for n in counted]
-        offs = [x.seconds("idle_off_after") + x.seconds("wake_time") for x in p
+        offs = [x.seconds("idle_off_after") + x.seconds("wake") for x in p
                 if x is not None and x.cfg.idle_off_after is not None]  # fmt: skip
         return per_gpu_w, (max(offs) if len(offs) == len(counted) else None)
 

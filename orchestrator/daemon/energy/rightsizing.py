@@ -6,7 +6,7 @@ the simulator takes too), from each node's state, since when it is idle, its wak
 time and the plan's next needs (each queued job's planned start and width).
 
 - **Power off.** A server on, idle (no job holds a GPU there) for its ``idle_off_after``,
-  whose GPUs none of the jobs planned within its ``wake_time`` need, gets ``power_off``
+  whose GPUs none of the jobs planned within its ``wake`` need, gets ``power_off``
   (``powercmd``: argv from the root-owned config, a timeout, its output not believed).
   Exit 0: the server is ``off``; a failure leaves it ``on`` (the error shown by
   ``nodes``) and idle time counts again from then.
@@ -125,7 +125,7 @@ class RightSizer:
             state = {ON: ON, WAKING: WAKING}.get(p.state, OFF)
             views.append(NodePower(
                 name, total, total if state != ON else free, state,
-                p.idle_since_s if state == ON else None, p.seconds("wake_time") or 0.0,
+                p.idle_since_s if state == ON else None, p.seconds("wake") or 0.0,
                 p.seconds("idle_off_after"),
             ))  # fmt: skip
         needs = [Need(d.start_s, d.gpus or job.gpus, job.id) for job, d in planned]
