@@ -5,9 +5,9 @@ energy each attempt's power log measures):
 
 - each GPU no job holds: the node's ``gpu_idle_w``, else its measured idle draw, else
   50 W. Measured: on this host, through NVML's energy counters (the median over the GPUs
-  no job held at two passes in a row of their energy between them over the time); on an
-  SSH server, through ``nvidia-smi`` (the median ``power.draw`` the last discovery read
-  on the GPUs no job holds);
+  no job held at two readings in a row, 10 s apart, of their energy between them over the
+  time); on an SSH server, through ``nvidia-smi`` (the median ``power.draw`` the last
+  discovery read on the GPUs no job holds);
 - the server's own draw (``node_idle_w``, default 150 W: CPUs, memory, fans), its
   share for each GPU no job holds (× free GPUs / its GPUs: a powered-on idle server's
   whole draw; the busy GPUs' share is their jobs');
@@ -40,6 +40,7 @@ DEFAULT_GPU_IDLE_W = 50.0  # planning.perfmodel.ClusterPower's
 DEFAULT_HOST_IDLE_W = 150.0
 MAX_STRETCH_S = 300.0  # longer: nobody watched (the daemon was down)
 MEASURE_EVERY_S = 60.0  # how often the measured idle draws are read again
+COUNT_EVERY_S = 10.0  # how often this host's idle GPUs' energy counters are read
 FLUSH_EVERY_S = 10.0  # how often what was counted is written (a crash loses at most this)
 JOB_KEYS = ("attempt", "job")  # allocator keys of what jobs hold
 
@@ -60,6 +61,7 @@ class IdleMeter:
     _watts: dict[str, float] = field(default_factory=dict)  # the draw since the last pass
     _measured: dict[str, float] = field(default_factory=dict)
     _measured_at: float = -1e18
+    _counted_at: float = -1e18
 
     def draw_w(self, name: str, gpus: int, busy: int) -> float:
         """A node's idle draw now: its free GPUs and their share of the server's own."""
@@ -81,7 +83,9 @@ class IdleMeter:
             return
         if now_s - self._measured_at >= MEASURE_EVERY_S:
             self._measured, self._measured_at = self._measure(alloc), now_s
-        self._measured.update(self._counted(alloc, now_s))
+        if now_s - self._counted_at >= COUNT_EVERY_S:  # reading counters costs: not each pass
+            self._measured.update(self._counted(alloc, now_s))
+            self._counted_at = now_s
         busy: dict[str, int] = {}
         for key, held in alloc.allocations().items():
             if isinstance(key, tuple) and key and key[0] in JOB_KEYS:
