@@ -102,16 +102,14 @@ def test_an_idle_server_is_powered_off_and_woken_for_a_job(cli, ssh_servers, tmp
     try:
         wait_for(lambda: [w for w, _ in _calls(calls)] == ["off"], timeout_s=20,
                  what="the idle server powered off")  # fmt: skip
-        shown = {n["name"]: n for n in cli.json("nodes")}
         wait_for(lambda: cli.json("nodes")[0]["power"] == "off", timeout_s=10, what="state off")
-        assert shown["gpu1"]["gpus"] == 2
-        assert "off" in cli.run("nodes").stdout
         daemon.terminate()  # a daemon started again finds the server off, as left
         daemon.wait(timeout=30)
         daemon = cli.daemon()
-        time.sleep(1.5)
+        time.sleep(1.0)
+        shown = cli.run("nodes").stdout  # the STATE column
+        assert " off " in shown and "powering" not in shown and " on " not in shown, shown
         assert [w for w, _ in _calls(calls)] == ["off"], "an off server stays off while idle"
-        assert cli.json("nodes")[0]["power"] == "off"
 
         out = tmp_path / "ran"
         job = cli.submit("--gpus", "1", "--", sys.executable, "-c",
@@ -126,7 +124,6 @@ def test_an_idle_server_is_powered_off_and_woken_for_a_job(cli, ssh_servers, tmp
         from datetime import datetime
 
         assert datetime.fromisoformat(started).timestamp() >= woke[1][1], "launched once woken"
-        assert cli.json("nodes")[0]["power"] in ("on", "powering off", "off")
         daemon.terminate()  # a stopped daemon has written its idle energy
         daemon.wait(timeout=30)
         report = cli.json("report")
