@@ -78,3 +78,33 @@ def test_fit_reproduces_committed_coefficients_and_states_its_error():
     for gpu in ("k80", "p100"):
         err = committed["errors"][gpu]
         assert err["median_rel_err_family"] < 0.15 < err["median_rel_err_any"]
+
+
+def test_allocation_by_type():
+    from placement.cluster import ClusterAllocator
+    from placement.errors import PlacementError
+    from placement.topology import ClusterTopology, NodeTopology
+
+    topo = ClusterTopology(
+        (
+            NodeTopology.plain("v1", 4, "r1", gpu="v100"),
+            NodeTopology.plain("p1", 4, "r1", gpu="p100"),
+            NodeTopology.plain("p2", 4, "r2", gpu="p100"),
+        )
+    )
+    alloc = ClusterAllocator(topo)
+    assert alloc.types() == ("v100", "p100")
+    got = alloc.allocate("a", 2, gpu_type="p100")
+    assert got.parts[0][0] in ("p1", "p2")
+    # wider than a node: whole nodes of that type only
+    assert alloc.fits_now(4, "v100") and not alloc.fits_now(8, "p100")
+    alloc.free("a")
+    wide = alloc.allocate("w", 8, gpu_type="p100")
+    assert {node for node, _ in wide.parts} == {"p1", "p2"}
+    assert not alloc.fits_now(1, "p100") and alloc.allocate("b", 1, gpu_type="p100") is None
+    assert alloc.allocate("c", 1, gpu_type="v100").parts[0][0] == "v1"
+    with pytest.raises(PlacementError, match="a100"):
+        alloc.allocate("d", 1, gpu_type="a100")
+    with pytest.raises(PlacementError, match="needs 5 v100"):
+        alloc.allocate("e", 5, gpu_type="v100")
+    assert alloc.type_of("p2") == "p100"
