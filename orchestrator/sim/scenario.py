@@ -109,9 +109,8 @@ class JobsConfig(BaseModel):
     checkpoint_cost: str = "5m"  # run time a suspension costs an interruptible job
     elastic: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run on ½-2× GPUs
     scaling: str | None = None  # folder of ElasticFlow tables (default: the shared data's)
-    models: Literal["gavel", "none"] = (
-        "gavel"  # gavel: unnamed jobs' model families drawn from Gavel's mix; none
-    )
+    # gavel: unnamed jobs' model families drawn from Gavel's mix (sim.devices); none
+    models: Literal["gavel", "none"] = "gavel"
 
     @field_validator("checkpoint_cost")
     @classmethod
