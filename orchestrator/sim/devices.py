@@ -50,15 +50,31 @@ def job_families(names: tuple[str, ...] | None, n: int, source: str, seed: int) 
     return [own if own != ANY else mix for own, mix in zip(named, drawn, strict=True)]
 
 
-def check_types(wants: list[str | None], gpus: np.ndarray, topology) -> np.ndarray:
-    """Which jobs can run: every job that asked for a type the cluster has enough of."""
+def requested_types(jobs) -> list[str | None] | None:
+    """Per job, the GPU type it asked for (a trace spec's ``gpu_type``); None: no job did."""
+    if not jobs.gpu_types or not any(jobs.gpu_types):
+        return None
+    return [type_of(t) for t in jobs.gpu_types]
+
+
+def keep_typed(jobs, topology, notes: list[str]):
+    """The jobs less those that asked for a type the cluster has too few GPUs of (and
+    those waiting for them), said in ``notes``."""
+    wants = requested_types(jobs)
+    if wants is None:
+        return jobs
     have: dict[str | None, int] = {}
     for node in topology.nodes:
         have[node.gpu] = have.get(node.gpu, 0) + node.gpus
-    return np.array(
-        [w is None or have.get(w, 0) >= g for w, g in zip(wants, gpus.tolist(), strict=True)],
+    fits = np.array(
+        [w is None or have.get(w, 0) >= g for w, g in zip(wants, jobs.gpus.tolist(), strict=True)],
         dtype=bool,
     )
+    if fits.all():
+        return jobs
+    kept = jobs.without_dependants(fits)
+    notes.append(f"{int((~kept).sum())} jobs asking for a GPU type the cluster lacks were left out")
+    return jobs.take(np.flatnonzero(kept))
 
 
 class Devices:

@@ -60,7 +60,7 @@ class SimInputs:
 def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     from grid.steps import StepSeries
     from orchestrator.planning.devices.gputypes import curve
-    from orchestrator.sim.devices import job_families
+    from orchestrator.sim.devices import job_families, keep_typed, requested_types
 
     notes: list[str] = []
     signal = _load_signal(resolve_path(scenario.grid.source, base), scenario, settings)
@@ -96,6 +96,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         if (kept != largest_fit).any():
             notes.append(f"{int((kept != largest_fit).sum())} jobs waiting for those too")
         jobs = jobs.take(np.flatnonzero(kept))
+    jobs = keep_typed(jobs, topology, notes)
     if scenario.jobs.skip_jobs:
         jobs = jobs.take(np.arange(min(scenario.jobs.skip_jobs, len(jobs)), len(jobs)))
     if scenario.jobs.max_jobs:
@@ -144,6 +145,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         max_gpus=max_gpus,
         tables=tables,
         families=families,
+        gpu_types=requested_types(jobs),
         notes=notes,
         **planning,
     )
