@@ -31,7 +31,8 @@ def test_ratios_per_family():
     assert 0.6 < gputypes.speed("ResNet-50", "p100") < 0.7  # Gavel: 0.59-0.79
     assert gputypes.speed("Recommendation", "p100") > 2  # the P100 wins there (Gavel)
     assert gputypes.family_of("ResNet-50 (batch size 32)") == "ResNet-50"
-    assert gputypes.family_of("resnet-18") == "ResNet-18"
+    assert gputypes.family_of("resnet-18") == gputypes.family_of("resnet18") == "ResNet-18"
+    assert gputypes.family_of("lm") == "LM" and gputypes.family_of("resnet") == "any"
     assert gputypes.family_of("bert") == gputypes.family_of(None) == "any"
     assert gputypes.speed("any", "unknown-type") == 1.0
     assert gputypes.relative_speed("LM", "v100", "p100") == pytest.approx(1 / 0.8398)

@@ -61,12 +61,17 @@ def curve(gpu_type: str | None) -> PowerCurve:
 
 
 def family_of(job_type: str | None) -> str:
-    """A job's model family (``"ResNet-50 (batch size 32)"`` -> ``"ResNet-50"``); ``any``
-    for a name that is none of Gavel's families."""
+    """A job's model family (``"ResNet-50 (batch size 32)"`` and ``"resnet50"`` ->
+    ``"ResNet-50"``); ``any`` for a name that is none of Gavel's families."""
     if not job_type:
         return ANY
-    name = job_type.split(" (batch size", 1)[0].strip().lower()
-    return next((f for f in _speeds()["ratios"] if f.lower() == name), ANY)
+    name = _plain(job_type.split(" (batch size", 1)[0])
+    return next((f for f in _speeds()["ratios"] if _plain(f) == name), ANY)
+
+
+def _plain(name: str) -> str:
+    """``"ResNet-50"``, ``"resnet50"`` and ``"resnet_50"`` alike."""
+    return "".join(c for c in name.lower() if c.isalnum())
 
 
 def speed(family: str | None, gpu_type: str | None) -> float:
