@@ -35,6 +35,9 @@ def test_the_daemon_keeps_jobs_to_their_gpu_type_and_chooses_for_the_others(cli)
     assert jobs[first]["node"] == jobs[second]["node"] == "pbox"
     assert jobs[second]["gpu_type"] == "p100" and jobs[on_v100]["node"] == "vbox"
     assert jobs[second]["started_at"] >= jobs[first]["finished_at"]
+    said = cli.run("restart", str(second)).stdout  # a restart keeps the type it asked for
+    copy = int(said.split()[1].rstrip(":"))
+    assert cli.json("show", str(copy))["gpu_type"] == "p100"
 
 
 def test_submit_refuses_a_bad_or_absent_gpu_type(cli, tmp_path):
