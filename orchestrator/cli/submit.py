@@ -74,8 +74,9 @@ def submit(
     gpu_type: Annotated[
         str | None,
         typer.Option(
-            help="Run only on GPUs of this type (v100, a100, a40 ...; `gridshift nodes` "
-            "lists them). Default: any; the daemon picks among the free types."
+            help="Run only on GPUs of this type: v100, p100, a100, a40, rtx6000, k80 (as in "
+            "the GPU models `gridshift nodes` lists), or a lab's own label. Default: any; "
+            "the daemon picks among the free types."
         ),
     ] = None,
     after: Annotated[
