@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from orchestrator.planning.devices import gputypes
@@ -202,3 +203,11 @@ def test_sim_bad_gpu_type_in_a_trace_is_one_line(cli, tmp_path, bad):
     proc = cli.run("simulate", "--jobs", str(trace), check=False)
     assert proc.returncode == 2 and "job 2: invalid GPU type" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_sim_an_elastic_job_that_asks_for_a_type_grows_only_within_it(tmp_path):
+    nodes = [{"name": "v", "gpus": 4, "gpu": "v100"}, {"name": "p", "gpus": 2, "gpu": "p100"}]
+    job = {"submit": 0, "duration": 3600, "gpus": 2, "gpu_type": "p100"}  # elastic: 1-4
+    run, result = _mixed_run(tmp_path, [job] * 3, nodes, elastic=1.0)
+    assert result["jobs"] == 3 and not np.isnan(run.finish_s).any()
+    assert run.seg_gpus.max() <= 2  # never wider than the P100s

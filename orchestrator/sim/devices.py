@@ -57,15 +57,30 @@ def requested_types(jobs) -> list[str | None] | None:
     return [type_of(t) for t in jobs.gpu_types]
 
 
+def _type_gpus(topology) -> dict[str | None, int]:
+    have: dict[str | None, int] = {}
+    for node in topology.nodes:
+        have[node.gpu] = have.get(node.gpu, 0) + node.gpus
+    return have
+
+
+def typed_widest(max_gpus: np.ndarray, wants: list[str | None] | None, topology) -> np.ndarray:
+    """An elastic job's widest width, at most the GPUs of the type it asked for."""
+    if wants is None:
+        return max_gpus
+    have = _type_gpus(topology)
+    widest = zip(wants, max_gpus.tolist(), strict=True)
+    limit = [have.get(w, 0) if w is not None else hi for w, hi in widest]
+    return np.minimum(max_gpus, np.asarray(limit, dtype=max_gpus.dtype))
+
+
 def keep_typed(jobs, topology, notes: list[str]):
     """The jobs less those that asked for a type the cluster has too few GPUs of (and
     those waiting for them), said in ``notes``."""
     wants = requested_types(jobs)
     if wants is None:
         return jobs
-    have: dict[str | None, int] = {}
-    for node in topology.nodes:
-        have[node.gpu] = have.get(node.gpu, 0) + node.gpus
+    have = _type_gpus(topology)
     fits = np.array(
         [w is None or have.get(w, 0) >= g for w, g in zip(wants, jobs.gpus.tolist(), strict=True)],
         dtype=bool,
