@@ -211,3 +211,29 @@ def test_sim_an_elastic_job_that_asks_for_a_type_grows_only_within_it(tmp_path):
     run, result = _mixed_run(tmp_path, [job] * 3, nodes, elastic=1.0)
     assert result["jobs"] == 3 and not np.isnan(run.finish_s).any()
     assert run.seg_gpus.max() <= 2  # never wider than the P100s
+
+
+def test_live_allocation_by_type_clamps_an_elastic_job_and_chooses_for_others():
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.energy.gputypes import allocate_typed, type_problem, with_types
+    from orchestrator.planning.policies.base import Decision
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    nodes = [
+        SimpleNamespace(name="v", gpu_model="Tesla V100-SXM2-16GB"),
+        SimpleNamespace(name="p", gpu_model="Tesla P100-PCIE-16GB"),
+    ]
+    topo = ClusterTopology((NodeTopology.plain("v", 4), NodeTopology.plain("p", 2)))
+    alloc = ClusterAllocator(with_types(topo, nodes))
+    view = SimpleNamespace(model=None, duration_s=3600.0, deadline_s=None)
+    typed = SimpleNamespace(gpu_type="p100", name=None, gpus_min=1)
+    got = allocate_typed(alloc, "a", 8, typed, view, Decision(0.0), 0.0)  # an elastic 1-8
+    assert got.parts == (("p", (0, 1)),)
+    assert type_problem(SimpleNamespace(gpu_type="p100", gpus_min=3), alloc.topology)
+    assert type_problem(SimpleNamespace(gpu_type=None, gpus_min=3), alloc.topology) is None
+    # no type asked: the free V100s (the P100s are taken)
+    free = SimpleNamespace(gpu_type=None, name="resnet50", gpus_min=1)
+    assert allocate_typed(alloc, "b", 1, free, view, Decision(0.0), 0.0).parts[0][0] == "v"
+    assert allocate_typed(alloc, "c", 4, free, view, Decision(0.0), 0.0) is None  # waits

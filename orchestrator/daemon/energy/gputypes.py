@@ -71,6 +71,8 @@ def allocate_typed(alloc, key, width: int, job, view, decision, now_s: float):
     that suits it best; on a cluster of one type, anywhere."""
     want = type_of(job.gpu_type) if job is not None else None
     types = alloc.types()
+    if want is not None:  # an elastic job: at most that type's GPUs
+        width = min(width, type_gpus(alloc.topology).get(want, 0))
     if want is not None or len(types) < 2:
         return alloc.allocate(key, width, gpu_type=want)
     free = [t for t in types if alloc.fits_now(width, t)]
