@@ -120,16 +120,20 @@ class Devices:
         i, width, key = job.id, width_of(job, decision, now), ("job", job.id)
         want = self._wants[i]
         if want is not None or not self._mixed:
-            return self.alloc.allocate(key, width, gpu_type=want)
+            return self._place(key, width, want)
         free = [t for t in self._per_type if self.alloc.fits_now(width, t)]
         if not free:  # it waits, unless no one type could ever hold it
             wider = all(width > n for n in self._per_type.values())
-            return self.alloc.allocate(key, width) if wider else None
+            return self._place(key, width, None) if wider else None
         cap = decision.piece_config(piece_index(decision, now))[1]
         work = max(1.0 - float(self.done[i]), 1e-9)
         chosen = choose_type(self._model(i), self._families[i], self._ref, free, width, work,
                              now, self._deadline[i], cap)  # fmt: skip
-        return self.alloc.allocate(key, width, gpu_type=chosen)
+        return self._place(key, width, chosen)
+
+    def _place(self, key, width: int, gpu_type: str | None):
+        """The allocator's call, once the type is chosen (a packing preference hooks here)."""
+        return self.alloc.allocate(key, width, gpu_type=gpu_type)
 
     def _placed_model(self, i: int, allocation) -> JobModel:
         """Job ``i``'s model on the type of the GPUs it was given (the slowest of them)."""
