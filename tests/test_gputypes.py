@@ -1,0 +1,110 @@
+"""GPU types: curves, Gavel's throughput ratios and their fit, the per-job model mix, and
+the choice among free types (orchestrator.planning.devices.gputypes)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from orchestrator.planning.devices import gputypes
+from orchestrator.planning.perfmodel import JobModel
+from tests.conftest import shared_data
+
+GAVEL = shared_data() / "perf" / "gavel_simulation_throughputs.json"
+
+
+def test_type_names_and_curves():
+    assert gputypes.type_of("Tesla V100-SXM2-32GB") == "v100"
+    assert gputypes.type_of("NVIDIA A100-SXM4-40GB") == "a100"
+    assert gputypes.type_of("Quadro RTX 6000") == "rtx6000"
+    assert gputypes.type_of("  ") is None and gputypes.type_of("Lab-X1") == "lab-x1"
+    assert gputypes.curve("v100").fitted and gputypes.curve("v100").max_limit_w == 250
+    a100 = gputypes.curve("a100")  # generic shape at its 400 W board limit
+    assert not a100.fitted and a100.max_limit_w == 400
+    assert a100.power_w(1.0) > gputypes.curve("v100").power_w(1.0)
+    assert set(gputypes.known_types()) >= {"v100", "p100", "k80", "a100", "a40", "rtx6000"}
+
+
+def test_ratios_per_family():
+    assert gputypes.speed("ResNet-50", "v100") == 1.0
+    assert 0.6 < gputypes.speed("ResNet-50", "p100") < 0.7  # Gavel: 0.59-0.79
+    assert gputypes.speed("Recommendation", "p100") > 2  # the P100 wins there (Gavel)
+    assert gputypes.family_of("ResNet-50 (batch size 32)") == "ResNet-50"
+    assert gputypes.family_of("resnet-18") == "ResNet-18"
+    assert gputypes.family_of("bert") == gputypes.family_of(None) == "any"
+    assert gputypes.speed("any", "unknown-type") == 1.0
+    assert gputypes.relative_speed("LM", "v100", "p100") == pytest.approx(1 / 0.8398)
+
+
+def test_on_type_moves_duration_and_curve():
+    model = JobModel(full_duration_s=3600, ref_gpus=1, curve=gputypes.curve("v100"))
+    on_p100 = gputypes.on_type(model, "ResNet-50", "p100", "v100")
+    assert on_p100.curve.gpu == "p100"
+    assert on_p100.time_s(1.0, 1) == pytest.approx(3600 / 0.659)
+    assert gputypes.on_type(model, "ResNet-50", "v100", "v100") is model
+
+
+def test_model_mix_is_seeded_and_from_gavel():
+    a, b = gputypes.model_mix(200, 7), gputypes.model_mix(200, 7)
+    assert a == b and a != gputypes.model_mix(200, 8)
+    assert len(set(a)) > 15 and all(gputypes.family_of(t) != "any" for t in a)
+
+
+def test_choose_type_by_energy_then_deadline():
+    model = JobModel(full_duration_s=3600, ref_gpus=1, curve=gputypes.curve("v100"))
+    # ResNet-50: the V100 is faster and (same board limit) spends less energy
+    assert gputypes.choose_type(model, "ResNet-50", "v100", ["p100", "v100"], 1, 1.0, 0) == "v100"
+    # Recommendation runs 2.2x faster on a P100: less energy there
+    assert (
+        gputypes.choose_type(model, "Recommendation", "v100", ["v100", "p100"], 1, 1.0, 0) == "p100"
+    )
+    # an A100 is fastest; without a deadline the least energy wins, with a tight one, time
+    free = ["a100", "rtx6000"]
+    fast = gputypes.choose_type(model, "any", "v100", free, 1, 1.0, 0, deadline_s=2500)
+    assert fast == "a100"
+    assert gputypes.choose_type(model, "any", "v100", [], 1, 1.0, 0) is None
+
+
+@pytest.mark.skipif(not GAVEL.exists(), reason="no shared data (Gavel throughputs)")
+def test_fit_reproduces_committed_coefficients_and_states_its_error():
+    from orchestrator.planning.devices.speedfit import SPEEDS, fit
+
+    fitted = fit(json.loads(GAVEL.read_text()))
+    committed = json.loads(SPEEDS.read_text())
+    assert fitted == committed
+    # the per-family ratios predict Gavel's measured steps/s within the stated error,
+    # far better than one ratio per type
+    for gpu in ("k80", "p100"):
+        err = committed["errors"][gpu]
+        assert err["median_rel_err_family"] < 0.15 < err["median_rel_err_any"]
+
+
+def test_allocation_by_type():
+    from placement.cluster import ClusterAllocator
+    from placement.errors import PlacementError
+    from placement.topology import ClusterTopology, NodeTopology
+
+    topo = ClusterTopology(
+        (
+            NodeTopology.plain("v1", 4, "r1", gpu="v100"),
+            NodeTopology.plain("p1", 4, "r1", gpu="p100"),
+            NodeTopology.plain("p2", 4, "r2", gpu="p100"),
+        )
+    )
+    alloc = ClusterAllocator(topo)
+    assert alloc.types() == ("v100", "p100")
+    got = alloc.allocate("a", 2, gpu_type="p100")
+    assert got.parts[0][0] in ("p1", "p2")
+    # wider than a node: whole nodes of that type only
+    assert alloc.fits_now(4, "v100") and not alloc.fits_now(8, "p100")
+    alloc.free("a")
+    wide = alloc.allocate("w", 8, gpu_type="p100")
+    assert {node for node, _ in wide.parts} == {"p1", "p2"}
+    assert not alloc.fits_now(1, "p100") and alloc.allocate("b", 1, gpu_type="p100") is None
+    assert alloc.allocate("c", 1, gpu_type="v100").parts[0][0] == "v1"
+    with pytest.raises(PlacementError, match="a100"):
+        alloc.allocate("d", 1, gpu_type="a100")
+    with pytest.raises(PlacementError, match="needs 5 v100"):
+        alloc.allocate("e", 5, gpu_type="v100")
+    assert alloc.type_of("p2") == "p100"
