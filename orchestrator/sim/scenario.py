@@ -20,6 +20,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     interruptible = 0.3               # share of jobs that may be suspended
     checkpoint_cost = "5m"            # run time a suspension costs each of those (0 to 1d)
     elastic = 0.2                     # share that may run on half to double their GPUs
+    share = 0.5                       # share that may run two to a GPU (sim/colocation.py)
 
     [grid]
     source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
@@ -99,6 +100,7 @@ class JobsConfig(BaseModel):
     checkpoint_cost: str = "5m"  # run time a suspension costs an interruptible job
     elastic: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run on ½-2× GPUs
     scaling: str | None = None  # folder of ElasticFlow tables (default: the shared data's)
+    share: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run two to a GPU
 
     @field_validator("checkpoint_cost")
     @classmethod

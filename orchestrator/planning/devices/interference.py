@@ -122,8 +122,8 @@ def worth_sharing(
 ) -> bool:
     """Pairing pays: each keeps at least ``min_speed`` of its speed alone, and the energy per
     unit of work falls (the shared GPU's draw over the work both do, against each alone)."""
-    if min(speed_a, speed_b) < min_speed:
-        return False
+    if min(speed_a, speed_b) < min_speed or min(speed_a, speed_b) <= 0:
+        return False  # too slow, or they do not fit together
     alone = power_a_w + power_b_w  # two GPUs, each a job at full speed: 2 units of work
     together = shared_power_w(power_a_w, power_b_w) * 2 / (speed_a + speed_b)
     return together < alone
