@@ -31,6 +31,7 @@ import numpy as np
 
 from orchestrator.planning.devices.gputypes import ANY, family_of, model_mix
 from orchestrator.planning.devices.interference import (
+    MIN_SPEED,
     Interference,
     shared_power_w,
     split,
@@ -40,8 +41,6 @@ from orchestrator.planning.pieces import piece_index, width_of
 from orchestrator.sim.engine import SimDaemon
 from orchestrator.sim.inputs import SimInputs
 from placement.cluster import Allocation, ClusterAllocator
-
-MIN_SPEED = 0.5  # each job of a pair keeps at least this share of its speed alone
 
 
 def may_share(n: int, share: float, seed: int) -> np.ndarray:

@@ -32,6 +32,7 @@ from pathlib import Path
 COEFFICIENTS = Path(__file__).with_name("interference.json")
 FALLBACK_GPU = "v100"
 SHARED_EXTRA = 0.10  # a GPU with two jobs draws this much above the larger draw alone
+MIN_SPEED = 0.5  # co-location: each job of a pair keeps at least this share of its speed
 
 
 @lru_cache(maxsize=1)

@@ -1,0 +1,107 @@
+"""Co-location on the live daemon: two --share jobs on one fake GPU, both accounted; a job
+that did not ask is never joined; bad --share inputs."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+import pytest
+
+POWER_W = 200.0  # each fake GPU's draw
+NODE = '[[nodes]]\nname = "box"\nexecutor = "local"\nfake_gpus = 1\nshare = "{share}"\n'
+# a pair the model predicts with no slowdown on a V100 (the fake GPUs' fallback)
+FIRST, SECOND = "ResNet-18 (batch size 16)", "ResNet-18 (batch size 64)"
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _setup(cli, share: str = "time-slice") -> None:
+    cli.home.joinpath("gridshift.toml").write_text(NODE.format(share=share))
+    cli.env.update(
+        {"GRIDSHIFT_FAKE_GPU_POWER_W": str(POWER_W), "GRIDSHIFT_DAEMON__POWER_SAMPLE": "0.2s"}
+    )
+
+
+def _job(cli, tmp_path, name: str, seconds: float, *flags: str) -> int:
+    out = tmp_path / f"{name.split()[0]}-{time.monotonic_ns()}.env"
+    script = f'echo "$CUDA_VISIBLE_DEVICES" > {out}; sleep {seconds}'
+    return cli.submit("--name", name, *flags, "--", "sh", "-c", script)
+
+
+def test_two_sharing_jobs_run_on_one_gpu_and_split_its_energy(cli, tmp_path):
+    _setup(cli)
+    a = _job(cli, tmp_path, FIRST, 2.5, "--share")
+    b = _job(cli, tmp_path, SECOND, 2.5, "--share")
+    cli.run_until_idle(timeout=90)
+    ja, jb = cli.json("show", str(a)), cli.json("show", str(b))
+    assert ja["state"] == jb["state"] == "completed"
+    (ra,), (rb,) = ja["runs"], jb["runs"]
+    assert ra["node"] == rb["node"] == "box" and ra["gpu_ids"] == rb["gpu_ids"] == [0]
+    seen = {p.read_text().strip() for p in tmp_path.glob("*.env")}
+    assert seen == {"0"}, "one CUDA_VISIBLE_DEVICES for both"
+    starts = [_ts(r["started_at"]) for r in (ra, rb)]
+    ends = [_ts(r["finished_at"]) for r in (ra, rb)]
+    assert max(starts) < min(ends), "they ran at the same time"
+    # each is charged its part of the GPU's energy: together, the GPU's, never twice
+    for r in (ra, rb):
+        assert r["energy_kwh"] > 0 and r["energy_modelled"] is False
+    total_j = (ra["energy_kwh"] + rb["energy_kwh"]) * 3.6e6
+    gpu_j = POWER_W * (max(ends) - min(starts))
+    assert total_j == pytest.approx(gpu_j, rel=0.05)
+    alone_j = POWER_W * sum(e - s for s, e in zip(starts, ends, strict=True))
+    assert total_j < 0.8 * alone_j
+
+
+@pytest.mark.backends("sqlite")  # the same queries as above
+def test_a_job_that_did_not_ask_is_never_joined(cli, tmp_path):
+    _setup(cli)
+    a = _job(cli, tmp_path, FIRST, 1.5)  # no --share: its GPU is its own
+    b = _job(cli, tmp_path, SECOND, 0.5, "--share")
+    cli.run_until_idle(timeout=90)
+    (ra,), (rb,) = cli.json("show", str(a))["runs"], cli.json("show", str(b))["runs"]
+    assert _ts(rb["started_at"]) >= _ts(ra["finished_at"]) - 0.05, "it waited for the GPU"
+
+
+@pytest.mark.backends("sqlite")
+def test_a_node_that_never_shares_runs_one_job_per_gpu(cli, tmp_path):
+    _setup(cli, share="never")
+    a = _job(cli, tmp_path, FIRST, 1.5, "--share")
+    b = _job(cli, tmp_path, SECOND, 0.5, "--share")
+    cli.run_until_idle(timeout=90)
+    (ra,), (rb,) = cli.json("show", str(a))["runs"], cli.json("show", str(b))["runs"]
+    assert _ts(rb["started_at"]) >= _ts(ra["finished_at"]) - 0.05
+
+
+@pytest.mark.backends("sqlite")
+@pytest.mark.parametrize("line", ['{"command": ["true"], "share": "yes"}',
+                                  '{"command": ["true"], "share": 1}'])  # fmt: skip
+def test_bad_share_in_a_sweep_file(cli, tmp_path, line):
+    sweep = tmp_path / "sweep.jsonl"
+    sweep.write_text(line + "\n")
+    proc = cli.run("submit", "--file", str(sweep), check=False)
+    assert proc.returncode == 2 and "share" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert cli.job_count() == 0, "nothing half-written"
+
+
+def test_bad_share_option_and_node_policy(cli):
+    proc = cli.run("submit", "--share=sometimes", "--", "true", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    cli.home.joinpath("gridshift.toml").write_text(NODE.format(share="always"))
+    proc = cli.run("nodes", check=False)
+    assert proc.returncode == 2 and "share" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.backends("sqlite")
+def test_submit_share_is_stored_and_shown(cli):
+    job = cli.submit("--share", "--", "true")
+    assert cli.json("show", str(job))["share"] is True
+    assert (
+        json.loads(cli.run("show", "--json", str(cli.submit("--", "true"))).stdout)["share"]
+        is False
+    )
