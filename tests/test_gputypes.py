@@ -19,6 +19,9 @@ def test_type_names_and_curves():
     assert gputypes.type_of("NVIDIA A100-SXM4-40GB") == "a100"
     assert gputypes.type_of("Quadro RTX 6000") == "rtx6000"
     assert gputypes.type_of("  ") is None and gputypes.type_of("Lab-X1") == "lab-x1"
+    assert gputypes.type_of("Quadro RTX 8000") == "quadro-rtx-8000"
+    assert gputypes.type_of("\x1b[31mevil\n" + "x" * 99) == "31mevil-" + "x" * 56
+    assert gputypes.type_of("\x00\n") is None
     assert gputypes.curve("v100").fitted and gputypes.curve("v100").max_limit_w == 250
     a100 = gputypes.curve("a100")  # generic shape at its 400 W board limit
     assert not a100.fitted and a100.max_limit_w == 400
@@ -31,7 +34,8 @@ def test_ratios_per_family():
     assert 0.6 < gputypes.speed("ResNet-50", "p100") < 0.7  # Gavel: 0.59-0.79
     assert gputypes.speed("Recommendation", "p100") > 2  # the P100 wins there (Gavel)
     assert gputypes.family_of("ResNet-50 (batch size 32)") == "ResNet-50"
-    assert gputypes.family_of("resnet-18") == "ResNet-18"
+    assert gputypes.family_of("resnet-18") == gputypes.family_of("resnet18") == "ResNet-18"
+    assert gputypes.family_of("lm") == "LM" and gputypes.family_of("resnet") == "any"
     assert gputypes.family_of("bert") == gputypes.family_of(None) == "any"
     assert gputypes.speed("any", "unknown-type") == 1.0
     assert gputypes.relative_speed("LM", "v100", "p100") == pytest.approx(1 / 0.8398)
@@ -108,3 +112,93 @@ def test_allocation_by_type():
     with pytest.raises(PlacementError, match="needs 5 v100"):
         alloc.allocate("e", 5, gpu_type="v100")
     assert alloc.type_of("p2") == "p100"
+
+
+def _mixed_run(tmp_path, jobs: list[dict], nodes: list[dict], **jobs_cfg):
+    from orchestrator.sim.runner import simulate
+    from orchestrator.sim.scenario import Scenario
+
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text("".join(json.dumps(j) + "\n" for j in jobs))
+    scenario = Scenario.model_validate(
+        {
+            "policies": ["fifo"],
+            "jobs": {"source": str(trace), "deadline_rule": "none", **jobs_cfg},
+            "grid": {"source": "synthetic:days=7"},
+            "cluster": {"gpu": "v100", "nodes": nodes},
+        }
+    )
+    outcome = simulate(scenario, tmp_path)
+    return outcome.runs["fifo"], outcome.results["fifo"]
+
+
+def test_sim_a_v100_job_runs_faster_than_on_a_p100(tmp_path):
+    nodes = [{"name": "v", "gpus": 1, "gpu": "v100"}, {"name": "p", "gpus": 1, "gpu": "p100"}]
+    job = {"submit": 0, "duration": 3600, "gpus": 1, "name": "ResNet-50"}
+    run, result = _mixed_run(tmp_path, [job, job], nodes)
+    jct = run.finish_s - run.first_start_s
+    # both start at once: one on the V100 (its traced hour), one on the P100 (Gavel's
+    # ResNet-50 ratio: 0.659 of the V100's speed), each drawing its own type's power
+    assert sorted(jct) == pytest.approx([3600, 3600 / 0.659], rel=1e-6)
+    assert run.first_start_s[0] == run.first_start_s[1]
+    v100_w = gputypes.curve("v100").power_w(1.0) + 50
+    p100_w = gputypes.curve("p100").power_w(1.0) + 50
+    expected_kwh = (v100_w * 3600 + p100_w * 3600 / 0.659) / 3.6e6
+    assert result["energy_kwh"] == pytest.approx(expected_kwh, abs=1e-3)  # rounded
+    # the same jobs on two V100s: both end after their traced hour
+    run, _ = _mixed_run(tmp_path, [job, job], [{"name": "a", "gpus": 2}])
+    assert list(run.finish_s - run.first_start_s) == pytest.approx([3600, 3600])
+
+
+@pytest.mark.backends("sqlite")  # simulate never opens the store
+def test_simulate_takes_the_mixed_cluster_example(cli):
+    from tests.conftest import ROOT
+
+    data = cli.json(
+        "simulate", "--jobs", "synthetic:count=60&days=2", "--cluster",
+        str(ROOT / "examples" / "mixed_cluster.toml"), "--policy", "fifo",
+    )  # fmt: skip
+    assert data["scenario"]["gpus"] == 32 and data["policies"]["fifo"]["jobs"] == 60
+
+
+@pytest.mark.backends("sqlite")  # simulate never opens the store
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('[jobs]\nmodels = "bert"\n', "jobs.models"),
+        ('[cluster]\ngpu = ""\n', "cluster.gpu"),
+        (
+            '[cluster]\ngpus = 4\nnodes = [{name = "a", gpus = 4, gpu = ""}]\n',
+            "cluster.nodes.0.gpu",
+        ),
+    ],
+)
+def test_bad_gpu_types_and_models_in_a_scenario(cli, tmp_path, text, message):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text)
+    proc = cli.run("simulate", str(bad), check=False)
+    assert proc.returncode == 2 and message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_sim_jobs_that_ask_for_a_type_wait_for_it(tmp_path):
+    nodes = [{"name": "v", "gpus": 1, "gpu": "v100"}, {"name": "p", "gpus": 1, "gpu": "p100"}]
+    job = {"submit": 0, "duration": 3600, "gpus": 1, "name": "ResNet-50", "gpu_type": "P100"}
+    other = dict(job, gpu_type="a100")  # no such node: left out, said in the notes
+    run, result = _mixed_run(tmp_path, [job, job, other], nodes)
+    assert result["jobs"] == 2 and len(run.finish_s) == 2
+    # one P100: they run one after the other, each at the P100's speed; the V100 idles
+    assert sorted(run.first_start_s - run.first_start_s.min()) == pytest.approx([0, 3600 / 0.659])
+    assert list(run.finish_s - run.first_start_s) == pytest.approx([3600 / 0.659] * 2)
+
+
+@pytest.mark.backends("sqlite")  # simulate never opens the store
+@pytest.mark.parametrize("bad", ['"../p100"', "7", '"' + "a" * 65 + '"'])
+def test_sim_bad_gpu_type_in_a_trace_is_one_line(cli, tmp_path, bad):
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text(
+        '{"submit": 0, "duration": 60}\n{"submit": 0, "duration": 60, "gpu_type": ' + bad + "}\n"
+    )
+    proc = cli.run("simulate", "--jobs", str(trace), check=False)
+    assert proc.returncode == 2 and "job 2: invalid GPU type" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 from executors.base import Executor, Handle
 from executors.errors import HostUnreachable
 from executors.gang import PartsNotStarted
+from orchestrator.daemon.energy.gputypes import with_types
 from orchestrator.daemon.launchspec import gpu_list as _gpu_list
 from orchestrator.daemon.launchspec import launch_spec, part_specs
 from orchestrator.daemon.reaper import mark_running
@@ -65,6 +66,7 @@ class Dispatcher:
     def __post_init__(self) -> None:
         if self.topology is None:
             self.topology = topology(self.nodes)
+        self.topology = with_types(self.topology, self.nodes)  # each node's GPU type
         self._warned: set[int] = set()  # attempts on GPUs this daemon lacks, said once
 
     def allocator(self, session: Session) -> ClusterAllocator:

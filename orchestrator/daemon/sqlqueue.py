@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 
 from orchestrator.daemon.contain import Faults
 from orchestrator.daemon.dispatch import Dispatcher
+from orchestrator.daemon.energy.gputypes import allocate_typed, type_problem
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
@@ -204,10 +205,11 @@ class SqlQueue(RunningViews):
             width = min(width, self.widest)
         if width == 0:  # a CPU-only job: the first node, no GPUs
             return (self.dispatcher.nodes[0].name, [])
+        job = self.eligible.get(view.id)
         sharing = self.dispatcher.sharing  # co-location: a GPU one --share job runs on
-        if sharing and (shared := sharing.place(self.eligible.get(view.id), width, now_s)):
+        if sharing and (shared := sharing.place(job, width, now_s)):
             return shared
-        allocation = self.alloc.allocate(("job", view.id), width)
+        allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision, now_s)
         if allocation is None:
             return None
         (node, gpu_tuple), *more = allocation.parts
@@ -338,6 +340,8 @@ class SqlQueue(RunningViews):
     # -- parts --------------------------------------------------------------------------
     def _cannot_run(self, job: Job, widest: int) -> str | None:
         if (why := too_wide(job.gpus_min, widest)) is not None:
+            return why
+        if (why := type_problem(job, self.dispatcher.topology)) is not None:
             return why
         user = self.dispatcher.user
         if not user.is_root and job.uid != user.uid:

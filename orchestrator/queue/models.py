@@ -76,6 +76,7 @@ class Job(SQLModel, table=True):
     planned_start: datetime | None = _utc()  # the daemon's plan for a queued job
     plan_note: str | None = None  # why it waits, in words
     cron_id: int | None = Field(default=None, index=True)  # the template it came from
+    gpu_type: str | None = None  # the GPU type it asked for (--gpu-type); None: any
 
 
 class Dependency(SQLModel, table=True):

@@ -74,6 +74,7 @@ def insert_jobs(
             labels=spec.labels,
             submitted_at=now,
             cron_id=cron_id,
+            gpu_type=spec.gpu_type,
         )
         session.add(job)
         jobs.append(job)

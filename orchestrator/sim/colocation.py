@@ -149,6 +149,8 @@ class SharingDaemon(SimDaemon):
                 continue
             att = self._running[self._att_of[h]]
             gpu = self._gpu_type(h)
+            if self._wants[i] is not None and gpu != self._wants[i]:
+                continue  # it asked for another GPU type
             pair = (self._kinds[h], gpu)
             if pair not in seen:
                 seen[pair] = self.interference.speeds(kind, pair[0], gpu)

@@ -20,6 +20,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     interruptible = 0.3               # share of jobs that may be suspended
     checkpoint_cost = "5m"            # run time a suspension costs each of those (0 to 1d)
     elastic = 0.2                     # share that may run on half to double their GPUs
+    models = "gavel"                  # model families of unnamed jobs: gavel (drawn) | none
     share = 0.5                       # share that may run two to a GPU (sim/colocation.py)
 
     [grid]
@@ -32,7 +33,8 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     gpus = 64                         # or nodes = [{name, gpus, rack}, ...]
     gpus_per_node = 8
     nodes_per_rack = 16
-    gpu = "v100"                      # the power curve (v100, a40, p100, rtx6000)
+    gpu = "v100"                      # the GPU type (v100, p100, a40, rtx6000, a100, k80);
+                                      # [[nodes]] may each say their own: gpu = "p100"
     host_w_per_gpu = 50.0
     pue = 1.0
 
@@ -46,6 +48,7 @@ import os
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import (
     BaseModel,
@@ -68,6 +71,13 @@ class SimNode(BaseModel):
     fake_gpus: int | None = Field(default=None, ge=0, le=65_536)
     rack: str | None = None
     nvlink_islands: list[list[int]] | None = None
+    gpu: str | None = Field(default=None, min_length=1, max_length=64)  # default: cluster.gpu
+    gpu_model: str | None = Field(default=None, max_length=255)  # a gridshift.toml's name
+
+    @model_validator(mode="after")
+    def _gpu_type(self) -> SimNode:
+        self.gpu = self.gpu or self.gpu_model or None  # a gridshift.toml says gpu_model
+        return self
 
     @property
     def gpu_count(self) -> int:
@@ -84,7 +94,7 @@ class ClusterConfig(BaseModel):
     gpus_per_node: int = Field(default=8, ge=1, le=64)
     nodes_per_rack: int = Field(default=16, ge=1)
     nodes: list[SimNode] | None = None
-    gpu: str = "v100"
+    gpu: str = Field(default="v100", min_length=1, max_length=64)  # nodes' default type
     host_w_per_gpu: float = Field(default=50.0, ge=0)
     pue: float = Field(default=1.0, ge=1.0, le=3.0)
 
@@ -100,6 +110,8 @@ class JobsConfig(BaseModel):
     checkpoint_cost: str = "5m"  # run time a suspension costs an interruptible job
     elastic: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run on ½-2× GPUs
     scaling: str | None = None  # folder of ElasticFlow tables (default: the shared data's)
+    # gavel: unnamed jobs' model families drawn from Gavel's mix (sim.devices); none
+    models: Literal["gavel", "none"] = "gavel"
     share: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run two to a GPU
 
     @field_validator("checkpoint_cost")

@@ -75,6 +75,8 @@ class Sharing:
             if where in taken or (_policy(node) == "mps" and host.uid != job.uid):
                 continue
             gpu = type_of(node.model_of(att.gpu_ids)) or "v100"
+            if getattr(job, "gpu_type", None) and job.gpu_type != gpu:
+                continue  # it asked for another type
             speed_job, speed_host = self.model.speeds(kind_of(job), kind_of(host), gpu)
             if not worth_sharing(speed_job, speed_host, 1.0, 1.0, MIN_SPEED):
                 continue

@@ -15,6 +15,7 @@ type's curve, its duration scaled by the family's speed ratio.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 from functools import cache
@@ -43,14 +44,15 @@ def known_types() -> tuple[str, ...]:
 
 def type_of(name: str | None) -> str | None:
     """The type a GPU model name or a user's ``--gpu-type`` names (``"Tesla V100-SXM2"``
-    -> ``"v100"``); an unknown name is kept, lower-cased (a lab's own label); None: none."""
+    -> ``"v100"``); an unknown name is kept as a label (``"Quadro RTX 8000"`` ->
+    ``"quadro-rtx-8000"``); None: none."""
     text = (name or "").strip().lower()
-    if not text:
-        return None
     for gpu, keys in TYPE_NAMES.items():
         if any(k in text for k in keys):
             return gpu
-    return text
+    # a label: letters, digits, '.' and '_', the rest one '-' (a model name a server
+    # reports is not trusted: nothing else reaches a message or the plan)
+    return re.sub(r"[^a-z0-9._]+", "-", text).strip("-")[:64] or None
 
 
 def curve(gpu_type: str | None) -> PowerCurve:
@@ -61,12 +63,17 @@ def curve(gpu_type: str | None) -> PowerCurve:
 
 
 def family_of(job_type: str | None) -> str:
-    """A job's model family (``"ResNet-50 (batch size 32)"`` -> ``"ResNet-50"``); ``any``
-    for a name that is none of Gavel's families."""
+    """A job's model family (``"ResNet-50 (batch size 32)"`` and ``"resnet50"`` ->
+    ``"ResNet-50"``); ``any`` for a name that is none of Gavel's families."""
     if not job_type:
         return ANY
-    name = job_type.split(" (batch size", 1)[0].strip().lower()
-    return next((f for f in _speeds()["ratios"] if f.lower() == name), ANY)
+    name = _plain(job_type.split(" (batch size", 1)[0])
+    return next((f for f in _speeds()["ratios"] if _plain(f) == name), ANY)
+
+
+def _plain(name: str) -> str:
+    """``"ResNet-50"``, ``"resnet50"`` and ``"resnet_50"`` alike."""
+    return "".join(c for c in name.lower() if c.isalnum())
 
 
 def speed(family: str | None, gpu_type: str | None) -> float:

@@ -1,7 +1,7 @@
 """job.share: the job may run on one GPU with another job that may (co-location, issue 24:
 ``submit --share``).
 
-Revision 0011, after 0009 (the lead chains 0010-0012 at the merge).
+Revision 0011, after 0010 (job.gpu_type).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0011"
-down_revision = "0009"
+down_revision = "0010"
 branch_labels = None
 depends_on = None
 
