@@ -3,8 +3,9 @@
 The planner benchmark's stretch of Philly (``benchmarks/planner.py``: 2,000 jobs from the
 69,000th in arrival order, deadlines within 24 h, half interruptible) on DE-LU 2023, each
 job given a Gavel job type by seed (``gputypes.model_mix``: Philly names no models), on
-``CLUSTER`` (256 GPUs). Every job may share (``share = 1``); the baseline is the same run
-with none sharing. For each policy in ``POLICIES``:
+``CLUSTER``: 128 V100s and 128 P100s (each job runs at its model's Gavel speed on each).
+Every job may share (``share = 1``); the baseline is the same run with none sharing. For
+each policy in ``POLICIES``:
 
 - ``colocation_energy_saving``: 1 − energy with co-location / energy without;
 - ``colocation_jct_increase``: mean JCT with co-location / without − 1 (negative: faster,
@@ -29,7 +30,15 @@ sys.path.append(str(Path(__file__).parent))
 
 JOBS = 2000
 POLICIES = ("fifo", "lowest-window")
-CLUSTER = {"gpus": 256, "gpus_per_node": 8, "gpu": "v100"}
+# mixed: 16 servers of 8 V100s and 16 of 8 P100s; traced durations are V100 runs
+CLUSTER = {
+    "gpu": "v100",
+    "nodes": [
+        {"name": f"{gpu}-{i:02d}", "gpus": 8, "gpu": gpu, "rack": gpu}
+        for gpu in ("v100", "p100")
+        for i in range(16)
+    ],
+}
 
 
 def scenario(jobs: int, share: float) -> dict:
@@ -83,7 +92,7 @@ def measure(jobs: int | None = None) -> dict:
         "colocation_jct_increase_carbon_aware": aware["jct_increase"],
         "colocation": {
             "jobs": jobs,
-            "cluster": CLUSTER,
+            "cluster": "16 x 8 V100 + 16 x 8 P100",
             "policies": per_policy,
             "note": "[without, with] co-location",
         },
