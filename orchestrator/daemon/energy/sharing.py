@@ -17,6 +17,10 @@ combined speed. A job's model is its name where that names one of Gavel's job ty
 families (``--name "ResNet-50 (batch size 64)"``), else the mean job. The newcomer is not
 power-capped: the GPU's cap is its partner's.
 
+Refined online: a sharing job's progress reports give its rate alone and its rate next to
+a partner; their ratio replaces the model's prediction for that pair of job models on that
+GPU type (``SpeedTracker``, ``Interference.observe``), for later placements and splits.
+
 Accounts: each attempt's power log samples the whole GPU, so while two attempts overlap
 on it each is charged its share of the GPU's measured energy (``split_for``): in
 proportion to its predicted speed next to the other (the two draw alike alone: one GPU,
@@ -54,6 +58,7 @@ class Sharing:
     nodes: list  # orchestrator.nodes.inventory.ResolvedNode
     model: Interference = field(default_factory=Interference)
     claimed: dict[int, tuple[str, int, float]] = field(default_factory=dict)  # job -> GPU
+    tracker: SpeedTracker = field(default_factory=lambda: SpeedTracker())
 
     @classmethod
     def for_nodes(cls, db, nodes: list) -> Sharing | None:
@@ -149,7 +154,8 @@ class Sharing:
             mine_speed, other_speed = self.model.speeds(kind_of(mine), kind_of(job), gpu)
             part = mine_speed / (mine_speed + other_speed) if mine_speed + other_speed else 0.5
             end = other.finished_at.timestamp() if other.finished_at else float("inf")
-            spans.append((max(start, other.started_at.timestamp()), end, part))
+            spans.append((max(start, other.started_at.timestamp()), end, part, kind_of(job)))
+        self._learn(att, mine, spans, gpu)
         if not spans:
             return None
 
@@ -157,12 +163,49 @@ class Sharing:
             if t1 <= t0:
                 return 1.0
             charged = t1 - t0
-            for a, b, part in spans:
+            for a, b, part, _ in spans:
                 overlap = max(0.0, min(t1, b) - max(t0, a))
                 charged -= overlap * (1.0 - part)
             return max(0.0, charged / (t1 - t0))
 
         return fraction
+
+    def _learn(self, att: Attempt, job: Job, spans: list, gpu: str) -> None:
+        """Refine the model from the job's progress reports: its rate next to a partner
+        over its rate alone replaces the prediction for that pair. The reports are the
+        job's own (untrusted): a speed above 1.5 is dropped, one above 1 counts as 1."""
+        done, total, at = att.progress_done, att.progress_total, att.progress_at
+        if done is None or not total or at is None or not 0 <= done <= total:
+            return
+        t = at.timestamp()
+        partner = next((kind for a, b, _, kind in spans if a <= t < b), None)
+        speed = self.tracker.sample(att.id, t, done / total, partner)
+        if speed is not None and 0 < speed <= 1.5:
+            self.model.observe(kind_of(job), partner, gpu, speed)
+
+
+@dataclass
+class SpeedTracker:
+    """Each attempt's progress rate alone and next to a partner, from its reports."""
+
+    last: dict[int, tuple[float, float, str | None]] = field(default_factory=dict)
+    alone: dict[int, float] = field(default_factory=dict)  # attempt -> share of work per s
+
+    def sample(self, attempt_id: int, t: float, fraction: float, partner: str | None):
+        """Note a report (``fraction`` of the work done at ``t``, next to ``partner`` or
+        alone); the relative speed next to ``partner`` once both rates are known."""
+        last = self.last.get(attempt_id)
+        if last is not None and t <= last[0]:
+            return None  # the same report, or one dated back
+        self.last[attempt_id] = (t, fraction, partner)
+        if last is None or last[2] != partner or fraction < last[1]:
+            return None  # a rate needs two reports in the same company
+        rate = (fraction - last[1]) / (t - last[0])
+        if partner is None:
+            self.alone[attempt_id] = rate
+            return None
+        alone = self.alone.get(attempt_id)
+        return rate / alone if alone and rate > 0 else None
 
 
 def _policy(node) -> str:
