@@ -134,3 +134,49 @@ def test_progress_reports_refine_the_model_for_that_pair():
                           progress_at=datetime.fromtimestamp(200.0))  # fmt: skip
     sharing._learn(bad, job, spans, "v100")  # more done than the total: ignored
     assert sharing.model.speed(FIRST, SECOND, "v100") == pytest.approx(0.75)
+
+
+def _placement(policy: str, host_uid: int = 1000):
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.energy.sharing import Sharing
+
+    node = SimpleNamespace(name="box", executor="local", config=SimpleNamespace(share=policy),
+                           model_of=lambda gpus: "Tesla V100-SXM2")  # fmt: skip
+    host = SimpleNamespace(name=SECOND, uid=host_uid, share=True, deadline=None, duration_s=None)
+    att = SimpleNamespace(node="box", gpu_ids=[0], started_at=None)
+
+    class Stub(Sharing):
+        def _alone(self, nodes):
+            return [(att, host)]
+
+    return Stub(db=None, nodes=[node])
+
+
+def _asking(**kw):
+    from types import SimpleNamespace
+
+    fields = {"id": 9, "name": FIRST, "uid": 1000, "share": True, "attempts": 0,
+              "deadline": None, "duration_s": None, "gpu_type": None, **kw}  # fmt: skip
+    return SimpleNamespace(**fields)
+
+
+def test_placement_rules_mps_is_one_users_and_nothing_is_forced():
+    assert _placement("time-slice").place(_asking(), 1, 0.0) == ("box", [0])
+    assert _placement("mps").place(_asking(), 1, 0.0) == ("box", [0])  # the same user
+    assert _placement("mps", host_uid=0).place(_asking(), 1, 0.0) is None  # root's: no
+    assert _placement("mps", host_uid=1001).place(_asking(), 1, 0.0) is None
+    assert _placement("never").place(_asking(), 1, 0.0) is None
+    stub = _placement("time-slice")
+    for job, width in [
+        (_asking(share=False), 1),  # it did not ask
+        (_asking(), 2),  # one GPU only
+        (_asking(attempts=1), 1),  # a restart keeps its own GPU
+        (_asking(gpu_type="p100"), 1),  # it asked for another type
+        (_asking(deadline=datetime.fromtimestamp(10.0)), 1),  # a deadline, no duration
+        (None, 1),
+    ]:
+        assert stub.place(job, width, 0.0) is None
+    first = stub.place(_asking(id=1), 1, 5.0)
+    assert first == ("box", [0]) and stub.shares(1)
+    assert stub.place(_asking(id=2), 1, 5.0) is None  # one partner per GPU in a pass

@@ -72,10 +72,14 @@ class Sharing:
         if job is None or not job.share or width != 1 or job.attempts:
             return None  # a job restarting keeps its own GPU: its checkpoint is its own
         sharing = {n.name: n for n in self.nodes if _policy(n) != "never"}
+        if not sharing:
+            return None
         taken = {(node, gpu) for node, gpu, _ in self.claimed.values()}
         best = None
         for att, host in self._alone(sharing):
-            node = sharing[att.node]
+            node = sharing.get(att.node)
+            if node is None:
+                continue
             where = (att.node, att.gpu_ids[0])
             if where in taken or (_policy(node) == "mps" and host.uid != job.uid):
                 continue
