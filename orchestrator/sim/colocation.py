@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.planning.devices.gputypes import ANY, family_of, model_mix
 from orchestrator.planning.devices.interference import (
     MIN_SPEED,
     Interference,
+    job_types,
     shared_power_w,
     split,
     worth_sharing,
@@ -49,16 +49,15 @@ def may_share(n: int, share: float, seed: int) -> np.ndarray:
 
 
 def job_kinds(inputs: SimInputs) -> list[str]:
-    """Each job's Gavel job type or family: the simulator's own where it has them (GPU
-    types), else a traced name of a Gavel family, else drawn from Gavel's mix."""
-    families = getattr(inputs, "families", None)
-    if families:
-        return list(families)
-    n, names = len(inputs.jobs), inputs.jobs.names
-    drawn = model_mix(n, inputs.scenario.seed)
-    if not names:
-        return drawn
-    return [m if family_of(name) == ANY else name for name, m in zip(names, drawn, strict=True)]
+    """Each job's Gavel job type (a traced name that is one: ``"ResNet-50 (batch size
+    64)"``), else its family as the simulator's GPU types read it (``resnet50``: the
+    family's mean), else the type drawn from Gavel's mix (``sim.devices``)."""
+    families = inputs.families or ["any"] * len(inputs.jobs)
+    known = set(job_types())
+    return [
+        name if name in known else family
+        for name, family in zip(inputs.jobs.names or families, families, strict=True)
+    ]
 
 
 def daemon_class(inputs: SimInputs) -> type[SimDaemon]:
