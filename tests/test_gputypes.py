@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from orchestrator.planning.devices import gputypes
@@ -202,3 +203,37 @@ def test_sim_bad_gpu_type_in_a_trace_is_one_line(cli, tmp_path, bad):
     proc = cli.run("simulate", "--jobs", str(trace), check=False)
     assert proc.returncode == 2 and "job 2: invalid GPU type" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_sim_an_elastic_job_that_asks_for_a_type_grows_only_within_it(tmp_path):
+    nodes = [{"name": "v", "gpus": 4, "gpu": "v100"}, {"name": "p", "gpus": 2, "gpu": "p100"}]
+    job = {"submit": 0, "duration": 3600, "gpus": 2, "gpu_type": "p100"}  # elastic: 1-4
+    run, result = _mixed_run(tmp_path, [job] * 3, nodes, elastic=1.0)
+    assert result["jobs"] == 3 and not np.isnan(run.finish_s).any()
+    assert run.seg_gpus.max() <= 2  # never wider than the P100s
+
+
+def test_live_allocation_by_type_clamps_an_elastic_job_and_chooses_for_others():
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.energy.gputypes import allocate_typed, type_problem, with_types
+    from orchestrator.planning.policies.base import Decision
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    nodes = [
+        SimpleNamespace(name="v", gpu_model="Tesla V100-SXM2-16GB"),
+        SimpleNamespace(name="p", gpu_model="Tesla P100-PCIE-16GB"),
+    ]
+    topo = ClusterTopology((NodeTopology.plain("v", 4), NodeTopology.plain("p", 2)))
+    alloc = ClusterAllocator(with_types(topo, nodes))
+    view = SimpleNamespace(model=None, duration_s=3600.0, deadline_s=None)
+    typed = SimpleNamespace(gpu_type="p100", name=None, gpus_min=1)
+    got = allocate_typed(alloc, "a", 8, typed, view, Decision(0.0), 0.0)  # an elastic 1-8
+    assert got.parts == (("p", (0, 1)),)
+    assert type_problem(SimpleNamespace(gpu_type="p100", gpus_min=3), alloc.topology)
+    assert type_problem(SimpleNamespace(gpu_type=None, gpus_min=3), alloc.topology) is None
+    # no type asked: the free V100s (the P100s are taken)
+    free = SimpleNamespace(gpu_type=None, name="resnet50", gpus_min=1)
+    assert allocate_typed(alloc, "b", 1, free, view, Decision(0.0), 0.0).parts[0][0] == "v"
+    assert allocate_typed(alloc, "c", 4, free, view, Decision(0.0), 0.0) is None  # waits

@@ -57,15 +57,30 @@ def requested_types(jobs) -> list[str | None] | None:
     return [type_of(t) for t in jobs.gpu_types]
 
 
+def _type_gpus(topology) -> dict[str | None, int]:
+    have: dict[str | None, int] = {}
+    for node in topology.nodes:
+        have[node.gpu] = have.get(node.gpu, 0) + node.gpus
+    return have
+
+
+def typed_widest(max_gpus: np.ndarray, wants: list[str | None] | None, topology) -> np.ndarray:
+    """An elastic job's widest width, at most the GPUs of the type it asked for."""
+    if wants is None:
+        return max_gpus
+    have = _type_gpus(topology)
+    widest = zip(wants, max_gpus.tolist(), strict=True)
+    limit = [have.get(w, 0) if w is not None else hi for w, hi in widest]
+    return np.minimum(max_gpus, np.asarray(limit, dtype=max_gpus.dtype))
+
+
 def keep_typed(jobs, topology, notes: list[str]):
     """The jobs less those that asked for a type the cluster has too few GPUs of (and
     those waiting for them), said in ``notes``."""
     wants = requested_types(jobs)
     if wants is None:
         return jobs
-    have: dict[str | None, int] = {}
-    for node in topology.nodes:
-        have[node.gpu] = have.get(node.gpu, 0) + node.gpus
+    have = _type_gpus(topology)
     fits = np.array(
         [w is None or have.get(w, 0) >= g for w, g in zip(wants, jobs.gpus.tolist(), strict=True)],
         dtype=bool,
@@ -105,16 +120,20 @@ class Devices:
         i, width, key = job.id, width_of(job, decision, now), ("job", job.id)
         want = self._wants[i]
         if want is not None or not self._mixed:
-            return self.alloc.allocate(key, width, gpu_type=want)
+            return self._place(key, width, want)
         free = [t for t in self._per_type if self.alloc.fits_now(width, t)]
         if not free:  # it waits, unless no one type could ever hold it
             wider = all(width > n for n in self._per_type.values())
-            return self.alloc.allocate(key, width) if wider else None
+            return self._place(key, width, None) if wider else None
         cap = decision.piece_config(piece_index(decision, now))[1]
         work = max(1.0 - float(self.done[i]), 1e-9)
         chosen = choose_type(self._model(i), self._families[i], self._ref, free, width, work,
                              now, self._deadline[i], cap)  # fmt: skip
-        return self.alloc.allocate(key, width, gpu_type=chosen)
+        return self._place(key, width, chosen)
+
+    def _place(self, key, width: int, gpu_type: str | None):
+        """The allocator's call, once the type is chosen (a packing preference hooks here)."""
+        return self.alloc.allocate(key, width, gpu_type=gpu_type)
 
     def _placed_model(self, i: int, allocation) -> JobModel:
         """Job ``i``'s model on the type of the GPUs it was given (the slowest of them)."""

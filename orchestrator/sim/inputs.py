@@ -60,7 +60,7 @@ class SimInputs:
 def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     from grid.steps import StepSeries
     from orchestrator.planning.devices.gputypes import curve
-    from orchestrator.sim.devices import job_families, keep_typed, requested_types
+    from orchestrator.sim.devices import job_families, keep_typed, requested_types, typed_widest
 
     notes: list[str] = []
     signal = _load_signal(resolve_path(scenario.grid.source, base), scenario, settings)
@@ -121,6 +121,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     planning = _planning(scenario, price is not None)
     families = job_families(jobs.names, len(jobs), scenario.jobs.models, scenario.seed)
     min_gpus, max_gpus = elastic_ranges(jobs.gpus, scenario.jobs.elastic, scenario.seed, total)
+    max_gpus = typed_widest(max_gpus, requested_types(jobs), topology)
     tables: list = []
     if scenario.jobs.elastic > 0 and jobs.names:
         folder = _scaling_folder(scenario.jobs.scaling, base)

@@ -66,17 +66,26 @@ def type_problem(job, topology: ClusterTopology) -> str | None:
     return None
 
 
-def allocate_typed(alloc, key, width: int, job, view, decision, now_s: float):
+def allocate_typed(alloc, key, width: int, job, view, decision, now_s: float, place=None):
     """GPUs for a job: of its type when it asked for one; else of the type with room now
-    that suits it best; on a cluster of one type, anywhere."""
+    that suits it best; on a cluster of one type, anywhere. ``place(key, width, gpu_type)``
+    makes the allocation once the type is chosen (default: ``alloc.allocate``; a packing
+    preference passes its own)."""
+    if place is None:
+
+        def place(key, width, gpu_type):
+            return alloc.allocate(key, width, gpu_type=gpu_type)
+
     want = type_of(job.gpu_type) if job is not None else None
     types = alloc.types()
+    if want is not None:  # an elastic job: at most that type's GPUs
+        width = min(width, type_gpus(alloc.topology).get(want, 0))
     if want is not None or len(types) < 2:
-        return alloc.allocate(key, width, gpu_type=want)
+        return place(key, width, want)
     free = [t for t in types if alloc.fits_now(width, t)]
     if not free:  # it waits, unless no one type could ever hold it
         per_type = type_gpus(alloc.topology)
-        return alloc.allocate(key, width) if all(width > n for n in per_type.values()) else None
+        return place(key, width, None) if all(width > n for n in per_type.values()) else None
     model = view.model
     if model is None:
         model = JobModel(view.duration_s or DEFAULT_RUN_S, width, curve(types[0]))
@@ -85,4 +94,4 @@ def allocate_typed(alloc, key, width: int, job, view, decision, now_s: float):
     family = family_of(job.name if job is not None else None)
     chosen = choose_type(model, family, ref, free, width, model.total_work, now_s,
                          view.deadline_s, cap)  # fmt: skip
-    return alloc.allocate(key, width, gpu_type=chosen)
+    return place(key, width, chosen)
