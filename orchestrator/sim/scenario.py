@@ -21,6 +21,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     checkpoint_cost = "5m"            # run time a suspension costs each of those (0 to 1d)
     elastic = 0.2                     # share that may run on half to double their GPUs
     models = "gavel"                  # model families of unnamed jobs: gavel (drawn) | none
+    share = 0.5                       # share that may run two to a GPU (sim/colocation.py)
 
     [grid]
     source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
@@ -111,6 +112,7 @@ class JobsConfig(BaseModel):
     scaling: str | None = None  # folder of ElasticFlow tables (default: the shared data's)
     # gavel: unnamed jobs' model families drawn from Gavel's mix (sim.devices); none
     models: Literal["gavel", "none"] = "gavel"
+    share: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run two to a GPU
 
     @field_validator("checkpoint_cost")
     @classmethod
