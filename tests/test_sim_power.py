@@ -198,3 +198,21 @@ def test_a_node_of_its_own_settings_overrides_the_cluster(tmp_path):
     # a on throughout: 260 W idle (200 + 2 × 30), half of it 0-1 h; b 160 W to 0.5 h; PUE 1.5
     hand_kwh = 1.5 * (130 * 1 + 260 * 2 + 0 * 1 + 160 * 0.5) / 1000
     assert m["idle_energy_kwh"] == pytest.approx(hand_kwh, abs=1e-3)
+
+
+def test_the_planner_sees_an_off_nodes_gpus_taken_until_it_could_answer(tmp_path):
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.runner import make_forecaster
+
+    scenario = _two_nodes(tmp_path, ROWS, idle_off_after="30m", wake="10m")
+    inputs = prepare(scenario, ROOT)
+    daemon = SimDaemon(inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0))
+    daemon.run()  # a went off 30 min after the last job; b since 0.5 h
+    now = daemon.loop.now
+    context = daemon.power.context(now, [])
+    offs = [(c.gpus, c.power_w, c.start_s, c.end_s) for c in context["committed"]]
+    assert offs == [(2, 0.0, now, now + 600)] * 2
+    # with right-sizing, a waiting job's idle GPUs cost at most idle_off_after + wake-up
+    assert context["idle_wait_s"] == 1800 + 600
+    assert context["idle_w_per_gpu"] == pytest.approx((100 + 2 * 30) / 2 * 1.5)
