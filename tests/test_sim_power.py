@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.sim.engine import SimDaemon
@@ -118,6 +120,44 @@ def test_jobs_never_run_on_a_node_that_is_off(policy, monkeypatch):
     m = outcome.results[policy]
     assert seen["launches"] >= 120 and m["jobs"] == 120
     assert m["power_offs"] > 0 and m["wakes"] > 0
+    assert not np.isnan(outcome.runs[policy].finish_s).any()
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    st.integers(0, 1000),
+    st.sampled_from(["5m", "15m", "1h"]),
+    st.sampled_from(["1m", "10m", "40m"]),
+    st.sampled_from([2, 4, 8]),
+    st.sampled_from(["fifo", "budget"]),
+)
+def test_property_no_job_on_a_node_off_and_every_job_ends(seed, after, wake, per_node, policy):
+    launches = []
+
+    class Checked(SimDaemon):
+        def launch(self, job, decision, allocation, now):
+            launches.append(all(self.power.is_on(node) for node, _ in allocation.parts))
+            return super().launch(job, decision, allocation, now)
+
+    scenario = Scenario.model_validate(
+        {
+            "policies": [policy],
+            "seed": seed,
+            "jobs": {"source": "synthetic:count=40&days=2", "interruptible": 0.5},
+            "grid": {"source": "synthetic:days=5"},
+            "cluster": {"gpus": 16, "gpus_per_node": per_node, "idle_off_after": after,
+                        "wake": wake},
+        }
+    )  # fmt: skip
+    import orchestrator.sim.runner as runner
+
+    original = runner.SimDaemon
+    runner.SimDaemon = Checked
+    try:
+        outcome = simulate(scenario, ROOT)
+    finally:
+        runner.SimDaemon = original
+    assert launches and all(launches)
     assert not np.isnan(outcome.runs[policy].finish_s).any()
 
 
