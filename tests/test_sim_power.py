@@ -256,3 +256,23 @@ def test_the_planner_sees_an_off_nodes_gpus_taken_until_it_could_answer(tmp_path
     # with right-sizing, a waiting job's idle GPUs cost at most idle_off_after + wake-up
     assert context["idle_wait_s"] == 1800 + 600
     assert context["idle_w_per_gpu"] == pytest.approx((100 + 2 * 30) / 2 * 1.5)
+
+
+def test_an_idle_gpu_draws_a_fifth_of_its_own_types_limit_where_nodes_have_types():
+    from types import SimpleNamespace
+
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.sim.power import node_settings
+    from orchestrator.sim.scenario import ClusterConfig
+
+    topology = SimpleNamespace(
+        nodes=[SimpleNamespace(name="a", gpus=2, gpu="p100"), SimpleNamespace(name="b", gpus=2)]
+    )
+    inputs = SimpleNamespace(
+        cluster=ClusterConfig(gpu="a40", node_idle_w=100.0), topology=topology,
+        curve=curve_for("a40"),
+    )  # fmt: skip
+    a, b = node_settings(inputs)
+    assert a.idle_w == pytest.approx(100 + 2 * 0.2 * curve_for("p100").max_limit_w)
+    assert b.idle_w == pytest.approx(100 + 2 * 0.2 * curve_for("a40").max_limit_w)
+    assert (a.wake_s, a.off_after_s) == (300.0, None)

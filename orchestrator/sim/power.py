@@ -245,14 +245,18 @@ def plan_idle(nodes: list[_Node], cluster, right_sizing: bool) -> tuple | None:
 
 def node_settings(inputs) -> list[_Node]:
     """Each node's wake-up, idle_off_after and idle draw: its own, else the cluster's."""
+    from orchestrator.planning.perfmodel import curve_for
     from orchestrator.timeparse import parse_duration_s
 
     cfg = inputs.cluster
     by_name = {n.name: n for n in cfg.nodes or ()}
-    gpu_idle_default = 0.2 * inputs.curve.max_limit_w
     out = []
     for topo in inputs.topology.nodes:
         own = by_name.get(topo.name)
+        # an idle GPU: 20 % of its type's maximum limit (a node's own type, where nodes
+        # have one, else the cluster's)
+        gpu_type = getattr(topo, "gpu", None) or getattr(own, "gpu", None)
+        gpu_idle_default = 0.2 * (curve_for(gpu_type) if gpu_type else inputs.curve).max_limit_w
 
         def pick(attr: str, own=own):
             value = getattr(own, attr, None) if own is not None else None
