@@ -14,7 +14,7 @@ is paused, resumed or re-capped:
 - SIGKILL ends it (exit 137);
 - ``set_power_cap`` changes speed and draw from that moment on;
 - ``rescale`` multiplies its speed, draw and GPU count by factors from that moment on (a
-  job sharing its GPU with another: ``orchestrator.sim.colocation``).
+  job sharing its GPU with another: ``orchestrator.sim.hardware.colocation``).
 Every stretch of constant power is recorded in ``segments`` (start, end, watts) for the
 energy and carbon accounts.
 """

@@ -10,8 +10,8 @@ import pytest
 
 from orchestrator.planning.devices.interference import Interference, shared_power_w
 from orchestrator.planning.policies import resolve_policy
-from orchestrator.sim.colocation import SharingDaemon, daemon_class
 from orchestrator.sim.engine import SimDaemon
+from orchestrator.sim.hardware.colocation import SharingDaemon, daemon_class
 from orchestrator.sim.inputs import prepare
 from orchestrator.sim.runner import make_forecaster, simulate
 from orchestrator.sim.scenario import Scenario

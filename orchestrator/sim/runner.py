@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.errors import SpecError
 from orchestrator.planning.policies import resolve_policy
-from orchestrator.sim.colocation import daemon_class
+from orchestrator.sim.hardware.colocation import daemon_class
 from orchestrator.sim.inputs import SimInputs, prepare
 from orchestrator.sim.metrics import metrics
 from orchestrator.sim.result import RunResult

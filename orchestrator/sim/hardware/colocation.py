@@ -51,7 +51,7 @@ def may_share(n: int, share: float, seed: int) -> np.ndarray:
 def job_kinds(inputs: SimInputs) -> list[str]:
     """Each job's Gavel job type (a traced name that is one: ``"ResNet-50 (batch size
     64)"``), else its family as the simulator's GPU types read it (``resnet50``: the
-    family's mean), else the type drawn from Gavel's mix (``sim.devices``)."""
+    family's mean), else the type drawn from Gavel's mix (``sim.hardware.devices``)."""
     families = inputs.families or ["any"] * len(inputs.jobs)
     known = set(job_types())
     return [
