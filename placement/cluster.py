@@ -8,6 +8,9 @@
   else the racks with the most idle nodes first.
 - ``fragmentation(k)``: free GPUs that cannot serve a request of ``k`` (the largest
   waiting); ``idle_nodes()``: nodes with every GPU free.
+- ``allocate(key, k, gpu_type=...)`` keeps to nodes of one GPU type (a job wider than a
+  node takes whole nodes of that type); ``types()``, ``fits_now(k, gpu_type)``: the
+  types a request could start on now, for the caller's choice among them.
 - ``make_room(k, movable)``: which of the ``movable`` allocations (jobs that may be
   suspended) to release so that a request of ``k`` fits, releasing as few GPUs as it can:
   the deadline guard's choice of whom to suspend.
@@ -47,6 +50,7 @@ class ClusterAllocator:
         nodes = topology.nodes
         self._names = [n.name for n in nodes]
         self._orders = [n.order for n in nodes]
+        self._types = [n.gpu for n in nodes]
         self._size = [n.gpus for n in nodes]
         self._full = [(1 << n.gpus) - 1 for n in nodes]
         self._free = list(self._full)
@@ -92,6 +96,25 @@ class ClusterAllocator:
     def idle_nodes(self) -> int:
         return sum(1 for i, c in enumerate(self._count) if c == self._size[i])
 
+    def types(self) -> tuple[str | None, ...]:
+        """The GPU types of the nodes, each once, in node order."""
+        return tuple(dict.fromkeys(self._types))
+
+    def type_of(self, node: str) -> str | None:
+        return self._types[self._names.index(node)]
+
+    def fits_now(self, k: int, gpu_type: str | None = None) -> bool:
+        """Whether ``allocate(key, k, gpu_type)`` would find GPUs now (nothing changes)."""
+        ok = range(len(self._size)) if gpu_type is None else self._of_type(gpu_type)
+        if k <= self.max_node_gpus and any(self._pick(i, k) for i in ok):
+            return True
+        if any(self._size[i] >= k for i in ok):
+            return False
+        return self._whole_nodes(k, gpu_type) is not None
+
+    def _of_type(self, gpu_type: str | None) -> list[int]:
+        return [i for i, t in enumerate(self._types) if t == gpu_type]
+
     def fragmentation(self, largest_waiting: int) -> int:
         """Free GPUs that cannot serve a request of ``largest_waiting`` GPUs."""
         k = largest_waiting
@@ -100,26 +123,35 @@ class ClusterAllocator:
         return sum(c for i, c in enumerate(self._count) if c and not self._pick(i, k))
 
     # -- allocate and free --------------------------------------------------------------
-    def allocate(self, key: object, k: int) -> Allocation | None:
-        """GPUs for request ``key`` of ``k`` GPUs, or None when it must wait. Raises
-        PlacementError when the cluster could never hold it."""
+    def allocate(self, key: object, k: int, gpu_type: str | None = None) -> Allocation | None:
+        """GPUs for request ``key`` of ``k`` GPUs (on nodes of ``gpu_type`` only, when
+        given), or None when it must wait. Raises PlacementError when the cluster (its
+        nodes of that type) could never hold it."""
         if key in self._held:
             raise PlacementError(f"allocation {key!r} already exists")
         if k <= 0:
             raise PlacementError(f"a request needs at least one GPU, not {k}")
+        sizes = self._size
+        if gpu_type is not None:
+            sizes = [self._size[i] for i in self._of_type(gpu_type)]
+            if sum(sizes) < k:
+                raise PlacementError(f"needs {k} {gpu_type} GPUs; the cluster has {sum(sizes)}")
         if k > self.total_gpus:
             raise PlacementError(f"needs {k} GPUs; the cluster has {self.total_gpus}")
+        typed = gpu_type is not None
         if k <= self.max_node_gpus:
             for count in range(k, self.max_node_gpus + 1):
                 for i in self._buckets[count]:
+                    if typed and self._types[i] != gpu_type:
+                        continue
                     mask = self._pick(i, k)
                     if mask:
                         self._take(i, mask)
                         self._held[key] = [(i, mask)]
                         return self._allocation(key)
-            if any(s >= k for s in self._size):
+            if any(s >= k for s in sizes):
                 return None
-        nodes = self._whole_nodes(k)
+        nodes = self._whole_nodes(k, gpu_type)
         if nodes is None:
             return None
         parts = []
@@ -256,9 +288,14 @@ class ClusterAllocator:
         self._count[i] = new
         self._free_total -= old - new
 
-    def _whole_nodes(self, k: int) -> list[int] | None:
+    def _whole_nodes(self, k: int, gpu_type: str | None = None) -> list[int] | None:
+        typed = gpu_type is not None
         idle_by_rack = {
-            rack: [i for i in members if self._count[i] == self._size[i]]
+            rack: [
+                i
+                for i in members
+                if self._count[i] == self._size[i] and not (typed and self._types[i] != gpu_type)
+            ]
             for rack, members in self._racks.items()
         }
         capacity = {r: sum(self._size[i] for i in nodes) for r, nodes in idle_by_rack.items()}

@@ -1,4 +1,4 @@
-"""Idle power and right-sizing in the simulator (orchestrator/sim/power.py): idle GPUs and
+"""Idle power and right-sizing in the simulator (orchestrator/sim/hardware/power.py): idle GPUs and
 powered-on idle servers counted, nodes powered off after idle_off_after and woken for a
 job with the wake-up delay, and never a job on a node that is off."""
 
@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.sim.engine import SimDaemon
@@ -121,6 +123,44 @@ def test_jobs_never_run_on_a_node_that_is_off(policy, monkeypatch):
     assert not np.isnan(outcome.runs[policy].finish_s).any()
 
 
+@settings(max_examples=8, deadline=None)
+@given(
+    st.integers(0, 1000),
+    st.sampled_from(["5m", "15m", "1h"]),
+    st.sampled_from(["1m", "10m", "40m"]),
+    st.sampled_from([2, 4, 8]),
+    st.sampled_from(["fifo", "budget"]),
+)
+def test_property_no_job_on_a_node_off_and_every_job_ends(seed, after, wake, per_node, policy):
+    launches = []
+
+    class Checked(SimDaemon):
+        def launch(self, job, decision, allocation, now):
+            launches.append(all(self.power.is_on(node) for node, _ in allocation.parts))
+            return super().launch(job, decision, allocation, now)
+
+    scenario = Scenario.model_validate(
+        {
+            "policies": [policy],
+            "seed": seed,
+            "jobs": {"source": "synthetic:count=40&days=2", "interruptible": 0.5},
+            "grid": {"source": "synthetic:days=5"},
+            "cluster": {"gpus": 16, "gpus_per_node": per_node, "idle_off_after": after,
+                        "wake": wake},
+        }
+    )  # fmt: skip
+    import orchestrator.sim.runner as runner
+
+    original = runner.daemon_class
+    runner.daemon_class = lambda _inputs: Checked
+    try:
+        outcome = simulate(scenario, ROOT)
+    finally:
+        runner.daemon_class = original
+    assert launches and all(launches)
+    assert not np.isnan(outcome.runs[policy].finish_s).any()
+
+
 def test_simulate_json_and_table_show_idle_energy(cli, tmp_path):
     cluster = tmp_path / "cluster.toml"
     cluster.write_text('[cluster]\ngpus = 16\nidle_off_after = "30m"\nwake = "5m"\n')
@@ -198,3 +238,41 @@ def test_a_node_of_its_own_settings_overrides_the_cluster(tmp_path):
     # a on throughout: 260 W idle (200 + 2 × 30), half of it 0-1 h; b 160 W to 0.5 h; PUE 1.5
     hand_kwh = 1.5 * (130 * 1 + 260 * 2 + 0 * 1 + 160 * 0.5) / 1000
     assert m["idle_energy_kwh"] == pytest.approx(hand_kwh, abs=1e-3)
+
+
+def test_the_planner_sees_an_off_nodes_gpus_taken_until_it_could_answer(tmp_path):
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.runner import make_forecaster
+
+    scenario = _two_nodes(tmp_path, ROWS, idle_off_after="30m", wake="10m")
+    inputs = prepare(scenario, ROOT)
+    daemon = SimDaemon(inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0))
+    daemon.run()  # a went off 30 min after the last job; b since 0.5 h
+    now = daemon.loop.now
+    context = daemon.power.context(now, [])
+    offs = [(c.gpus, c.power_w, c.start_s, c.end_s) for c in context["committed"]]
+    assert offs == [(2, 0.0, now, now + 600)] * 2
+    # with right-sizing, a waiting job's idle GPUs cost at most idle_off_after + wake-up
+    assert context["idle_wait_s"] == 1800 + 600
+    assert context["idle_w_per_gpu"] == pytest.approx((100 + 2 * 30) / 2 * 1.5)
+
+
+def test_an_idle_gpu_draws_a_fifth_of_its_own_types_limit_where_nodes_have_types():
+    from types import SimpleNamespace
+
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.sim.hardware.power import node_settings
+    from orchestrator.sim.scenario import ClusterConfig
+
+    topology = SimpleNamespace(
+        nodes=[SimpleNamespace(name="a", gpus=2, gpu="p100"), SimpleNamespace(name="b", gpus=2)]
+    )
+    inputs = SimpleNamespace(
+        cluster=ClusterConfig(gpu="a40", node_idle_w=100.0), topology=topology,
+        curve=curve_for("a40"),
+    )  # fmt: skip
+    a, b = node_settings(inputs)
+    assert a.idle_w == pytest.approx(100 + 2 * 0.2 * curve_for("p100").max_limit_w)
+    assert b.idle_w == pytest.approx(100 + 2 * 0.2 * curve_for("a40").max_limit_w)
+    assert (a.wake_s, a.off_after_s) == (300.0, None)

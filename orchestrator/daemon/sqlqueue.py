@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 
 from orchestrator.daemon.contain import Faults
 from orchestrator.daemon.dispatch import Dispatcher
+from orchestrator.daemon.energy.gputypes import allocate_typed, type_problem
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
@@ -205,9 +206,13 @@ class SqlQueue(RunningViews):
             width = min(width, self.widest)
         if width == 0:  # a CPU-only job: the first node, no GPUs
             return (self.dispatcher.nodes[0].name, [])
-        key = ("job", view.id)  # right-sizing: servers on first; one off is woken
-        allocation = (self.power.allocate(self.alloc, key, width, now_s) if self.power
-                      else self.alloc.allocate(key, width))  # fmt: skip
+        job = self.eligible.get(view.id)
+        sharing = self.dispatcher.sharing  # co-location: a GPU one --share job runs on
+        if sharing and (shared := sharing.place(job, width, now_s)):
+            return shared
+        place = self.power.placer(self.alloc, now_s) if self.power else None  # servers on first
+        allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision,
+                                    now_s, place=place)  # fmt: skip
         if allocation is None:
             return None
         (node, gpu_tuple), *more = allocation.parts
@@ -256,7 +261,7 @@ class SqlQueue(RunningViews):
                 started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision,
                                                  parts=across[0] if across else None)  # fmt: skip
         if not started:
-            if not resumed and gpus:
+            if not resumed and gpus and self.alloc.allocation(("job", view.id)):
                 self.alloc.free(("job", view.id))
             return
         spend = self.planner.forced_spend(view, decision, now_s) if self.planner else None
@@ -338,6 +343,8 @@ class SqlQueue(RunningViews):
     # -- parts --------------------------------------------------------------------------
     def _cannot_run(self, job: Job, widest: int) -> str | None:
         if (why := too_wide(job.gpus_min, widest)) is not None:
+            return why
+        if (why := type_problem(job, self.dispatcher.topology)) is not None:
             return why
         user = self.dispatcher.user
         if not user.is_root and job.uid != user.uid:

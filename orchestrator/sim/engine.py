@@ -34,7 +34,6 @@ from executors.base import Handle, LaunchSpec
 from executors.simulated import SimulatedExecutor, Workload
 from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.planning.onepass import Pass, Running
-from orchestrator.planning.perfmodel import JobModel
 from orchestrator.planning.pieces import held_pieces, piece_index, width_of
 from orchestrator.planning.policies.base import (
     Decision,
@@ -46,10 +45,11 @@ from orchestrator.planning.policies.base import (
 from orchestrator.planning.policies.powersplit import split_power
 from orchestrator.planning.resizestep import pin_resized
 from orchestrator.planning.scheduler import Scheduler
-from orchestrator.sim.elastic import Resizing, job_model, resizes
+from orchestrator.sim.elastic import Resizing, resizes
 from orchestrator.sim.events import EventLoop
+from orchestrator.sim.hardware.devices import Devices
+from orchestrator.sim.hardware.power import SimPower
 from orchestrator.sim.inputs import SimInputs
-from orchestrator.sim.power import SimPower
 from orchestrator.sim.result import RunResult
 from placement.cluster import ClusterAllocator
 
@@ -70,7 +70,7 @@ class _Attempt:
     start_s: float = 0.0
 
 
-class SimDaemon(Resizing):
+class SimDaemon(Resizing, Devices):
     def __init__(
         self,
         inputs: SimInputs,
@@ -85,6 +85,7 @@ class SimDaemon(Resizing):
         self.loop = EventLoop(float(jobs.submit_s[0]))
         self.executor = SimulatedExecutor(self.loop)
         self.alloc = ClusterAllocator(inputs.topology)
+        self._init_devices(inputs)
         self.scheduler = Scheduler(
             policy, forecaster, inputs.max_defer_s, self._context,
             self._ahead if inputs.jobs.after is not None else None, inputs.backfill,
@@ -123,7 +124,6 @@ class SimDaemon(Resizing):
         self._held: list[int] = []  # arrived, waiting for a dependency to end
         self._attempt_id = 0
         self._running: dict[int, _Attempt] = {}
-        self._models: dict[int, JobModel] = {}
         self._wakes: set[float] = set()
         self._next_sample = -np.inf
         self._frag: list[float] = []
@@ -220,9 +220,6 @@ class SimDaemon(Resizing):
             pin_resized(self.scheduler, self._resize_to, now)
         return self.scheduler
 
-    def allocate(self, job: QueuedJob, decision: Decision, now: float):
-        return self.alloc.allocate(("job", job.id), width_of(job, decision, now))
-
     def make_room(self, width: int, movable: dict) -> list:
         return self.alloc.make_room(width, movable) or []
 
@@ -294,19 +291,12 @@ class SimDaemon(Resizing):
             self.ledger.record(ex.seg_start[k], ex.seg_end[k], ex.seg_power_w[k], carbon)
         self._seg_seen = len(ex.seg_start)
 
-    def _model(self, i: int) -> JobModel:
-        model = self._models.get(i)
-        if model is None:
-            model = job_model(self.inputs, self._duration[i], self._gpus[i], self._tables[i])
-            self._models[i] = model
-        return model
-
     def launch(self, job: QueuedJob, decision: Decision, allocation, now: float) -> None:
         i = job.id
         piece = piece_index(decision, now)
         cap = decision.piece_config(piece)[1]
         width = width_of(job, decision, now)
-        model = self._model(i)
+        model = self._placed_model(i, allocation)  # on the type it was given
         self._resize_to.pop(i, None)
         if i in self._restarted:  # from a checkpoint: loses checkpoint_s (_requeue adds it)
             self.done[i] -= job.checkpoint_s * model.throughput(width, cap)  # may go below 0
@@ -347,7 +337,7 @@ class SimDaemon(Resizing):
         if not atts:
             return
         caps, _ = split_power(
-            [(self._model(a.job.id), a.gpus) for a in atts], self.inputs.power_limit_w
+            [(self._running_model(a.job.id), a.gpus) for a in atts], self.inputs.power_limit_w
         )
         for att, cap in zip(atts, caps, strict=True):
             planned = att.decision.piece_config(piece_index(att.decision, self.loop.now))[1]

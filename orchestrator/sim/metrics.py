@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 
 from orchestrator.planning.budgets import J_PER_KWH, Ledger
+from orchestrator.sim.hardware.power import idle_metrics
 from orchestrator.sim.inputs import SimInputs
-from orchestrator.sim.power import idle_metrics
 from orchestrator.sim.result import RunResult
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.planning.budgets import Ledger
-from orchestrator.sim.power import IdleAccount
+from orchestrator.sim.hardware.power import IdleAccount
 
 
 @dataclass
@@ -29,4 +29,4 @@ class RunResult:
     replans: int = 0
     ledger: Ledger | None = None
     solver: dict | None = None  # what the oracle's solve reported
-    idle: IdleAccount | None = None  # idle GPUs and servers on (sim.power)
+    idle: IdleAccount | None = None  # idle GPUs and servers on (sim.hardware.power)

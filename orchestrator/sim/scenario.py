@@ -20,6 +20,8 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     interruptible = 0.3               # share of jobs that may be suspended
     checkpoint_cost = "5m"            # run time a suspension costs each of those (0 to 1d)
     elastic = 0.2                     # share that may run on half to double their GPUs
+    models = "gavel"                  # model families of unnamed jobs: gavel (drawn) | none
+    share = 0.5                       # share that may run two to a GPU (sim/hardware/colocation.py)
 
     [grid]
     source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
@@ -31,10 +33,11 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     gpus = 64                         # or nodes = [{name, gpus, rack}, ...]
     gpus_per_node = 8
     nodes_per_rack = 16
-    gpu = "v100"                      # the power curve (v100, a40, p100, rtx6000)
+    gpu = "v100"                      # the GPU type (v100, p100, a40, rtx6000, a100, k80);
+                                      # [[nodes]] may each say their own: gpu = "p100"
     host_w_per_gpu = 50.0
     pue = 1.0
-    node_idle_w = 150.0               # a server on, besides its GPUs (sim.power)
+    node_idle_w = 150.0               # a server on, besides its GPUs (sim.hardware.power)
     gpu_idle_w = 60.0                 # an idle GPU (default: 20 % of its maximum limit)
     idle_off_after = "30m"            # right-sizing: a node idle this long is powered off
     wake = "5m"                       # ... and answers this long after it is woken
@@ -50,6 +53,7 @@ import os
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import (
     BaseModel,
@@ -85,7 +89,15 @@ class SimNode(BaseModel):
     fake_gpus: int | None = Field(default=None, ge=0, le=65_536)
     rack: str | None = None
     nvlink_islands: list[list[int]] | None = None
-    # idle power and right-sizing (sim.power); None: the cluster's
+    gpu: str | None = Field(default=None, min_length=1, max_length=64)  # default: cluster.gpu
+    gpu_model: str | None = Field(default=None, max_length=255)  # a gridshift.toml's name
+
+    @model_validator(mode="after")
+    def _gpu_type(self) -> SimNode:
+        self.gpu = self.gpu or self.gpu_model or None  # a gridshift.toml says gpu_model
+        return self
+
+    # idle power and right-sizing (sim.hardware.power); None: the cluster's
     idle_off_after: str | None = None
     wake: str | None = None
     node_idle_w: float | None = Field(default=None, ge=0, le=100_000)
@@ -111,10 +123,10 @@ class ClusterConfig(BaseModel):
     gpus_per_node: int = Field(default=8, ge=1, le=64)
     nodes_per_rack: int = Field(default=16, ge=1)
     nodes: list[SimNode] | None = None
-    gpu: str = "v100"
+    gpu: str = Field(default="v100", min_length=1, max_length=64)  # nodes' default type
     host_w_per_gpu: float = Field(default=50.0, ge=0)
     pue: float = Field(default=1.0, ge=1.0, le=3.0)
-    # idle power and right-sizing (sim.power): a node idle for idle_off_after is powered
+    # idle power and right-sizing (sim.hardware.power): a node idle for idle_off_after is powered
     # off ("never"/None: never), and answers again wake after it is woken
     idle_off_after: str | None = None
     wake: str = "5m"
@@ -141,6 +153,9 @@ class JobsConfig(BaseModel):
     checkpoint_cost: str = "5m"  # run time a suspension costs an interruptible job
     elastic: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run on ½-2× GPUs
     scaling: str | None = None  # folder of ElasticFlow tables (default: the shared data's)
+    # gavel: unnamed jobs' model families drawn from Gavel's mix (sim.devices); none
+    models: Literal["gavel", "none"] = "gavel"
+    share: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run two to a GPU
 
     @field_validator("checkpoint_cost")
     @classmethod

@@ -79,18 +79,23 @@ class RightSizer:
         return cls(db, managed, probe=lambda name: answers(links[name]))
 
     # -- the pass's two hooks ------------------------------------------------------------
-    def allocate(self, alloc, key: object, width: int, now_s: float):
+    def placer(self, alloc, now_s: float) -> Callable:
+        """``allocate`` as ``daemon.energy.gputypes.allocate_typed`` places a job once it
+        chose its GPU type."""
+        return lambda key, width, gpu_type: self.allocate(alloc, key, width, now_s, gpu_type)
+
+    def allocate(self, alloc, key: object, width: int, now_s: float, gpu_type=None):
         """GPUs for ``key`` on servers that are on; None while it must wait. One that fits
         only with a server that is off wakes that server (the job waits for it)."""
         blocked = [n for n, p in self.nodes.items() if p.state != ON and n in alloc.node_names]
         if not blocked:
-            return alloc.allocate(key, width)
+            return alloc.allocate(key, width, gpu_type=gpu_type)
         down = {n: alloc.allocation(("down", n)) for n in blocked}  # unreachable: it is off
         down = {n: a for n, a in down.items() if a is not None}
         for name in down:
             alloc.free(("down", name))
         try:  # placement.cluster: servers off only when it fits nowhere else
-            got = alloc.allocate_preferring(key, width, blocked)
+            got = alloc.allocate_preferring(key, width, blocked, gpu_type=gpu_type)
             woken = {node for node, _ in got.parts} & set(blocked) if got is not None else set()
             if woken:
                 alloc.free(key)

@@ -42,6 +42,9 @@ def submit(ctx: OpContext, caller: Caller, args: Args) -> dict:
     if not specs:
         raise SpecError(f"{source or 'the request'} holds no job specs")
     largest = largest_node_gpus(ctx.settings, ctx.db)
+    from orchestrator.daemon.energy.gputypes import check_requested
+
+    check_requested(specs, ctx.settings, ctx.db)
     made = store.submit(ctx.db, specs, user=caller.user, now=now, largest_node_gpus=largest)
     from orchestrator.daemon.ops.outlook import outlooks
 

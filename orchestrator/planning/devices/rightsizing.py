@@ -1,6 +1,6 @@
 """Right-sizing (CE-DLA): which nodes to power off now, which to wake for the plan.
 
-One pure decision, taken by the simulator (``orchestrator.sim.power``) and the live daemon
+One pure decision, taken by the simulator (``orchestrator.sim.hardware.power``) and the live daemon
 (``orchestrator.daemon.energy.rightsizing``) alike, from what each knows now:
 
 - each node's state (``on``, ``off``, ``waking``), its GPUs and free GPUs, since when it
@@ -26,8 +26,10 @@ clock, no I/O.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 ON, OFF, WAKING = "on", "off", "waking"
 STATES = (ON, OFF, WAKING)
@@ -75,28 +77,9 @@ class PowerActions:
 
 def right_size(nodes: Sequence[NodePower], needs: Iterable[Need], now_s: float) -> PowerActions:
     """The nodes to power off now and those to wake now (see the module's rules)."""
-    needs = sorted((n for n in needs if n.gpus > 0), key=lambda n: n.start_s)
-    by_name = {n.name: n for n in nodes}
-    if len(by_name) != len(nodes):
+    if len({n.name for n in nodes}) != len(nodes):
         raise ValueError("node names must be unique")
-    up = {n.name: (n.gpus if n.state == WAKING else n.free_gpus) for n in nodes if n.state != OFF}
-    size = {n.name: n.gpus for n in nodes}
-
-    def due(horizon_s: float) -> list[int]:
-        return [n.gpus for n in needs if n.start_s <= now_s + horizon_s]
-
-    wake: list[str] = []
     off_nodes = sorted((n for n in nodes if n.state == OFF), key=lambda n: (n.wake_s, -n.gpus))
-    for node in off_nodes:
-        if fits(due(node.wake_s), up, size):
-            continue
-        wake.append(node.name)
-        up[node.name] = node.gpus
-    power_off: list[str] = []
-    still_off = [n for n in off_nodes if n.name not in wake]
-    slowest = max((n.wake_s for n in still_off), default=None)
-    later = [n.start_s for n in needs if slowest is not None and n.start_s > now_s + slowest]
-    next_check = later[0] - slowest if later else None
     idle = [
         n
         for n in nodes
@@ -105,6 +88,37 @@ def right_size(nodes: Sequence[NodePower], needs: Iterable[Need], now_s: float) 
         and n.idle_since_s is not None
         and n.free_gpus == n.gpus
     ]
+    if not off_nodes and not idle:
+        return PowerActions()  # nothing to power off or wake (a busy cluster: often)
+    needs = sorted((n for n in needs if n.gpus > 0), key=lambda n: n.start_s)
+    starts = [n.start_s for n in needs]
+    up = {n.name: (n.gpus if n.state == WAKING else n.free_gpus) for n in nodes if n.state != OFF}
+    size = {n.name: n.gpus for n in nodes}
+
+    def due(horizon_s: float) -> list[int]:
+        return [n.gpus for n in needs[: bisect_right(starts, now_s + horizon_s)]]
+
+    wake: list[str] = []
+    k = 0
+    while k < len(off_nodes):  # by wake-up time: the starts each could serve in time
+        horizon = off_nodes[k].wake_s
+        group = [n for n in off_nodes[k:] if n.wake_s == horizon]
+        k += len(group)
+        unmet = unplaced(due(horizon), up, size)
+        pool: dict[str, int] = {}
+        for node in group:  # the largest first, until what the nodes on cannot hold fits
+            if not unmet:
+                break
+            pool[node.name] = node.gpus
+            wake.append(node.name)
+            up[node.name] = node.gpus
+            if sum(pool.values()) >= sum(unmet) and not unplaced(unmet, pool, size):
+                break
+    power_off: list[str] = []
+    still_off = [n for n in off_nodes if n.name not in wake]
+    slowest = max((n.wake_s for n in still_off), default=None)
+    later = bisect_right(starts, now_s + slowest) if slowest is not None else len(starts)
+    next_check = starts[later] - slowest if later < len(starts) else None
     for node in sorted(idle, key=lambda n: (n.idle_since_s, n.name)):
         ripe_s = node.idle_since_s + node.idle_off_after_s
         if ripe_s > now_s:
@@ -118,26 +132,57 @@ def right_size(nodes: Sequence[NodePower], needs: Iterable[Need], now_s: float) 
 
 
 def fits(widths: Iterable[int], free: dict[str, int], size: dict[str, int]) -> bool:
-    """Whether requests of these widths all fit on nodes with these free GPUs: the widest
-    first, each no wider than a node on the fullest node that holds it, each wider one on
-    whole free nodes."""
-    free = dict(free)
+    """Whether requests of these widths all fit on nodes with these free GPUs."""
+    return not unplaced(widths, free, size)
+
+
+def unplaced(widths: Iterable[int], free: dict[str, int], size: dict[str, int]) -> list[int]:
+    """The requests (widths) that do not fit on nodes with these free GPUs, placed the
+    widest first: one no wider than a node on the fullest node that holds it (the first
+    name on ties), a wider one on whole free nodes (the largest first)."""
+    left = {name: f for name, f in free.items() if f > 0}
+    total = sum(left.values())
     largest = max(size.values(), default=0)
+    buckets: dict[int, list[str]] = {}  # free count -> names, as heaps (stale entries skipped)
+    for name, f in sorted(left.items()):
+        buckets.setdefault(f, []).append(name)
+    unmet: list[int] = []
     for width in sorted(widths, reverse=True):
-        if width <= largest:
-            holds = [(f, name) for name, f in free.items() if f >= width]
-            if not holds:
-                return False
-            f, name = min(holds)
-            free[name] = f - width
+        if width > total:
+            unmet.append(width)
             continue
-        whole = sorted((name for name, f in free.items() if f == size[name] and f), key=size.get)
-        whole.reverse()
-        taken = 0
+        if width <= largest:
+            name = _fullest(buckets, left, width, largest)
+            if name is None:
+                unmet.append(width)
+                continue
+            left[name] -= width
+            total -= width
+            if left[name]:
+                heappush(buckets.setdefault(left[name], []), name)
+            continue
+        whole = sorted((n for n, f in left.items() if f == size[n]), key=lambda n: (-size[n], n))
+        chosen, taken = [], 0
         for name in whole:
             if taken >= width:
                 break
-            taken += free.pop(name)
+            chosen.append(name)
+            taken += left[name]
         if taken < width:
-            return False
-    return True
+            unmet.append(width)
+            continue
+        for name in chosen:
+            total -= left.pop(name)
+    return unmet
+
+
+def _fullest(buckets: dict, left: dict[str, int], width: int, largest: int) -> str | None:
+    """The node with the fewest free GPUs that still holds ``width`` (taken out of its
+    bucket), or None."""
+    for count in range(width, largest + 1):
+        heap = buckets.get(count)
+        while heap:
+            name = heappop(heap)
+            if left.get(name) == count:
+                return name
+    return None

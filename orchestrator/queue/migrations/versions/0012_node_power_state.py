@@ -3,7 +3,7 @@ powering off, wake failed), since when, the last power command's failure and how
 idle energy is accounted (``node.idle_until``); the ``idle_usage`` ledger of idle energy
 per node and UTC day.
 
-Revision 0012, after 0009 (the lead chains issue 24's revisions at the merge).
+Revision 0012, after 0011 (job.share).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0012"
-down_revision = "0009"
+down_revision = "0011"
 branch_labels = None
 depends_on = None
 

@@ -81,9 +81,19 @@ class SimPower:
         self._mark: tuple | None = None  # the queue's size and replans at the last decision
         self._due_s = -np.inf  # when right-sizing must decide again, at the latest
         self._dirty = True
+        # no right-sizing and one idle draw per GPU everywhere: the cluster's idle draw
+        # is that × its free GPUs (each pass then costs nothing more)
+        per_gpu = {n.idle_w / n.gpus for n in self.nodes}
+        self._uniform_w = per_gpu.pop() if len(per_gpu) == 1 and not self.enabled else None
         start = float(inputs.jobs.submit_s[0])
         for n in self.nodes:
             n.free, n.idle_since_s = n.gpus, start
+        # nodes right-sizing may power off (on, every GPU free), and nodes off or waking:
+        # with neither, it has nothing to decide
+        self._idle = {i for i, n in enumerate(self.nodes) if n.off_after_s is not None}
+        self._down: set[int] = set()
+        self._ripe_s: float | None = None  # when the first idle node may go off (None: stale)
+        self._views = [self._view(n) for n in self.nodes]  # as right_size sees each node
         self._t, self._w = [start], [float(self._node_w.sum()) * self.pue]
 
     # -- the pass's step ----------------------------------------------------------------
@@ -91,27 +101,37 @@ class SimPower:
         """Note the nodes whose free GPUs changed; right-size when anything it reads did
         (free GPUs, the queue, a plan, a wake-up, a time it asked to decide again at);
         record the idle draw from now. Cheap when nothing changed (every pass runs it)."""
+        if self._uniform_w is not None:
+            self._record(now, self._uniform_w * self.daemon.alloc.free_gpus)
+            return
         free = self.daemon.alloc.free_per_node()
         changed = free != self._seen
         if changed:
-            for i in np.flatnonzero(np.asarray(free) != np.asarray(self._seen)).tolist():
+            for i in [i for i, (a, b) in enumerate(zip(free, self._seen, strict=True)) if a != b]:
                 n = self.nodes[i]
                 if n.state != ON:
                     continue  # held while off or waking: its draw is set with its state
                 n.free = free[i]
                 if n.free < n.gpus:
                     n.idle_since_s = None
+                    self._idle.discard(i)
                 elif n.idle_since_s is None:
                     n.idle_since_s = now
+                    if n.off_after_s is not None:
+                        self._idle.add(i)
                 self._node_w[i] = n.idle_w * n.free / n.gpus
-            self._seen = free
-        if self.enabled:
-            sched = self.daemon.scheduler
+                self._views[i] = self._view(n)
+            self._seen, self._ripe_s = free, None
+        sched = self.daemon.scheduler
+        if self.enabled and ((self._down and len(sched)) or now >= self._ripe()):
             mark = (len(sched), sched.replans)
             if changed or self._dirty or mark != self._mark or now >= self._due_s:
                 self._mark, self._dirty = mark, False
                 self._right_size(now)
-        self._record(now)
+        elif self.enabled and self._ripe() < np.inf:  # nothing to decide before then
+            self._due_s = min(self._due_s, self._ripe())
+            self._check_at(self._ripe())
+        self._record(now, float(self._node_w.sum()))
 
     def _right_size(self, now: float) -> None:
         sched = self.daemon.scheduler
@@ -119,49 +139,70 @@ class SimPower:
             Need(d.start_s, width_of(job, d, max(now, d.start_s)), job.id)
             for job, d in sched.planned()
         ]
-        states = [
-            NodePower(n.name, n.gpus, n.free if n.state == ON else n.gpus, n.state,
-                      n.idle_since_s, n.wake_s, n.off_after_s)
-            for n in self.nodes
-        ]  # fmt: skip
-        actions = right_size(states, needs, now)
+        actions = right_size(self._views, needs, now)
         alloc = self.daemon.alloc
         for name in actions.power_off:
             node = self.nodes[self._index[name]]
             alloc.hold(("off", name), name, alloc.gpus_of(name))
             node.state, node.free, node.idle_since_s = OFF, 0, None
             self._node_w[self._index[name]] = 0.0
+            self._idle.discard(self._index[name])
+            self._down.add(self._index[name])
+            self._ripe_s = None
+            self._views[self._index[name]] = self._view(node)
             self._offs.append(now)
         for name in actions.wake:
             node = self.nodes[self._index[name]]
             node.state, node.ready_s = WAKING, now + node.wake_s
             self._node_w[self._index[name]] = node.idle_w
+            self._views[self._index[name]] = self._view(node)
             self.daemon.loop.schedule(node.ready_s, lambda node=node: self._woken(node), 0)
             self._wakes.append(now)
         if actions.power_off or actions.wake:
             sched.invalidate()  # the capacity the plan saw changed
         self._due_s = np.inf if actions.next_check_s is None else actions.next_check_s
-        if actions.next_check_s is not None and actions.next_check_s not in self._checks:
-            self._checks.add(actions.next_check_s)
-            self.daemon.loop.schedule(actions.next_check_s)
+        if actions.next_check_s is not None:
+            self._check_at(actions.next_check_s)
+
+    def _check_at(self, at: float) -> None:
+        if at not in self._checks:
+            self._checks.add(at)
+            self.daemon.loop.schedule(at)
+
+    def _ripe(self) -> float:
+        """When the first idle node reaches its idle_off_after."""
+        if self._ripe_s is None:
+            nodes = (self.nodes[i] for i in self._idle)
+            self._ripe_s = min((n.idle_since_s + n.off_after_s for n in nodes), default=np.inf)
+        return self._ripe_s
+
+    @staticmethod
+    def _view(n: _Node) -> NodePower:
+        free = n.free if n.state == ON else n.gpus
+        return NodePower(n.name, n.gpus, free, n.state, n.idle_since_s, n.wake_s, n.off_after_s)
 
     def _woken(self, node: _Node) -> None:
         """The end of a wake-up: the node answers and its GPUs may be allocated."""
         if node.state == WAKING:
             self.daemon.alloc.free(("off", node.name))
             node.state, node.free, node.idle_since_s = ON, node.gpus, self.daemon.loop.now
+            i = self._index[node.name]
+            self._down.discard(i)
+            if node.off_after_s is not None:
+                self._idle.add(i)
+            self._views[i], self._ripe_s = self._view(node), None
             seen = list(self._seen)
-            seen[self._index[node.name]] = -1  # the next step reads its GPUs again
+            seen[i] = -1  # the next step reads its GPUs again
             self._seen, self._dirty = tuple(seen), True
             self.daemon.scheduler.invalidate()
 
     # -- what the planner sees ----------------------------------------------------------
     def committed(self, now: float) -> list[Commitment]:
         """The GPUs of nodes off or waking, as held until the node could answer."""
+        nodes = [(k, self.nodes[k]) for k in sorted(self._down)]
         return [
             Commitment(-1 - k, n.gpus, 0.0, now, n.ready_s if n.state == WAKING else now + n.wake_s)
-            for k, n in enumerate(self.nodes)
-            if n.state != ON
+            for k, n in nodes
         ]
 
     def context(self, now: float, running: list[Commitment]) -> dict:
@@ -177,8 +218,8 @@ class SimPower:
         return next(n.state == ON for n in self.nodes if n.name == node)
 
     # -- accounts -----------------------------------------------------------------------
-    def _record(self, now: float) -> None:
-        watts = float(self._node_w.sum()) * self.pue
+    def _record(self, now: float, node_w: float) -> None:
+        watts = node_w * self.pue
         if watts != self._w[-1]:
             self._t.append(now)
             self._w.append(watts)
@@ -204,14 +245,18 @@ def plan_idle(nodes: list[_Node], cluster, right_sizing: bool) -> tuple | None:
 
 def node_settings(inputs) -> list[_Node]:
     """Each node's wake-up, idle_off_after and idle draw: its own, else the cluster's."""
+    from orchestrator.planning.perfmodel import curve_for
     from orchestrator.timeparse import parse_duration_s
 
     cfg = inputs.cluster
     by_name = {n.name: n for n in cfg.nodes or ()}
-    gpu_idle_default = 0.2 * inputs.curve.max_limit_w
     out = []
     for topo in inputs.topology.nodes:
         own = by_name.get(topo.name)
+        # an idle GPU: 20 % of its type's maximum limit (a node's own type, where nodes
+        # have one, else the cluster's)
+        gpu_type = getattr(topo, "gpu", None) or getattr(own, "gpu", None)
+        gpu_idle_default = 0.2 * (curve_for(gpu_type) if gpu_type else inputs.curve).max_limit_w
 
         def pick(attr: str, own=own):
             value = getattr(own, attr, None) if own is not None else None
