@@ -27,6 +27,7 @@ from orchestrator.planning.resize import (
     resizable,
     wait_s,
 )
+from placement.errors import PlacementError
 
 Pass = Any  # ``onepass.Pass`` (which imports this module): its state, scheduler and steps
 
@@ -95,9 +96,10 @@ def node_wait_s(width: int, alloc, nodes: dict, now_s: float) -> float:
     return best
 
 
-def fits_after(alloc, width: int, moves: dict) -> bool:
+def fits_after(alloc, width: int, moves: dict, gpu_type: str | None = None) -> bool:
     """Whether, with each of ``moves`` (allocation key -> new width) released, a request
-    of ``width`` GPUs (0: none) and then each move at its new width are placed. The
+    of ``width`` GPUs (0: none; of ``gpu_type``, when given) and then each move at its new
+    width are placed. The
     allocator (``placement.cluster.ClusterAllocator``) is left as it was."""
     saved = {key: got for key in moves if (got := alloc.allocation(key)) is not None}
     for key in saved:
@@ -109,7 +111,12 @@ def fits_after(alloc, width: int, moves: dict) -> bool:
         for key, n in asks:
             if n <= 0:
                 continue
-            if n > alloc.total_gpus or alloc.allocate(key, n) is None:
+            typed = gpu_type if key[1] is None else None
+            try:
+                got = n <= alloc.total_gpus and alloc.allocate(key, n, gpu_type=typed)
+            except PlacementError:  # more than that type's GPUs
+                got = None
+            if not got:
                 ok = False
                 break
             taken.append(key)
@@ -156,7 +163,7 @@ class Resizer:
         alloc = state.alloc
         nodes = by_node(alloc, running)
         wait = node_wait_s(width, alloc, nodes, now_s)
-        n = narrow_width(head, width, wait, lambda k: fits_after(alloc, k, {}))
+        n = narrow_width(head, width, wait, lambda k: fits_after(alloc, k, {}, head.gpu_type))
         if n is None:
             self._shrink(p, width, wait, running, nodes, now_s)
             return False
@@ -183,7 +190,9 @@ class Resizer:
         for free, group in groups:
             if not any(resizable(r) for r in group):
                 continue
-            got = plan_shrinks(width, wait, free, group, lambda k, m: fits_after(alloc, k, m))
+            got = plan_shrinks(
+                width, wait, free, group, lambda k, m, t=head.gpu_type: fits_after(alloc, k, m, t)
+            )
             if got and sum(r.gain_s for r in got) > sum(r.gain_s for r in plan):
                 plan = got
         if not plan:
