@@ -60,7 +60,13 @@ class SimInputs:
 def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     from grid.steps import StepSeries
     from orchestrator.planning.devices.gputypes import curve
-    from orchestrator.sim.devices import job_families, keep_typed, requested_types, typed_widest
+    from orchestrator.sim.devices import (
+        job_families,
+        keep_typed,
+        note_unknown_types,
+        requested_types,
+        typed_widest,
+    )
 
     notes: list[str] = []
     signal = _load_signal(resolve_path(scenario.grid.source, base), scenario, settings)
@@ -97,6 +103,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
             notes.append(f"{int((kept != largest_fit).sum())} jobs waiting for those too")
         jobs = jobs.take(np.flatnonzero(kept))
     jobs = keep_typed(jobs, topology, notes)
+    note_unknown_types(topology, notes)
     if scenario.jobs.skip_jobs:
         jobs = jobs.take(np.arange(min(scenario.jobs.skip_jobs, len(jobs)), len(jobs)))
     if scenario.jobs.max_jobs:

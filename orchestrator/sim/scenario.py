@@ -76,6 +76,8 @@ class SimNode(BaseModel):
     @model_validator(mode="after")
     def _gpu_type(self) -> SimNode:
         self.gpu = self.gpu or self.gpu_model or None  # a gridshift.toml says gpu_model
+        if self.gpu is not None:
+            _named(self.gpu)
         return self
 
     @property
@@ -96,6 +98,20 @@ class ClusterConfig(BaseModel):
     gpu: str = Field(default="v100", min_length=1, max_length=64)  # nodes' default type
     host_w_per_gpu: float = Field(default=50.0, ge=0)
     pue: float = Field(default=1.0, ge=1.0, le=3.0)
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, value: str) -> str:
+        return _named(value)
+
+
+def _named(gpu: str) -> str:
+    """A GPU type that names one (``"!!!"`` or ``"   "`` names none: refused)."""
+    from orchestrator.planning.devices.typenames import type_of
+
+    if type_of(gpu) is None:
+        raise ValueError(f"GPU type {gpu!r} names no GPU (a name such as v100 or a100)")
+    return gpu
 
 
 class JobsConfig(BaseModel):
