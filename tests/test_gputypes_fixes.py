@@ -275,3 +275,15 @@ def test_show_says_the_type_a_job_asked_for(cli):
         for line in cli.run("show", str(typed)).stdout.splitlines()
     )
     assert "gpu type" not in cli.run("show", str(plain)).stdout
+
+
+def test_resize_probe_keeps_to_the_heads_type():
+    from orchestrator.planning.resizestep import fits_after
+
+    alloc = _typed_cluster(("v", 2, "v100"), ("p", 2, "p100"))
+    alloc.allocate("pjob", 2, gpu_type="p100")
+    assert fits_after(alloc, 2, {}) and not fits_after(alloc, 2, {}, "p100")
+    assert fits_after(alloc, 2, {"pjob": 1}, "p100") is False  # 1 of 2 P100s left: no
+    assert fits_after(alloc, 1, {"pjob": 1}, "p100")
+    assert not fits_after(alloc, 3, {}, "p100")  # more than its type has: never, no error
+    assert alloc.allocation("pjob").gpus == 2  # left as it was

@@ -99,19 +99,20 @@ def node_wait_s(width: int, alloc, nodes: dict, now_s: float) -> float:
 def fits_after(alloc, width: int, moves: dict, gpu_type: str | None = None) -> bool:
     """Whether, with each of ``moves`` (allocation key -> new width) released, a request
     of ``width`` GPUs (0: none; of ``gpu_type``, when given) and then each move at its new
-    width are placed. The
+    width (on the type it runs on) are placed. The
     allocator (``placement.cluster.ClusterAllocator``) is left as it was."""
     saved = {key: got for key in moves if (got := alloc.allocation(key)) is not None}
     for key in saved:
         alloc.free(key)
     taken, ok = [], True
     try:
-        asks = [(("resize-probe", None), width)]
-        asks += [(("resize-probe", key), n) for key, n in moves.items()]
-        for key, n in asks:
+        asks = [(("resize-probe", None), width, gpu_type)]
+        for key, n in moves.items():  # each on the type it runs on (one type: it stays)
+            types = {alloc.type_of(node) for node, _ in saved[key].parts} if key in saved else ()
+            asks.append((("resize-probe", key), n, next(iter(types)) if len(types) == 1 else None))
+        for key, n, typed in asks:
             if n <= 0:
                 continue
-            typed = gpu_type if key[1] is None else None
             try:
                 got = n <= alloc.total_gpus and alloc.allocate(key, n, gpu_type=typed)
             except PlacementError:  # more than that type's GPUs
