@@ -287,3 +287,28 @@ def test_resize_probe_keeps_to_the_heads_type():
     assert fits_after(alloc, 1, {"pjob": 1}, "p100")
     assert not fits_after(alloc, 3, {}, "p100")  # more than its type has: never, no error
     assert alloc.allocation("pjob").gpus == 2  # left as it was
+
+
+def test_backfill_with_the_daemons_type_choice():
+    # the live daemon's allocate (allocate_typed: the least-energy type with room) behind a
+    # typed head, as the review's live run: 2 V100 + 2 P100, one P100 held for 6 s
+    from orchestrator.daemon.energy.gputypes import allocate_typed
+
+    alloc = _typed_cluster(("vbox", 2, "v100"), ("pbox", 2, "p100"))
+    alloc.hold(job_key(1), "pbox", [0])
+    head = QueuedJob(2, 2, 1.0, duration_s=2.0, gpu_type="p100")
+    rest = [QueuedJob(i, 1, float(i), duration_s=12.0) for i in (3, 4, 5, 6)]
+
+    def allocate(job, decision):
+        row = SimpleNamespace(gpu_type=job.gpu_type, name=None, gpus_min=job.gpus)
+        return allocate_typed(alloc, job_key(job.id), job.gpus, row, job, decision, 0.0)
+
+    for mode in (CONSERVATIVE, EASY):
+        queue = [(job, Decision(0.0)) for job in [head, *rest]]
+        cluster = Cluster(alloc, {job_key(1): 6.0})
+        started = Backfill(mode, 0.0, cluster, allocate).fill(queue)
+        # two of them on the V100s now (before: none; the V100s idled for the whole run)
+        assert [queue[i][0].id for i, _ in started] == [3, 4]
+        assert {node for _, a in started for node, _ in a.parts} == {"vbox"}
+        for i, _ in started:
+            alloc.free(job_key(queue[i][0].id))
