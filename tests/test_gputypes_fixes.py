@@ -312,3 +312,14 @@ def test_backfill_with_the_daemons_type_choice():
         assert {node for _, a in started for node, _ in a.parts} == {"vbox"}
         for i, _ in started:
             alloc.free(job_key(queue[i][0].id))
+
+
+def test_speed_fit_states_its_out_of_sample_error():
+    from orchestrator.planning.devices.gputypes import SPEEDS
+
+    errors = json.loads(SPEEDS.read_text())["errors"]
+    for gpu in ("p100", "k80"):  # leaving each job type out errs more than in sample
+        e = errors[gpu]
+        assert e["median_rel_err_family"] < e["median_rel_err_loo"] <= e["max_rel_err_loo"]
+    assert errors["p100"]["median_rel_err_loo"] == pytest.approx(0.142, abs=1e-3)
+    assert errors["k80"]["median_rel_err_loo"] == pytest.approx(0.188, abs=1e-3)
