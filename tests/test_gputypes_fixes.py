@@ -323,3 +323,18 @@ def test_speed_fit_states_its_out_of_sample_error():
         assert e["median_rel_err_family"] < e["median_rel_err_loo"] <= e["max_rel_err_loo"]
     assert errors["p100"]["median_rel_err_loo"] == pytest.approx(0.142, abs=1e-3)
     assert errors["k80"]["median_rel_err_loo"] == pytest.approx(0.188, abs=1e-3)
+
+
+def test_profile_reserves_on_the_type_only():
+    from orchestrator.planning.profile import Profile
+
+    alloc = _typed_cluster(("v", 4, "v100"), ("p", 4, "p100"), ("p2", 4, "p100"))
+    profile = Profile(alloc.topology, 0.0)
+    profile.hold({1: 0b0011}, 50.0)  # half of p until t=50
+    one = profile.reserve(2, 10.0, [], "p100")
+    assert set(one.masks) <= {1, 2} and one.start_s == 0.0  # p2 is idle
+    wide = profile.reserve(8, 10.0, [one], "p100")  # whole P100 nodes, after p frees up
+    assert set(wide.masks) == {1, 2} and wide.start_s == 50.0
+    assert set(profile.reserve(4, 10.0, [one, wide], "v100").masks) == {0}
+    never = profile.reserve(4, 10.0, [], "k80")  # no such node: holds nothing
+    assert never.masks == {} and never.start_s == 0.0
