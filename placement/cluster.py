@@ -90,6 +90,10 @@ class ClusterAllocator:
         i = self._names.index(node)
         return [g for p, g in enumerate(self._orders[i]) if self._free[i] >> p & 1]
 
+    def free_per_node(self) -> tuple[int, ...]:
+        """Free GPUs of each node, in ``node_names`` order."""
+        return tuple(self._count)
+
     def idle_nodes(self) -> int:
         return sum(1 for i, c in enumerate(self._count) if c == self._size[i])
 
@@ -158,6 +162,24 @@ class ClusterAllocator:
             parts.append((i, mask))
         self._held[key] = parts
         return self._allocation(key)
+
+    def allocate_preferring(
+        self, key: object, k: int, later: Iterable[str], **options
+    ) -> Allocation | None:
+        """``allocate``, keeping off the nodes named in ``later`` (e.g. powered off: a job
+        there waits for a wake-up) while it fits elsewhere: packing prefers nodes on."""
+        parked = []
+        for name in dict.fromkeys(later):
+            free = self.free_on(name)
+            if free:
+                self.hold(("later", key, name), name, free)
+                parked.append(("later", key, name))
+        try:
+            got = self.allocate(key, k, **options)
+        finally:
+            for held in parked:
+                self.free(held)
+        return got if got is not None or not parked else self.allocate(key, k, **options)
 
     def hold(self, key: object, node: str, gpu_indices) -> None:
         """Mark GPUs as held by ``key`` as they are (e.g. running jobs found in the

@@ -255,7 +255,7 @@ def test_simulate_refuses_a_gpu_type_that_names_no_gpu(cli, tmp_path, gpu):
 
 
 def test_sim_notes_a_type_without_measurements(tmp_path):
-    from orchestrator.sim.devices import note_unknown_types
+    from orchestrator.sim.hardware.devices import note_unknown_types
 
     notes: list[str] = []
     topo = ClusterTopology(

@@ -62,6 +62,14 @@ def submit(
             "--interruptible", help="The job checkpoints on SIGTERM and may be suspended."
         ),
     ] = False,
+    share: Annotated[
+        bool,
+        typer.Option(
+            "--share",
+            help="The job may run on one GPU with another job that may (co-location), on "
+            "nodes whose share policy allows it, where the slowdown is small.",
+        ),
+    ] = False,
     checkpoint_cost: Annotated[
         str | None,
         typer.Option(
@@ -128,7 +136,7 @@ def submit(
     if file is not None:
         given = [command, name, duration, deadline, within, after, label, workdir, env]
         given += [checkpoint_cost, gpu_type]
-        if any(given) or gpus != "1" or priority or interruptible or now:
+        if any(given) or gpus != "1" or priority or interruptible or share or now:
             raise SpecError(
                 "with --file, give the job options inside the file, one JSON object per line"
             )
@@ -142,6 +150,7 @@ def submit(
             "deadline": aware_text(deadline),  # naive: the user's zone, not the daemon's
             "within": within,
             "interruptible": interruptible,
+            "share": share,
             "checkpoint_cost": checkpoint_cost,
             "priority": priority,
             "after": _split_ids(after or []),

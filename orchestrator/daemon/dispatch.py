@@ -61,6 +61,7 @@ class Dispatcher:
     # PostgreSQL: raises LeaseLost inside the launch transaction unless this daemon still
     # holds the queue's lease (orchestrator.daemon.lease)
     lease_check: Callable[[Session], None] | None = None
+    sharing: object | None = None  # orchestrator.daemon.energy.sharing.Sharing (co-location)
 
     def __post_init__(self) -> None:
         if self.topology is None:
@@ -164,6 +165,8 @@ class Dispatcher:
         width = sum(len(g) for _, g in parts) if parts else len(gpus)
         if self.caps is None or not self.caps.enabled_on(node_name) or not gpus or parts:
             cap = None  # a job across servers runs uncapped
+        if self.sharing is not None and self.sharing.shares(queued.id):
+            cap = None  # the GPU's cap is the job already on it's
         with self.db.write() as session:  # transaction 1: planned + launching attempt
             if self.lease_check is not None:
                 self.lease_check(session)

@@ -207,6 +207,9 @@ class SqlQueue(RunningViews):
         if width == 0:  # a CPU-only job: the first node, no GPUs
             return (self.dispatcher.nodes[0].name, [])
         job = self.eligible.get(view.id)
+        sharing = self.dispatcher.sharing  # co-location: a GPU one --share job runs on
+        if sharing and (shared := sharing.place(job, width, now_s)):
+            return shared
         allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision, now_s)
         if allocation is None:
             return None
@@ -256,7 +259,7 @@ class SqlQueue(RunningViews):
                 started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision,
                                                  parts=across[0] if across else None)  # fmt: skip
         if not started:
-            if not resumed and gpus:
+            if not resumed and gpus and self.alloc.allocation(("job", view.id)):
                 self.alloc.free(("job", view.id))
             return
         spend = self.planner.forced_spend(view, decision, now_s) if self.planner else None

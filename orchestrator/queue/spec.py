@@ -2,7 +2,7 @@
 
 Sweep lines (JSONL) carry the same fields as the options: ``name``, ``gpus`` (``2`` or
 ``"2-8"``), ``duration`` (``"2h30m"``, or a number of seconds), ``deadline`` (ISO 8601) or
-``within`` (as ``duration``), ``interruptible`` (true or false), ``checkpoint_cost``
+``within`` (as ``duration``), ``interruptible`` and ``share`` (true or false), ``checkpoint_cost``
 (as ``duration``, 0 to one day; an interruptible job's only), ``gpu_type`` (``v100``:
 only nodes of that type; the daemon refuses a type no node has), ``priority`` (an
 integer), ``after`` (an id or a list), ``label``/``labels``, ``workdir``, ``env`` (an
@@ -53,6 +53,7 @@ SWEEP_FIELDS = frozenset(
         "deadline",
         "within",
         "interruptible",
+        "share",
         "checkpoint_cost",
         "priority",
         "after",
@@ -78,6 +79,7 @@ class JobSpec(BaseModel):
     duration_s: float | None = None
     deadline: datetime | None = None
     interruptible: bool = False
+    share: bool = False  # may share its GPUs with another job that may (co-location)
     checkpoint_s: float | None = None  # run time a suspension costs it; None: the lab's
     priority: int = 0
     after: list[int] = Field(default_factory=list)
@@ -213,6 +215,7 @@ def build_spec(
             duration_s=duration_s,
             deadline=deadline,
             interruptible=interruptible,
+            share=checks.boolean(_given(raw, "share", False), "share"),
             checkpoint_s=checkpoint_s,
             priority=checks.integer(_given(raw, "priority", 0), "priority"),
             after=[checks.job_id(a, "after") for a in after],

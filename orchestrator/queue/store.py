@@ -68,6 +68,7 @@ def insert_jobs(
             duration_s=spec.duration_s,
             deadline=spec.deadline,
             interruptible=spec.interruptible,
+            share=spec.share,
             checkpoint_s=spec.checkpoint_s,
             priority=spec.priority,
             labels=spec.labels,

@@ -45,9 +45,10 @@ from orchestrator.planning.policies.base import (
 from orchestrator.planning.policies.powersplit import split_power
 from orchestrator.planning.resizestep import pin_resized
 from orchestrator.planning.scheduler import Scheduler
-from orchestrator.sim.devices import Devices
 from orchestrator.sim.elastic import Resizing, resizes
 from orchestrator.sim.events import EventLoop
+from orchestrator.sim.hardware.devices import Devices
+from orchestrator.sim.hardware.power import SimPower
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
 from placement.cluster import ClusterAllocator
@@ -132,6 +133,8 @@ class SimDaemon(Resizing, Devices):
         after = [("sample", self._sample)]
         if inputs.power_limit_w is not None:
             after.insert(0, ("split power", lambda _now: self._split_power()))
+        self.power = SimPower(self)  # idle power, right-sizing: after launch, each pass
+        after.insert(0, ("power", self.power.step))
         self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on
         self._restarted: set[int] = set()  # jobs that checkpointed: each start costs
         self.onepass = Pass(self, guard=not self.clairvoyant, after=after,
@@ -257,7 +260,7 @@ class SimDaemon(Resizing, Devices):
         inp = self.inputs
         return {
             "expected_load": self._recent_load(now),
-            "committed": running,
+            **self.power.context(now, running),  # committed: running, and nodes off
             "total_gpus": self.alloc.total_gpus,
             "budget": self.ledger.state(now) if self.ledger is not None else None,
             "price": self._price,
@@ -416,6 +419,7 @@ class SimDaemon(Resizing, Devices):
             replans=self.scheduler.replans,
             ledger=self.ledger,
             solver=solver,
+            idle=self.power.account(float(np.nanmax(self.finish))),
         )
 
     def _plan_whole_run(self) -> dict:

@@ -60,7 +60,7 @@ class SimInputs:
 def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     from grid.steps import StepSeries
     from orchestrator.planning.devices.gputypes import curve
-    from orchestrator.sim.devices import (
+    from orchestrator.sim.hardware.devices import (
         job_families,
         keep_typed,
         note_unknown_types,
@@ -192,7 +192,7 @@ def _scaling_folder(text: str | None, base: Path) -> Path | None:
 
 
 def build_topology(cfg: ClusterConfig) -> ClusterTopology:
-    from orchestrator.sim.devices import node_types
+    from orchestrator.sim.hardware.devices import node_types
 
     if cfg.nodes:
         nodes = []

@@ -21,6 +21,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     checkpoint_cost = "5m"            # run time a suspension costs each of those (0 to 1d)
     elastic = 0.2                     # share that may run on half to double their GPUs
     models = "gavel"                  # model families of unnamed jobs: gavel (drawn) | none
+    share = 0.5                       # share that may run two to a GPU (sim/hardware/colocation.py)
 
     [grid]
     source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
@@ -36,6 +37,11 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
                                       # [[nodes]] may each say their own: gpu = "p100"
     host_w_per_gpu = 50.0
     pue = 1.0
+    node_idle_w = 150.0               # a server on, besides its GPUs (sim.hardware.power)
+    gpu_idle_w = 60.0                 # an idle GPU (default: 20 % of its maximum limit)
+    idle_off_after = "30m"            # right-sizing: a node idle this long is powered off
+    wake = "5m"                       # ... and answers this long after it is woken
+    plan_idle = true                  # planners count a waiting job's idle GPUs
 
 Paths are relative to the scenario file and may use environment variables
 (``$GRIDSHIFT_SHARED_DATA``).
@@ -62,6 +68,19 @@ from orchestrator.errors import ConfigError, SpecError
 from orchestrator.queue.spec import read_text_file
 
 
+def check_duration(value: str | None) -> str | None:
+    """A duration such as "30m", or "never" (idle_off_after: never powered off)."""
+    from orchestrator.timeparse import parse_duration_s
+
+    if value is None or value == "never":
+        return value
+    try:
+        parse_duration_s(value)
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 class SimNode(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # a [[nodes]] table works
 
@@ -79,6 +98,17 @@ class SimNode(BaseModel):
         if self.gpu is not None:
             _named(self.gpu)
         return self
+
+    # idle power and right-sizing (sim.hardware.power); None: the cluster's
+    idle_off_after: str | None = None
+    wake: str | None = None
+    node_idle_w: float | None = Field(default=None, ge=0, le=100_000)
+    gpu_idle_w: float | None = Field(default=None, ge=0, le=10_000)
+
+    @field_validator("idle_off_after", "wake")
+    @classmethod
+    def _durations(cls, value: str | None) -> str | None:
+        return check_duration(value)
 
     @property
     def gpu_count(self) -> int:
@@ -98,6 +128,20 @@ class ClusterConfig(BaseModel):
     gpu: str = Field(default="v100", min_length=1, max_length=64)  # nodes' default type
     host_w_per_gpu: float = Field(default=50.0, ge=0)
     pue: float = Field(default=1.0, ge=1.0, le=3.0)
+    # idle power and right-sizing (sim.hardware.power): a node idle for idle_off_after is powered
+    # off ("never"/None: never), and answers again wake after it is woken
+    idle_off_after: str | None = None
+    wake: str = "5m"
+    node_idle_w: float = Field(default=150.0, ge=0, le=100_000)  # a server on, no GPU
+    gpu_idle_w: float | None = Field(default=None, ge=0, le=10_000)  # None: 20 % of max
+    plan_idle: bool | None = (
+        None  # planners count idle GPUs of a waiting job (None: if right-sizing)
+    )
+
+    @field_validator("idle_off_after", "wake")
+    @classmethod
+    def _durations(cls, value: str | None) -> str | None:
+        return check_duration(value)
 
     @field_validator("gpu")
     @classmethod
@@ -127,6 +171,7 @@ class JobsConfig(BaseModel):
     scaling: str | None = None  # folder of ElasticFlow tables (default: the shared data's)
     # gavel: unnamed jobs' model families drawn from Gavel's mix (sim.devices); none
     models: Literal["gavel", "none"] = "gavel"
+    share: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run two to a GPU
 
     @field_validator("checkpoint_cost")
     @classmethod

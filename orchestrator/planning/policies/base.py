@@ -148,6 +148,12 @@ class Snapshot:
     # Share of the cluster's GPU time that jobs not yet submitted are expected to need
     # (recent arrivals): a planner leaves room for them in later slots.
     expected_load: float = 0.0
+    # What keeping a server on costs a job that waits (``planning.devices.idlecost``): the
+    # idle draw per GPU (W, with the host's share and PUE) a planner adds over a job's wait
+    # to the start it compares, for at most idle_wait_s (None: the whole wait). None: not
+    # counted.
+    idle_w_per_gpu: float | None = None
+    idle_wait_s: float | None = None
 
 
 MIN_LOAD_SPAN_S = 3600.0  # recent load over at least an hour (a young queue: not a spike)
