@@ -29,6 +29,7 @@ from orchestrator.daemon.reaper import Reaper
 from orchestrator.daemon.running import RunningViews, elastic_rate
 from orchestrator.nodes.inventory import widest_job_gpus
 from orchestrator.planning.backfill import DEFAULT_BACKFILL
+from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import (
@@ -231,7 +232,7 @@ class SqlQueue(RunningViews):
             hidden = [n for n in self.alloc.node_names if n not in ssh and self.alloc.free_on(n)]
             for name in hidden:
                 self.alloc.hold(others, name, self.alloc.free_on(name))
-            allocation = self.alloc.allocate(key, width)
+            allocation = self.alloc.allocate(key, width, gpu_type=view.gpu_type)
             if hidden:
                 self.alloc.free(others)
             if allocation is None:
@@ -303,9 +304,9 @@ class SqlQueue(RunningViews):
                 out.append(self._elastic(run, job, att, now_s))
         return out
 
-    def make_room(self, width: int, movable: dict) -> list:
+    def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
         if width <= self.alloc.max_node_gpus:
-            return self.alloc.make_room(width, movable) or []
+            return self.alloc.make_room(width, movable, gpu_type) or []
         # a job across servers runs on SSH servers alone: room made there, by jobs there
         ssh, held = self._ssh_nodes(), self.alloc.allocations()
         movable = {key: run for key, run in movable.items()
@@ -315,7 +316,7 @@ class SqlQueue(RunningViews):
         for name in hidden:
             self.alloc.hold(others, name, self.alloc.free_on(name))
         try:
-            return self.alloc.make_room(width, movable) or []
+            return self.alloc.make_room(width, movable, gpu_type) or []
         finally:
             if hidden:
                 self.alloc.free(others)
@@ -445,4 +446,5 @@ def _queued_view(job: Job, largest: int, widest: int | None = None) -> QueuedJob
         duration_s=job.duration_s,
         deadline_s=job.deadline.timestamp() if job.deadline else None,
         interruptible=job.interruptible,
+        gpu_type=type_of(job.gpu_type),
     )
