@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from orchestrator.daemon.energy.idlecheck import asked_idle, discovered_idle
 from orchestrator.daemon.energy.powercmd import Outcome, run_power_command
 from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING, Need, NodePower, right_size
 from orchestrator.queue.db import Database
@@ -69,6 +70,7 @@ class RightSizer:
     db: Database
     nodes: dict[str, Power]
     probe: Callable[[str], str | None]  # None: the server answers; else why not
+    ask_idle: Callable[[str], str | None] = lambda _n: "not asked"  # None: idle; else why not
     _stop: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -76,7 +78,8 @@ class RightSizer:
         managed = {c.name: Power(c) for c in configs if c.power_off and c.power_on}
         if not managed:
             return None
-        return cls(db, managed, probe=lambda name: answers(links[name]))
+        return cls(db, managed, probe=lambda name: answers(links[name]),
+                   ask_idle=lambda name: asked_idle(links[name]))  # fmt: skip
 
     # -- the pass's two hooks ------------------------------------------------------------
     def placer(self, alloc, now_s: float) -> Callable:
@@ -114,23 +117,27 @@ class RightSizer:
             self._settle(name, p, now_s)
         if alloc is None:
             return self._store()
-        views, held = [], _job_gpus(alloc)
+        views, held = [], _held_gpus(alloc)
+        seen = discovered_idle(self.db, [n for n, p in self.nodes.items() if p.state == ON])
         for name in alloc.node_names:
             total, free = len(alloc.gpus_of(name)), len(alloc.free_on(name))
             p = self.nodes.get(name)
             if p is None:  # not managed: capacity that is on
                 views.append(NodePower(name, total, free))
                 continue
-            free = total - held.get(name, 0)  # idle: no job's (unreachable, it is still idle)
-            if p.state == ON:
-                idle = free == total and not p.busy
+            free = total - held.get(name, 0)  # idle: nothing held (unreachable: still idle)
+            idle_since = None
+            if p.state == ON:  # idle: nothing held, and discovery sees no GPU in use
+                idle = free == total and not p.busy and seen.get(name) is not None
                 p.idle_since_s = (
                     (now_s if p.idle_since_s is None else p.idle_since_s) if idle else None
-                )
+                )  # idle only as of a discovery newer than the idle stretch's start
+                if p.idle_since_s is not None and seen[name] >= p.idle_since_s:
+                    idle_since = p.idle_since_s
             state = {ON: ON, WAKING: WAKING}.get(p.state, OFF)
             views.append(NodePower(
                 name, total, total if state != ON else free, state,
-                p.idle_since_s if state == ON else None, p.seconds("wake") or 0.0,
+                idle_since, p.seconds("wake") or 0.0,
                 p.seconds("idle_off_after"),
             ))  # fmt: skip
         needs = [Need(d.start_s, d.gpus or job.gpus, job.id) for job, d in planned]
@@ -165,7 +172,14 @@ class RightSizer:
         p = self.nodes[name]
         log.info("node %s: idle since %s: powering it off", name, _iso(p.idle_since_s or now_s))
         self._set(p, POWERING_OFF, now_s)
-        self._start(name, p, lambda: run_power_command(p.cfg.power_off, p.seconds("power_timeout")))
+        self._start(name, p, lambda: self._off(name, p))
+
+    def _off(self, name: str, p: Power) -> Outcome:
+        """power_off, once the server itself says it is idle (on this thread)."""
+        why = self.ask_idle(name)
+        if why is not None:
+            return Outcome(False, f"not idle: {why}")
+        return run_power_command(p.cfg.power_off, p.seconds("power_timeout"))
 
     def _wake(self, name: str, p: Power) -> Outcome:
         """power_on, then wait for the server to answer (on this thread), within its
@@ -260,11 +274,12 @@ class RightSizer:
                 p.stored = True
 
 
-def _job_gpus(alloc) -> dict[str, int]:
-    """GPUs jobs hold per node (running attempts, and jobs launched in this pass)."""
+def _held_gpus(alloc) -> dict[str, int]:
+    """GPUs held per node: by jobs (running attempts, jobs launched in this pass), resize
+    reservations, backfill blocks, anything but ``down`` (a server unreachable is idle)."""
     out: dict[str, int] = {}
     for key, got in alloc.allocations().items():
-        if isinstance(key, tuple) and key and key[0] in ("attempt", "job"):
+        if not (isinstance(key, tuple) and key and key[0] == "down"):
             for node, gpus in got.parts:
                 out[node] = out.get(node, 0) + len(gpus)
     return out

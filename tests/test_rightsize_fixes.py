@@ -1,0 +1,102 @@
+"""The right-sizing review's fixes: a server running work gridshift did not start is
+never powered off, a failed wake does not block a healthy server's, a job wider than one
+server waits for the server it needs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.rightsize import _sizer
+
+pytestmark = pytest.mark.backends("sqlite")
+
+
+def _rec(tmp_path: Path) -> tuple[list[str], Path]:
+    calls = tmp_path / "calls"
+    script = tmp_path / "rec.py"
+    script.write_text(f"import sys; open({str(calls)!r}, 'a').write(sys.argv[1] + '\\n')")
+    return [sys.executable, str(script)], calls
+
+
+def _passes(sizer, alloc, t0: float, n: int = 4, planned=()) -> None:
+    for i in range(n):
+        sizer.step(alloc, list(planned), t0 + 2 * i)
+        time.sleep(0.1)
+    deadline = time.monotonic() + 5
+    while any(p.busy for p in sizer.nodes.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sizer.step(alloc, list(planned), t0 + 2 * n)
+
+
+@pytest.mark.parametrize("case", ["discovered use", "resize hold", "backfill hold"])
+def test_a_server_in_use_outside_gridshift_jobs_is_never_powered_off(tmp_path, case):
+    rec, calls = _rec(tmp_path)
+    use = (70000, 100.0) if case == "discovered use" else (0, 0.0)
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"], use=use)
+    if case == "resize hold":
+        alloc.hold(("resize", 7), "a", [0])
+    elif case == "backfill hold":
+        alloc.hold(("backfill", 3), "a", [1])
+    sizer.restore(time.time() - 60, {})  # idle since before discovery looked
+    _passes(sizer, alloc, time.time())
+    assert sizer.nodes["a"].state == "on" and not calls.exists()
+    assert sizer.nodes["a"].idle_since_s is None
+
+
+def test_no_power_off_before_a_discovery_newer_than_the_idle_start(tmp_path):
+    rec, calls = _rec(tmp_path)
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"])
+    later = time.time() + 3600  # idle from an hour after discovery's last look
+    sizer.restore(later, {})
+    _passes(sizer, alloc, later)
+    assert sizer.nodes["a"].state == "on" and not calls.exists()
+
+
+def test_the_server_asked_before_power_off_refuses_on_any_doubt(tmp_path):
+    rec, calls = _rec(tmp_path)
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"])
+    sizer.ask_idle = lambda _n: "logged in: alice"
+    sizer.restore(time.time() - 60, {})  # idle since before discovery looked
+    alloc.hold(("attempt", 1), "b", [0])
+    _passes(sizer, alloc, time.time())
+    assert sizer.nodes["a"].state == "on" and not calls.exists()
+    assert "not idle: logged in: alice" in sizer.nodes["a"].error
+
+
+def test_asking_the_server_itself(tmp_path):
+    from executors.sshlink import RemoteError
+    from orchestrator.daemon.energy.idlecheck import asked_idle
+
+    row = "0, u0, A100, 81920, {used}, {util}, 60, 400, 400, 100, 400"
+
+    class Link:
+        def __init__(self, used=0, util=0, apps="", who="", fail=False):
+            self.out = {"--query-compute-apps=pid": apps, "who": who}
+            self.smi, self.fail = row.format(used=used, util=util), fail
+
+        def text(self, argv):
+            if self.fail:
+                raise RemoteError("h: connection refused")
+            if argv[0] == "who":
+                return self.out["who"]
+            return self.out.get(argv[1], self.smi)
+
+    assert asked_idle(Link()) is None
+    assert "GPU in use" in asked_idle(Link(used=5000))
+    assert "GPU in use" in asked_idle(Link(util=3))
+    assert "compute processes: 4242" in asked_idle(Link(apps="4242\n"))
+    assert "logged in: bob" in asked_idle(Link(who="bob pts/0 2026-11-24 07:00\n"))
+    assert "cannot ask it" in asked_idle(Link(fail=True))
+    assert "GPU use unknown" in asked_idle(Link(used="[N/A]"))
+
+
+def test_idle_draw_leaves_out_gpus_discovery_saw_in_use(tmp_path):
+    from orchestrator.daemon.energy.idle import IdleMeter
+
+    _, alloc, db = _sizer(tmp_path, ["/bin/true"], ["/bin/true"], use=(70000, 100.0))
+    meter = IdleMeter(db, {"a": "ssh", "b": "ssh"}, {})
+    assert meter._measure(alloc) == {}, "380 W of someone's training is not idle draw"
