@@ -100,3 +100,36 @@ def test_idle_draw_leaves_out_gpus_discovery_saw_in_use(tmp_path):
     _, alloc, db = _sizer(tmp_path, ["/bin/true"], ["/bin/true"], use=(70000, 100.0))
     meter = IdleMeter(db, {"a": "ssh", "b": "ssh"}, {})
     assert meter._measure(alloc) == {}, "380 W of someone's training is not idle draw"
+
+
+def test_a_failed_wake_in_back_off_does_not_block_a_healthy_servers(tmp_path):
+    from orchestrator.daemon.energy.rightsizing import WAKE_FAILED
+
+    rec, calls = _rec(tmp_path)
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"])
+    sizer.restore(0.0, {})
+    b = sizer.nodes["b"] = type(sizer.nodes["a"])(sizer.nodes["a"].cfg.model_copy(
+        update={"name": "b", "power_on": [*rec, "on-b"]}))  # fmt: skip
+    a = sizer.nodes["a"]
+    a.state, a.retry_at_s, b.state = WAKE_FAILED, 1800.0, "off"
+
+    class Due:
+        start_s, gpus = 0.0, 2
+
+    class Job:
+        id, gpus = 1, 2
+
+    for i in range(3):  # passes, the job due now, a's retry 30 min away
+        assert sizer.allocate(alloc, ("job", 1), 2, float(i)) is None
+        sizer.step(alloc, [(Job, Due)], float(i))
+    deadline = time.monotonic() + 5
+    while b.state != "on" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        sizer.step(alloc, [(Job, Due)], 4.0)
+    assert b.state == "on" and a.state == WAKE_FAILED
+    assert calls.read_text() == "on-b\n", "b woken, a left in its back-off"
+    got = sizer.allocate(alloc, ("job", 1), 2, 5.0)
+    assert got is not None and got.parts[0][0] == "b"
+    assert sizer.allocate(alloc, ("job", 2), 2, 6.0) is None and a.state == WAKE_FAILED
+    sizer.allocate(alloc, ("job", 2), 2, 1801.0)
+    assert a.state == "waking", "retried once due"

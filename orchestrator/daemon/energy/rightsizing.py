@@ -90,13 +90,18 @@ class RightSizer:
     def allocate(self, alloc, key: object, width: int, now_s: float, gpu_type=None):
         """GPUs for ``key`` on servers that are on; None while it must wait. One that fits
         only with a server that is off wakes that server (the job waits for it)."""
-        blocked = [n for n, p in self.nodes.items() if p.state != ON and n in alloc.node_names]
-        if not blocked:
+        barred = [n for n in self._barred(now_s) if n in alloc.node_names]  # as if down
+        blocked = [n for n, p in self.nodes.items()
+                   if p.state != ON and n in alloc.node_names and n not in barred]  # fmt: skip
+        if not blocked and not barred:
             return alloc.allocate(key, width, gpu_type=gpu_type)
-        down = {n: alloc.allocation(("down", n)) for n in blocked}  # unreachable: it is off
+        down = {n: alloc.allocation(("down", n)) for n in blocked + barred}  # it is off
         down = {n: a for n, a in down.items() if a is not None}
         for name in down:
             alloc.free(("down", name))
+        for name in barred:  # a wake that failed, its retry not due: no GPU there
+            if alloc.free_on(name):
+                alloc.hold(("barred", name), name, alloc.free_on(name))
         try:  # placement.cluster: servers off only when it fits nowhere else
             got = alloc.allocate_preferring(key, width, blocked, gpu_type=gpu_type)
             woken = {node for node, _ in got.parts} & set(blocked) if got is not None else set()
@@ -106,9 +111,16 @@ class RightSizer:
                     self.wake(name, now_s, f"for {_job(key)}")
                 got = None
         finally:
+            for name in barred:
+                if alloc.allocation(("barred", name)) is not None:
+                    alloc.free(("barred", name))
             for name, held in down.items():
                 alloc.hold(("down", name), name, [g for _, gpus in held.parts for g in gpus])
         return got
+
+    def _barred(self, now_s: float) -> set[str]:
+        """Servers whose wake failed and whose retry is not due: down until then."""
+        return {n for n, p in self.nodes.items() if p.state == WAKE_FAILED and now_s < p.retry_at_s}
 
     def step(self, alloc, planned: Iterable[tuple], now_s: float) -> None:
         """After the launches: how the commands under way ended, since when each server
@@ -117,11 +129,13 @@ class RightSizer:
             self._settle(name, p, now_s)
         if alloc is None:
             return self._store()
-        views, held = [], _held_gpus(alloc)
+        views, held, barred = [], _held_gpus(alloc), self._barred(now_s)
         seen = discovered_idle(self.db, [n for n, p in self.nodes.items() if p.state == ON])
         for name in alloc.node_names:
             total, free = len(alloc.gpus_of(name)), len(alloc.free_on(name))
             p = self.nodes.get(name)
+            if name in barred:  # its wake failed, its retry not due: as if down
+                continue
             if p is None:  # not managed: capacity that is on
                 views.append(NodePower(name, total, free))
                 continue
