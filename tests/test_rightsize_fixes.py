@@ -69,7 +69,7 @@ def test_the_server_asked_before_power_off_refuses_on_any_doubt(tmp_path):
 
 def test_asking_the_server_itself(tmp_path):
     from executors.sshlink import RemoteError
-    from orchestrator.daemon.energy.idlecheck import asked_idle
+    from orchestrator.nodes.idleask import asked_idle
 
     row = "0, u0, A100, 81920, {used}, {util}, 60, 400, 400, 100, 400"
 
@@ -133,3 +133,33 @@ def test_a_failed_wake_in_back_off_does_not_block_a_healthy_servers(tmp_path):
     assert sizer.allocate(alloc, ("job", 2), 2, 6.0) is None and a.state == WAKE_FAILED
     sizer.allocate(alloc, ("job", 2), 2, 1801.0)
     assert a.state == "waking", "retried once due"
+
+
+def test_a_job_wider_than_one_server_wakes_the_server_its_repack_needs():
+    """local(4), s1(2, on), s2(4, off), a 6-GPU job: on SSH servers alone it needs s2,
+    so s2 is woken and the job waits (it never launches onto a server off)."""
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.energy.rightsizing import Power, RightSizer
+    from orchestrator.daemon.sqlqueue import SqlQueue
+    from orchestrator.planning.devices.rightsizing import OFF
+    from orchestrator.planning.policies.base import Decision, QueuedJob
+    from orchestrator.settings.nodes import NodeConfig
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    names = {"local": ("local", 4), "s1": ("ssh", 2), "s2": ("ssh", 4)}
+    topo = ClusterTopology(tuple(NodeTopology.plain(n, g) for n, (_, g) in names.items()))
+    nodes = [SimpleNamespace(name=n, executor=kind) for n, (kind, _) in names.items()]
+    q = SqlQueue(db=None, dispatcher=SimpleNamespace(nodes=nodes, sharing=None), reaper=None,
+                 suspender=None, alloc=ClusterAllocator(topo))  # fmt: skip
+    cfg = NodeConfig(name="s2", executor="ssh", host="h", gpus=4, power_off=["/bin/true"],
+                     power_on=["/bin/true"])  # fmt: skip
+    q.power = RightSizer(db=None, nodes={"s2": Power(cfg, state=OFF)}, probe=lambda _n: None)
+    woken = []
+    q.power.wake = lambda name, *_a: woken.append(name)
+    q.eligible = {9: SimpleNamespace(id=9, gpu_type=None, name=None, gpus_min=6)}
+    q.widest = 6
+    got = q.allocate(QueuedJob(9, 6, 0.0), Decision(0.0), 0.0)
+    assert got is None and woken == ["s2"], got
+    assert q.alloc.allocation(("job", 9)) is None and q.alloc.free_gpus == 10

@@ -147,7 +147,7 @@ class IdleMeter:
         running work gridshift did not start is not idle; a sanity bound: 0 to 2 kW)."""
         from sqlmodel import col, select
 
-        from orchestrator.daemon.energy.idlecheck import gpu_use
+        from orchestrator.nodes.idleask import gpu_use
         from orchestrator.queue.models import Gpu
 
         ssh = [n for n, ex in self.nodes.items() if ex == "ssh" and n in alloc.node_names]

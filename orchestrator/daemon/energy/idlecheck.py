@@ -3,7 +3,7 @@
 On a shared SSH server, GPUs may run work gridshift did not start (a user's own
 training): right-sizing powers a server off only when its latest discovery is newer than
 the start of its idle stretch and shows no use on any GPU (``discovered_idle``), and,
-just before ``power_off``, the server itself says so over SSH (``asked_idle``): no GPU
+just before ``power_off``, the server itself says so over SSH (``nodes.idleask``): no GPU
 compute process, no GPU memory in use or utilisation, nobody logged in. Any doubt (no
 discovery, a value nvidia-smi did not give, a command that fails) counts as busy.
 """
@@ -12,18 +12,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from orchestrator.nodes.idleask import gpu_use
 from orchestrator.queue.db import Database
-
-BUSY_MEMORY_MB = 100  # more GPU memory in use than this: something runs there
-
-
-def gpu_use(memory_used_mb: int | None, utilization_pct: float | None) -> str | None:
-    """Why a GPU counts as in use (None: it is not)."""
-    if memory_used_mb is None or utilization_pct is None:
-        return "GPU use unknown"
-    if memory_used_mb > BUSY_MEMORY_MB or utilization_pct > 0:
-        return f"GPU in use ({memory_used_mb} MB, {utilization_pct:g} %)"
-    return None
 
 
 def discovered_idle(db: Database, names: list[str]) -> dict[str, float | None]:
@@ -43,28 +33,6 @@ def discovered_idle(db: Database, names: list[str]) -> dict[str, float | None]:
             if gpus and all(gpu_use(g.memory_used_mb, g.utilization_pct) is None for g in gpus):
                 out[name] = _epoch(node.last_seen)
     return out
-
-
-def asked_idle(link) -> str | None:
-    """Asks the server itself, just before powering it off: None when idle, else why not
-    (a failure to ask is a reason too)."""
-    from executors.errors import ExecutorError, GpuControlError
-    from executors.gpu.smi import gpu_status
-    from orchestrator.nodes.ssh import smi_runner
-
-    try:
-        for g in gpu_status(smi_runner(link)):
-            if (why := gpu_use(g.memory_used_mb, g.utilization_pct)) is not None:
-                return f"GPU {g.index}: {why}"
-        apps = link.text(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"])
-        if apps.strip():
-            return f"GPU compute processes: {' '.join(apps.split())[:80]}"
-        users = link.text(["who"])
-        if users.strip():
-            return f"logged in: {' '.join(u.split()[0] for u in users.splitlines() if u)[:80]}"
-    except (ExecutorError, GpuControlError) as exc:
-        return f"cannot ask it: {exc}"
-    return None
 
 
 def _epoch(at: datetime) -> float:

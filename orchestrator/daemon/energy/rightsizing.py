@@ -34,8 +34,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from orchestrator.daemon.energy.idlecheck import asked_idle, discovered_idle
+from orchestrator.daemon.energy.idlecheck import discovered_idle
 from orchestrator.daemon.energy.powercmd import Outcome, run_power_command
+from orchestrator.nodes.idleask import asked_idle
 from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING, Need, NodePower, right_size
 from orchestrator.queue.db import Database
 from orchestrator.settings.nodes import NodeConfig
