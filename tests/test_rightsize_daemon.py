@@ -83,7 +83,11 @@ def test_idle_server_off_then_packing_prefers_servers_on_and_wakes_one_only_when
     rec = _script(
         tmp_path, "rec", f"import sys; open({str(calls)!r}, 'a').write(sys.argv[1] + '\\n')"
     )
-    sizer, alloc, db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"])
+
+    def probe(_name):  # the server answers while on
+        return "refused" if calls.exists() and calls.read_text().endswith("off\n") else None
+
+    sizer, alloc, db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"], probe=probe)
     sizer.restore(100.0, {})
     alloc.hold(("attempt", 1), "b", [0])  # b is busy: only a may go off
     sizer.step(alloc, [], 100.0)
@@ -130,7 +134,7 @@ def test_a_woken_server_that_never_answers_is_a_failed_wake(tmp_path):
     alloc.hold(("attempt", 1), "b", [0, 1])
     sizer.allocate(alloc, ("job", 1), 1, 10.0)
     _settle(sizer, alloc, 20.0, "wake failed")
-    assert "no answer within 2s of power_on (connection refused)" in _row(db, "a")[1]
+    assert "no answer within 2s of power_on (no answer)" in _row(db, "a")[1]
 
 
 def test_a_power_off_that_fails_leaves_the_server_on(tmp_path):

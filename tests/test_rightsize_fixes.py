@@ -163,3 +163,72 @@ def test_a_job_wider_than_one_server_wakes_the_server_its_repack_needs():
     got = q.allocate(QueuedJob(9, 6, 0.0), Decision(0.0), 0.0)
     assert got is None and woken == ["s2"], got
     assert q.alloc.allocation(("job", 9)) is None and q.alloc.free_gpus == 10
+
+
+def test_power_off_exit_0_is_off_only_once_the_server_stops_answering(tmp_path):
+    """power_off ends at once (ipmitool power soft); the server answers 1.5 s more: it
+    stays ``powering off`` (a job is not placed there) until it stops answering."""
+    rec, calls = _rec(tmp_path)
+    gone_at = []
+
+    def probe(_n):  # answers until 1.5 s after power_off
+        if calls.exists() and not gone_at:
+            gone_at.append(time.monotonic() + 1.5)
+        return "refused" if gone_at and time.monotonic() > gone_at[0] else None
+
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"], probe=probe,
+                               wake_timeout="10s")  # fmt: skip
+    sizer.restore(time.time() - 60, {})
+    alloc.hold(("attempt", 1), "b", [0, 1])
+    sizer.step(alloc, [], time.time())
+    deadline = time.monotonic() + 2
+    while not calls.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)
+    sizer.step(alloc, [], time.time())
+    assert sizer.nodes["a"].state == "powering off"
+    assert sizer.allocate(alloc, ("job", 5), 2, time.time()) is None, "not placed on a"
+    deadline = time.monotonic() + 10
+    while sizer.nodes["a"].state != "off" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        sizer.step(alloc, [], time.time())
+    assert sizer.nodes["a"].state == "off" and time.monotonic() > gone_at[0]
+
+
+def test_power_off_that_never_takes_leaves_the_server_on_with_an_error(tmp_path):
+    rec, _calls = _rec(tmp_path)
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"], wake_timeout="1s")
+    sizer.restore(time.time() - 60, {})
+    alloc.hold(("attempt", 1), "b", [0, 1])
+    deadline = time.monotonic() + 10
+    sizer.step(alloc, [], time.time())
+    while (sizer.nodes["a"].busy or sizer.nodes["a"].state != "on") and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+        sizer.step(alloc, [], time.time() - 30)  # not idle long enough to go off again
+    assert sizer.nodes["a"].state == "on"
+    assert "still answers 1s after power_off" in sizer.nodes["a"].error
+
+
+def test_a_wake_counts_an_answer_only_once_the_server_was_down_or_booted_again(tmp_path):
+    rec, _calls = _rec(tmp_path)
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"])
+    sizer.boot = lambda _n: "same-boot"  # never went down, never rebooted
+    sizer.restore(0.0, {})
+    sizer.nodes["a"].state = "off"  # e.g. restored off: never seen down
+    alloc.hold(("attempt", 1), "b", [0, 1])
+    assert sizer.allocate(alloc, ("job", 1), 2, 10.0) is None
+    deadline = time.monotonic() + 10
+    while sizer.nodes["a"].state == "waking" and time.monotonic() < deadline:
+        time.sleep(0.1)
+        sizer.step(alloc, [], 11.0)
+    assert sizer.nodes["a"].state == "wake failed"
+    assert "did not boot again" in sizer.nodes["a"].error
+    ids = iter(["old", None, "new"])  # down, then up again
+    sizer.boot = lambda _n: next(ids, "new")
+    sizer.allocate(alloc, ("job", 1), 2, 200.0)
+    while sizer.nodes["a"].state == "waking" and time.monotonic() < deadline + 10:
+        time.sleep(0.1)
+        sizer.step(alloc, [], 201.0)
+    assert sizer.nodes["a"].state == "on"

@@ -36,3 +36,13 @@ def asked_idle(link) -> str | None:
     except (ExecutorError, GpuControlError) as exc:
         return f"cannot ask it: {exc}"
     return None
+
+
+def boot_id(link) -> str | None:
+    """The server's ``/proc/sys/kernel/random/boot_id`` (a new one at each boot; cut to
+    64 printable characters), or None when it does not answer."""
+    try:
+        got = link.text(["cat", "/proc/sys/kernel/random/boot_id"])
+    except (ExecutorError, GpuControlError):
+        return None
+    return "".join(c for c in got.strip() if c.isprintable())[:64]

@@ -3,6 +3,7 @@ right-sizing tests')."""
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from placement.cluster import ClusterAllocator
@@ -39,6 +40,8 @@ def _sizer(tmp_path, argv_off, argv_on, probe=lambda _n: None, use=(0, 0.0), **e
                                 power_draw_w=380))  # fmt: skip
     sizer = RightSizer.build(configs, {}, db)
     sizer.probe, sizer.ask_idle = probe, lambda _n: None
+    ids = itertools.count()  # answers with a new boot_id each time: it booted again
+    sizer.boot = lambda n: None if probe(n) is not None else f"boot-{next(ids)}"
     alloc = ClusterAllocator(
         ClusterTopology((NodeTopology.plain("a", 2), NodeTopology.plain("b", 2)))
     )

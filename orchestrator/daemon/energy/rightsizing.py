@@ -5,16 +5,23 @@ what to do is decided by the pure ``planning.devices.rightsizing.right_size`` (t
 the simulator takes too), from each node's state, since when it is idle, its wake-up
 time and the plan's next needs (each queued job's planned start and width).
 
-- **Power off.** A server on, idle (no job holds a GPU there) for its ``idle_off_after``,
-  whose GPUs none of the jobs planned within its ``wake`` need, gets ``power_off``
+- **Power off.** A server on, idle for its ``idle_off_after`` (nothing held there: no
+  job, resize reservation or backfill block; its latest discovery, newer than the start
+  of that stretch, sees no GPU in use: ``idlecheck``), whose GPUs none of the jobs planned
+  within its ``wake`` need, is asked itself (no GPU in use, no compute process, nobody
+  logged in: ``nodes.idleask``; any doubt: it stays on), then gets ``power_off``
   (``powercmd``: argv from the root-owned config, a timeout, its output not believed).
-  Exit 0: the server is ``off``; a failure leaves it ``on`` (the error shown by
+  Exit 0 is not off: the server is ``powering off`` until it does not answer
+  ``OFF_MISSES`` times in a row (then ``off``), or still ``on`` with an error if it
+  answers ``wake_timeout`` later. A failure leaves it ``on`` (the error shown by
   ``nodes``) and idle time counts again from then.
 - **Packing prefers servers on.** A job is placed on servers that are on when it fits
   there (``allocate``); one that fits only with a server that is off (or whose wake
-  failed, once its retry is due) wakes it and waits: ``power_on``, then the server must
-  answer over SSH; once it does it is ``on`` and the job launches at the next pass. The
-  plan's needs due within a server's wake time wake it ahead of them too.
+  failed, once its retry is due; before that it is as if down) wakes it and waits:
+  ``power_on``, then the server must answer over SSH, once seen down or with a new
+  ``boot_id`` (a server still going down answers a while); then it is ``on`` and the job
+  launches at the next pass. A job wider than one server goes the same way (``across``).
+  The plan's needs due within a server's wake time wake it ahead of them too.
 - **Never a stalled daemon.** Each command, and the wait for the server to answer, runs
   on a thread of its own; a pass only looks at how they ended. A wake that fails (the
   command fails or hangs, or the server does not answer within ``wake_timeout``) marks
@@ -36,7 +43,7 @@ from datetime import UTC, datetime
 
 from orchestrator.daemon.energy.idlecheck import discovered_idle
 from orchestrator.daemon.energy.powercmd import Outcome, run_power_command
-from orchestrator.nodes.idleask import asked_idle
+from orchestrator.nodes.idleask import asked_idle, boot_id
 from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING, Need, NodePower, right_size
 from orchestrator.queue.db import Database
 from orchestrator.settings.nodes import NodeConfig
@@ -45,6 +52,7 @@ log = logging.getLogger(__name__)
 POWERING_OFF, WAKE_FAILED = "powering off", "wake failed"
 RETRY_MIN_S, RETRY_MAX_S = 60.0, 1800.0  # a failed wake is tried again after this
 PROBE_EVERY_S = 1.0  # how often a woken server is asked whether it answers
+OFF_MISSES = 3  # no answer this many times in a row after power_off: the server is off
 
 
 @dataclass
@@ -61,6 +69,7 @@ class Power:
     result: Outcome | None = None  # set by the command's thread when it ends
     busy: bool = False  # a command's thread is under way
     stored: bool = False  # the row says what ``state`` says
+    down_seen: bool = False  # seen not answering since it was last on (power_off's end)
 
     def seconds(self, name: str) -> float | None:
         return self.cfg.seconds(name) if getattr(self.cfg, name) is not None else None
@@ -72,6 +81,7 @@ class RightSizer:
     nodes: dict[str, Power]
     probe: Callable[[str], str | None]  # None: the server answers; else why not
     ask_idle: Callable[[str], str | None] = lambda _n: "not asked"  # None: idle; else why not
+    boot: Callable[[str], str | None] = lambda _n: None  # the server's boot_id; None: no answer
     _stop: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
@@ -80,7 +90,8 @@ class RightSizer:
         if not managed:
             return None
         return cls(db, managed, probe=lambda name: answers(links[name]),
-                   ask_idle=lambda name: asked_idle(links[name]))  # fmt: skip
+                   ask_idle=lambda name: asked_idle(links[name]),
+                   boot=lambda name: boot_id(links[name]))  # fmt: skip
 
     # -- the pass's two hooks ------------------------------------------------------------
     def placer(self, alloc, now_s: float) -> Callable:
@@ -194,20 +205,44 @@ class RightSizer:
         why = self.ask_idle(name)
         if why is not None:
             return Outcome(False, f"not idle: {why}")
-        return run_power_command(p.cfg.power_off, p.seconds("power_timeout"))
+        got = run_power_command(p.cfg.power_off, p.seconds("power_timeout"))
+        return self._until_down(name, p) if got.ok else got
+
+    def _until_down(self, name: str, p: Power) -> Outcome:
+        """Exit 0 from power_off is not off (ipmitool power soft, systemctl suspend end at
+        once): off once the server does not answer OFF_MISSES times in a row, within its
+        wake_timeout; else it is still on."""
+        deadline, misses = time.monotonic() + p.seconds("wake_timeout"), 0
+        while not self._stop.is_set():
+            misses = misses + 1 if self.probe(name) is not None else 0
+            if misses >= OFF_MISSES:
+                p.down_seen = True
+                return Outcome(True, "no answer")
+            if time.monotonic() >= deadline:
+                break
+            self._stop.wait(PROBE_EVERY_S)
+        return Outcome(False, f"still answers {p.cfg.wake_timeout} after power_off (exit 0)")
 
     def _wake(self, name: str, p: Power) -> Outcome:
         """power_on, then wait for the server to answer (on this thread), within its
         wake_timeout of power_on's start."""
         deadline = time.monotonic() + p.seconds("wake_timeout")
+        # an answer counts once the server was seen down, or booted again (a server
+        # still going down answers for a while)
+        before = None if p.down_seen else self.boot(name)
+        down_seen = before is None
         got = run_power_command(p.cfg.power_on, p.seconds("power_timeout"))
         if not got.ok:
             return got
         why = "no answer yet"
         while not self._stop.is_set():
-            why = self.probe(name)
-            if why is None:
+            now_id = self.boot(name)
+            if now_id is None:
+                down_seen, why = True, "no answer"
+            elif down_seen or now_id != before:
                 return Outcome(True, "answers")
+            else:
+                why = "it answers but did not boot again (same boot_id)"
             if time.monotonic() >= deadline:
                 break
             self._stop.wait(PROBE_EVERY_S)
@@ -244,7 +279,7 @@ class RightSizer:
             if got.ok:
                 log.info("node %s: awake and answering", name)
                 self._set(p, ON, now_s)
-                p.idle_since_s, p.backoff_s = now_s, RETRY_MIN_S
+                p.idle_since_s, p.backoff_s, p.down_seen = now_s, RETRY_MIN_S, False
             else:
                 p.retry_at_s = now_s + p.backoff_s
                 log.warning("node %s: wake failed: %s; tried again after %s if still needed",
