@@ -112,6 +112,7 @@ def test_a_failed_wake_in_back_off_does_not_block_a_healthy_servers(tmp_path):
         update={"name": "b", "power_on": [*rec, "on-b"]}))  # fmt: skip
     a = sizer.nodes["a"]
     a.state, a.retry_at_s, b.state = WAKE_FAILED, 1800.0, "off"
+    a.check_at_s = 1e9  # not asked whether it answers meanwhile
 
     class Due:
         start_s, gpus = 0.0, 2
@@ -232,3 +233,40 @@ def test_a_wake_counts_an_answer_only_once_the_server_was_down_or_booted_again(t
         time.sleep(0.1)
         sizer.step(alloc, [], 201.0)
     assert sizer.nodes["a"].state == "on"
+
+
+@pytest.mark.parametrize("stored", ["powering off", "waking", "wake failed"])
+@pytest.mark.parametrize("answers", [True, False])
+def test_a_restarted_daemon_asks_servers_whose_state_is_uncertain(tmp_path, stored, answers):
+    rec, calls = _rec(tmp_path)
+    probe = (lambda _n: None) if answers else (lambda _n: "refused")
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"], probe=probe)
+    sizer.restore(time.time(), {"a": {"power_state": stored}})
+    deadline = time.monotonic() + 5
+    while sizer.nodes["a"].busy and time.monotonic() < deadline:
+        time.sleep(0.05)
+    alloc.hold(("attempt", 1), "b", [0, 1])  # b busy, a not idle long: nothing to do
+    sizer.step(alloc, [], time.time())
+    want = "on" if answers else ("wake failed" if stored == "wake failed" else "off")
+    assert sizer.nodes["a"].state == want and not calls.exists()
+
+
+def test_a_server_whose_wake_failed_is_on_once_it_answers(tmp_path):
+    from orchestrator.daemon.energy.rightsizing import RECHECK_S, WAKE_FAILED
+
+    answering = []
+    sizer, alloc, _db = _sizer(tmp_path, ["/bin/true"], ["/bin/true"],
+                               probe=lambda _n: None if answering else "refused")  # fmt: skip
+    sizer.restore(0.0, {})
+    a = sizer.nodes["a"]
+    a.state, a.retry_at_s, a.check_at_s = WAKE_FAILED, 1e9, 10.0
+    answering.append(True)  # its power_on worked after all, late
+    alloc.hold(("attempt", 1), "b", [0, 1])
+    sizer.step(alloc, [], 5.0)
+    assert not a.busy and a.state == WAKE_FAILED, "not asked before its time"
+    sizer.step(alloc, [], 10.0)
+    deadline = time.monotonic() + 5
+    while a.state != "on" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        sizer.step(alloc, [], 11.0)
+    assert a.state == "on" and a.check_at_s == 10.0 + RECHECK_S

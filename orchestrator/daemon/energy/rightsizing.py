@@ -28,8 +28,10 @@ time and the plan's next needs (each queued job's planned start and width).
   the server ``wake failed`` with its reason, and it is tried again after a back-off
   (1 minute, doubling up to 30 minutes) while a job needs it.
 - **Stored.** Each state is written on the node's row (``power_state``, ``power_since``,
-  ``power_error``) for ``nodes``; a daemon that starts finds servers it left off (or
-  powering off, or waking: uncertain) as off, and wakes them when needed.
+  ``power_error``) for ``nodes``; a daemon that starts finds servers it left off as off
+  (woken when needed); those left powering off, waking or with a failed wake may be on:
+  each is asked once, on a thread, and is on if it answers (a failed wake is asked again
+  every ``RECHECK_S``: a power_on that worked late).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ POWERING_OFF, WAKE_FAILED = "powering off", "wake failed"
 RETRY_MIN_S, RETRY_MAX_S = 60.0, 1800.0  # a failed wake is tried again after this
 PROBE_EVERY_S = 1.0  # how often a woken server is asked whether it answers
 OFF_MISSES = 3  # no answer this many times in a row after power_off: the server is off
+RECHECK_S = 300.0  # how often a server whose wake failed is asked whether it answers
 
 
 @dataclass
@@ -70,6 +73,8 @@ class Power:
     busy: bool = False  # a command's thread is under way
     stored: bool = False  # the row says what ``state`` says
     down_seen: bool = False  # seen not answering since it was last on (power_off's end)
+    checking: bool = False  # the thread under way only asks whether it answers
+    check_at_s: float = 0.0  # when a server whose wake failed is asked again
 
     def seconds(self, name: str) -> float | None:
         return self.cfg.seconds(name) if getattr(self.cfg, name) is not None else None
@@ -139,6 +144,9 @@ class RightSizer:
         is idle, and what ``right_size`` says to power off and to wake."""
         for name, p in self.nodes.items():
             self._settle(name, p, now_s)
+            if p.state == WAKE_FAILED and not p.busy and now_s >= p.check_at_s:
+                p.check_at_s = now_s + RECHECK_S  # on after all (power_on worked late)?
+                self._check(name, p)
         if alloc is None:
             return self._store()
         views, held, barred = [], _held_gpus(alloc), self._barred(now_s)
@@ -248,6 +256,16 @@ class RightSizer:
             self._stop.wait(PROBE_EVERY_S)
         return Outcome(False, f"no answer within {p.cfg.wake_timeout} of power_on ({why})")
 
+    def _check(self, name: str, p: Power) -> None:
+        """Ask (on a thread) whether a server whose state is uncertain answers: on if so."""
+        p.checking = True
+
+        def ask() -> Outcome:
+            why = self.probe(name)
+            return Outcome(why is None, why or "answers")
+
+        self._start(name, p, ask)
+
     def _start(self, name: str, p: Power, fn: Callable[[], Outcome]) -> None:
         p.busy, p.result = True, None
 
@@ -267,7 +285,13 @@ class RightSizer:
         if p.busy or p.result is None:
             return
         got, p.result = p.result, None
-        if p.state == POWERING_OFF:
+        if p.checking:  # uncertain: on if it answers, else as it was
+            p.checking = False
+            if got.ok:
+                log.info("node %s: answers: it is on", name)
+                self._set(p, ON, now_s)
+                p.idle_since_s, p.backoff_s = now_s, RETRY_MIN_S
+        elif p.state == POWERING_OFF:
             if got.ok:
                 log.info("node %s: powered off", name)
                 self._set(p, OFF, now_s)
@@ -295,9 +319,9 @@ class RightSizer:
     # -- the node rows -------------------------------------------------------------------
     def restore(self, now_s: float, kept: dict[str, dict]) -> None:
         """At start, from what the node rows said before the inventory was replaced
-        (``levers.remember``): servers stored off, powering off or waking are off (what a
-        crash left is uncertain: a job that needs one wakes it); a failed wake is retried
-        when needed."""
+        (``levers.remember``): servers stored on are on, off are off; those a daemon left
+        powering off, waking or with a failed wake may be on: each is asked once (on a
+        thread) and is on if it answers (off meanwhile; a failed wake stays so)."""
         for name, p in self.nodes.items():
             row = kept.get(name, {})
             stored = row.get("power_state")
@@ -306,6 +330,9 @@ class RightSizer:
             since = row.get("power_since")
             p.since_s = since.timestamp() if since else now_s
             p.idle_since_s = now_s if state == ON else None
+            if stored in (POWERING_OFF, WAKING, WAKE_FAILED):
+                p.check_at_s = now_s + RECHECK_S
+                self._check(name, p)
         self._store()
 
     def _store(self) -> None:
