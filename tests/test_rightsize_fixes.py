@@ -270,3 +270,40 @@ def test_a_server_whose_wake_failed_is_on_once_it_answers(tmp_path):
         time.sleep(0.05)
         sizer.step(alloc, [], 11.0)
     assert a.state == "on" and a.check_at_s == 10.0 + RECHECK_S
+
+
+def test_no_power_command_once_the_lease_is_lost(tmp_path):
+    from orchestrator.daemon.lease import LeaseLost
+
+    rec, calls = _rec(tmp_path)
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"])
+
+    def lost(_session):
+        raise LeaseLost("this daemon's lease expired or was taken over")
+
+    sizer.restore(0.0, {})
+    sizer.nodes["a"].state = "off"
+    alloc.hold(("attempt", 1), "b", [0, 1])
+    sizer.lease_check = lost
+    with pytest.raises(LeaseLost):
+        sizer.allocate(alloc, ("job", 1), 2, 10.0)
+    time.sleep(0.5)
+    assert not calls.exists() and not sizer.nodes["a"].busy
+
+
+def test_a_lost_lease_ends_the_waits_and_drops_their_outcome(tmp_path):
+    rec, _calls = _rec(tmp_path)
+    sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"],
+                               probe=lambda _n: "refused", wake_timeout="30s")  # fmt: skip
+    sizer.restore(0.0, {})
+    sizer.nodes["a"].state = "off"
+    alloc.hold(("attempt", 1), "b", [0, 1])
+    sizer.allocate(alloc, ("job", 1), 2, 10.0)
+    assert sizer.nodes["a"].busy
+    time.sleep(0.3)
+    sizer.reset()  # what the daemon does when it stands by
+    deadline = time.monotonic() + 5
+    while sizer.nodes["a"].busy and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not sizer.nodes["a"].busy, "the wait for an answer ended"
+    assert sizer.nodes["a"].result is None, "its outcome is not this daemon's any more"

@@ -87,7 +87,9 @@ class RightSizer:
     probe: Callable[[str], str | None]  # None: the server answers; else why not
     ask_idle: Callable[[str], str | None] = lambda _n: "not asked"  # None: idle; else why not
     boot: Callable[[str], str | None] = lambda _n: None  # the server's boot_id; None: no answer
+    lease_check: Callable | None = None  # raises LeaseLost inside a write transaction
     _stop: threading.Event = field(default_factory=threading.Event)
+    _gen: int = 0  # bumped when the lease is lost: older threads' outcomes are dropped
 
     @classmethod
     def build(cls, configs: list[NodeConfig], links: dict, db: Database) -> RightSizer | None:
@@ -191,6 +193,15 @@ class RightSizer:
         self._stop.set()
         kill_running()
 
+    def reset(self) -> None:
+        """The lease is lost: commands and waits under way end, what ended is dropped,
+        and the states are read again from the rows when this daemon serves again."""
+        self.stop()
+        self._stop = threading.Event()  # for the next serving; the old threads saw theirs
+        self._gen += 1
+        for p in self.nodes.values():
+            p.result, p.checking, p.stored = None, False, True
+
     # -- transitions ---------------------------------------------------------------------
     def wake(self, name: str, now_s: float, why: str) -> None:
         p = self.nodes[name]
@@ -200,12 +211,14 @@ class RightSizer:
             return
         log.info("node %s: waking it (%s)", name, why)
         self._set(p, WAKING, now_s)
+        self._store()  # with the lease checked: a daemon that lost it runs no command
         self._start(name, p, lambda: self._wake(name, p))
 
     def _power_off(self, name: str, now_s: float) -> None:
         p = self.nodes[name]
         log.info("node %s: idle since %s: powering it off", name, _iso(p.idle_since_s or now_s))
         self._set(p, POWERING_OFF, now_s)
+        self._store()  # with the lease checked: a daemon that lost it runs no command
         self._start(name, p, lambda: self._off(name, p))
 
     def _off(self, name: str, p: Power) -> Outcome:
@@ -220,21 +233,21 @@ class RightSizer:
         """Exit 0 from power_off is not off (ipmitool power soft, systemctl suspend end at
         once): off once the server does not answer OFF_MISSES times in a row, within its
         wake_timeout; else it is still on."""
-        deadline, misses = time.monotonic() + p.seconds("wake_timeout"), 0
-        while not self._stop.is_set():
+        deadline, misses, stop = time.monotonic() + p.seconds("wake_timeout"), 0, self._stop
+        while not stop.is_set():
             misses = misses + 1 if self.probe(name) is not None else 0
             if misses >= OFF_MISSES:
                 p.down_seen = True
                 return Outcome(True, "no answer")
             if time.monotonic() >= deadline:
                 break
-            self._stop.wait(PROBE_EVERY_S)
+            stop.wait(PROBE_EVERY_S)
         return Outcome(False, f"still answers {p.cfg.wake_timeout} after power_off (exit 0)")
 
     def _wake(self, name: str, p: Power) -> Outcome:
         """power_on, then wait for the server to answer (on this thread), within its
         wake_timeout of power_on's start."""
-        deadline = time.monotonic() + p.seconds("wake_timeout")
+        deadline, stop = time.monotonic() + p.seconds("wake_timeout"), self._stop
         # an answer counts once the server was seen down, or booted again (a server
         # still going down answers for a while)
         before = None if p.down_seen else self.boot(name)
@@ -243,7 +256,7 @@ class RightSizer:
         if not got.ok:
             return got
         why = "no answer yet"
-        while not self._stop.is_set():
+        while not stop.is_set():
             now_id = self.boot(name)
             if now_id is None:
                 down_seen, why = True, "no answer"
@@ -253,7 +266,7 @@ class RightSizer:
                 why = "it answers but did not boot again (same boot_id)"
             if time.monotonic() >= deadline:
                 break
-            self._stop.wait(PROBE_EVERY_S)
+            stop.wait(PROBE_EVERY_S)
         return Outcome(False, f"no answer within {p.cfg.wake_timeout} of power_on ({why})")
 
     def _check(self, name: str, p: Power) -> None:
@@ -267,16 +280,18 @@ class RightSizer:
         self._start(name, p, ask)
 
     def _start(self, name: str, p: Power, fn: Callable[[], Outcome]) -> None:
-        p.busy, p.result = True, None
+        p.busy, p.result, gen = True, None, self._gen
 
         def run() -> None:
             try:
-                p.result = fn()
+                got = fn()
             except Exception as exc:  # a bug in a thread: the node's failure, said once
                 log.exception("node %s: power command", name)
-                p.result = Outcome(False, f"{type(exc).__name__}: {exc}"[:200])
+                got = Outcome(False, f"{type(exc).__name__}: {exc}")
             finally:
                 p.busy = False
+            if gen == self._gen:  # else the lease was lost meanwhile: not ours to say
+                p.result = got
 
         threading.Thread(target=run, name=f"gridshift-power-{name}", daemon=True).start()
 
@@ -342,6 +357,8 @@ class RightSizer:
         from orchestrator.queue.models import Node
 
         with self.db.write() as session:
+            if self.lease_check is not None:
+                self.lease_check(session)
             for name, p in todo.items():
                 row = session.get(Node, name)
                 if row is not None:
