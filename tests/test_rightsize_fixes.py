@@ -4,6 +4,7 @@ server waits for the server it needs."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -307,3 +308,62 @@ def test_a_lost_lease_ends_the_waits_and_drops_their_outcome(tmp_path):
         time.sleep(0.05)
     assert not sizer.nodes["a"].busy, "the wait for an answer ended"
     assert sizer.nodes["a"].result is None, "its outcome is not this daemon's any more"
+
+
+POWER = {"power_off": ["/bin/true"], "power_on": ["/bin/true"], "idle_off_after": "10m"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        ({**POWER, "wake": "10m", "wake_timeout": "5s"}, "wake_timeout 5s is shorter than wake"),
+        ({**POWER, "power_timeout": "20m", "wake_timeout": "10m"}, "power_timeout 20m is longer"),
+        ({"executor": "slurm", "gpu_idle_w": 40}, "gpu_idle_w is not counted on a Slurm node"),
+        ({"executor": "slurm", "node_idle_w": 100}, "node_idle_w is not counted on a Slurm"),
+        ({"executor": "slurm", "pue": 1.3}, "pue is not counted on a Slurm node"),
+        ({**POWER, "power_off": ["/tmp/gridshift-nowhere/off.sh"]}, "No such file"),
+    ],
+)
+def test_bad_power_and_idle_settings_are_one_line_and_exit_2(cli, extra, why):
+    from tests.test_rightsize_live import write_config
+
+    node = {"name": "n1", "executor": "ssh", "host": "h", "gpus": 2, **extra}
+    if node["executor"] == "slurm":
+        node = {k: v for k, v in node.items() if k not in ("host",)} | {"partition": "p"}
+    write_config(cli.home, [node])
+    proc = cli.run("nodes", check=False)
+    assert proc.returncode == 2 and why in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="checked when the daemon runs as root")
+def test_a_power_program_or_config_others_may_write_is_refused_as_root(cli, tmp_path):
+    from tests.test_rightsize_live import write_config
+
+    open_dir = tmp_path / "anyone-can-write-here"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
+    script = open_dir / "off.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    node = {"name": "n1", "executor": "ssh", "host": "h", "gpus": 2, **POWER}
+    for program, why in [(str(script), "writable by others than root"),
+                         (str(_writable(tmp_path)), "group- or other-writable")]:  # fmt: skip
+        write_config(cli.home, [{**node, "power_off": [program]}])
+        proc = cli.run("nodes", check=False)
+        assert proc.returncode == 2 and why in proc.stderr, proc.stderr
+    write_config(cli.home, [node])
+    assert cli.run("nodes", check=False).returncode == 0
+    (cli.home / "gridshift.toml").chmod(0o666)
+    proc = cli.run("nodes", check=False)
+    assert proc.returncode == 2 and "names power commands but" in proc.stderr, proc.stderr
+
+
+def _writable(tmp_path: Path) -> Path:
+    closed = tmp_path / "closed"
+    closed.mkdir(mode=0o755)
+    closed.chmod(0o755)
+    prog = closed / "off"
+    prog.write_text("#!/bin/sh\n")
+    prog.chmod(0o777)
+    return prog
