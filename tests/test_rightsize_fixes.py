@@ -367,3 +367,28 @@ def _writable(tmp_path: Path) -> Path:
     prog.write_text("#!/bin/sh\n")
     prog.chmod(0o777)
     return prog
+
+
+def test_a_failed_wakes_reason_is_escaped_and_cut(tmp_path, caplog):
+    from executors.sshlink import RemoteError
+
+    sizer, alloc, _db = _sizer(tmp_path, ["/bin/true"], ["/bin/true"], wake_timeout="1s")
+    hostile = "node a: true: \x1b]0;owned\x07\x1b[2J" + "B" * 3000
+
+    def boot(_n):
+        raise RemoteError(hostile)  # a bug's exception text is no safer
+
+    sizer.boot = boot
+    sizer.restore(0.0, {})
+    sizer.nodes["a"].state = "off"
+    alloc.hold(("attempt", 1), "b", [0, 1])
+    sizer.allocate(alloc, ("job", 1), 2, 10.0)
+    deadline = time.monotonic() + 10
+    while sizer.nodes["a"].state == "waking" and time.monotonic() < deadline:
+        time.sleep(0.05)
+        sizer.step(alloc, [], 11.0)
+    error = sizer.nodes["a"].error
+    assert sizer.nodes["a"].state == "wake failed" and len(error) <= 220, len(error)
+    assert "\x1b" not in error and "\\x1b]0;owned\\x07" in error
+    assert not any("\x1b" in r.getMessage() for r in caplog.records if "wake failed" in
+                   r.getMessage())  # fmt: skip

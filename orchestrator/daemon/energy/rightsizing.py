@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from orchestrator.daemon.energy.idlecheck import discovered_idle
-from orchestrator.daemon.energy.powercmd import Outcome, run_power_command
+from orchestrator.daemon.energy.powercmd import SHOWN_CHARS, Outcome, escape, run_power_command
 from orchestrator.nodes.idleask import asked_idle, boot_id
 from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING, Need, NodePower, right_size
 from orchestrator.queue.db import Database
@@ -291,7 +291,8 @@ class RightSizer:
             finally:
                 p.busy = False
             if gen == self._gen:  # else the lease was lost meanwhile: not ours to say
-                p.result = got
+                # what commands and servers said: one line, cut, for the log and the row
+                p.result = Outcome(got.ok, escape(got.detail)[:SHOWN_CHARS])
 
         threading.Thread(target=run, name=f"gridshift-power-{name}", daemon=True).start()
 
