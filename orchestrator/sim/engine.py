@@ -398,9 +398,8 @@ class SimDaemon(Resizing, Devices):
             solver = self._plan_whole_run()
         self.loop.schedule(self._submit[0])
         self.loop.run(after=self.tick)
-        unfinished = int(np.isnan(self.finish).sum())
-        if unfinished:
-            raise RuntimeError(f"{unfinished} jobs never finished under {self.policy.name}")
+        if np.isnan(self.finish).any():
+            raise self._never_started(np.isnan(self.finish))
         ex = self.executor
         return RunResult(
             policy=self.policy.name,
