@@ -171,3 +171,13 @@ def test_a_wake_up_of_never_gets_one_line_and_exit_2(cli, tmp_path, table, messa
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert message in proc.stderr
+
+
+def test_the_deadline_guard_waits_for_a_wake_up_rather_than_suspend_a_job(tmp_path):
+    """fifo: job 0 holds a, b is off; job 1 must start by 2 h 10. Waking b (5 min) meets
+    it: the guard suspends nothing, as always on."""
+    out = simulate(_scenario(tmp_path, GUARD, idle_off_after="30m", wake="5m"), ROOT)
+    m, run = out.results["fifo"], out.runs["fifo"]
+    assert m["suspensions"] == 0 and m["deadline_misses"] == 0 and m["wakes"] == 1
+    assert run.finish_s[0] == pytest.approx(T0 + 10 * H)  # never suspended
+    assert run.first_start_s[1] == pytest.approx(T0 + 2 * H + 300)  # once b answers

@@ -221,6 +221,8 @@ class SimDaemon(Resizing, Devices):
         return self.scheduler
 
     def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
+        if self.power.answers_in_time(width, gpu_type):
+            return []  # a node woken answers in time: no job is suspended for it
         return self.alloc.make_room(width, movable, gpu_type) or []
 
     def cluster(self, now: float) -> tuple:  # backfill's: the allocator, each attempt's end

@@ -29,7 +29,15 @@ import numpy as np
 
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.dependencies import planned_end_s
-from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING, Need, NodePower, right_size
+from orchestrator.planning.devices.rightsizing import (
+    OFF,
+    ON,
+    WAKING,
+    Need,
+    NodePower,
+    right_size,
+    unplaced_typed,
+)
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import Commitment
 
@@ -243,6 +251,23 @@ class SimPower:
         if self.plan_idle:
             out["idle_w_per_gpu"], out["idle_wait_s"] = self.plan_idle
         return out
+
+    def answers_in_time(self, width: int, gpu_type: str | None) -> bool:
+        """Whether the blocked head of the queue (``width`` GPUs of ``gpu_type``) fits on
+        the GPUs free on nodes on and those of nodes off or waking that answer by its
+        latest start: the deadline guard then waits for the wake-up (right-sizing wakes
+        them: the head is due) rather than suspending a running job."""
+        latest = self.daemon.scheduler.blocked_latest_start_s()
+        if not self._down or latest is None:
+            return False
+        now, free_now = self.daemon.loop.now, self.daemon.alloc.free_per_node()
+        free = {}
+        for n, f in zip(self.nodes, free_now, strict=True):
+            ready = n.ready_s if n.state == WAKING else now + n.wake_s
+            if n.state == ON or ready <= latest:
+                free[n.name] = f if n.state == ON else n.gpus
+        size, types = {n.name: n.gpus for n in self.nodes}, {n.name: n.gpu_type for n in self.nodes}
+        return not unplaced_typed([(width, gpu_type)], free, size, types)
 
     def is_on(self, node: str) -> bool:
         return next(n.state == ON for n in self.nodes if n.name == node)
