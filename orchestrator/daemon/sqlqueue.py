@@ -80,6 +80,7 @@ class SqlQueue(RunningViews):
     # (in memory: after a restart of the daemon they are planned as any other)
     resize_to: dict[int, int] = field(default_factory=dict)
     resize_from: dict[int, object] = field(default_factory=dict)  # job id -> attempt's key
+    power: object = None  # daemon.energy.rightsizing.RightSizer: servers powered off
 
     @property
     def slot_s(self) -> float:
@@ -210,7 +211,9 @@ class SqlQueue(RunningViews):
         sharing = self.dispatcher.sharing  # co-location: a GPU one --share job runs on
         if sharing and (shared := sharing.place(job, width, now_s)):
             return shared
-        allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision, now_s)
+        place = self.power.placer(self.alloc, now_s) if self.power else None  # servers on first
+        allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision,
+                                    now_s, place=place)  # fmt: skip
         if allocation is None:
             return None
         (node, gpu_tuple), *more = allocation.parts
