@@ -107,6 +107,12 @@ class Daemon:
         self.caps = backends.cluster_caps(self.settings, nodes, self.links, cfg.power_caps)
         if self.planner is not None and not self.caps.enabled:
             self.planner.without_caps()
+        self.site = None  # the site power limit (daemon.energy.sitelimit)
+        if cfg.power_limit_w is not None:
+            from orchestrator.daemon.energy.sitelimit import SiteLimit
+
+            self.site = SiteLimit(cfg.power_limit_w, self.caps, nodes, self.db)
+            self.site.check()
         feed = self.planner.feed if self.planner else None
         price = self.planner.price if self.planner else None
         self.dispatcher = Dispatcher(
@@ -119,6 +125,7 @@ class Daemon:
             log_gid=layout.log_gid,
             caps=self.caps,
             power_sample_s=cfg.seconds("power_sample"),
+            site=self.site,
         )
         self.reaper = Reaper(
             db=self.db,
@@ -146,7 +153,7 @@ class Daemon:
                 ("recover", lambda _now: self.reaper.recover(self.clock.now())),
                 ("cancel", lambda _now: self.reaper.stop_cancelled(self.clock.now())),
             ],
-            after=[("note", self._note), ("health", self._health)],
+            after=[*self._site_step(), ("note", self._note), ("health", self._health)],
             clock=lambda: self.clock.now().timestamp(),
         )
         self.lock = DaemonLock(self.settings.home / "daemon.lock")
@@ -160,6 +167,10 @@ class Daemon:
         self._wake = threading.Event()  # ends the passes: stopped, or the lease lost
         self.health = HealthWriter(self)
         self.metrics = None
+
+    def _site_step(self) -> list:
+        """After the launches: the site power limit split again (decreases first)."""
+        return [("site limit", lambda _now: self.site.rebalance())] if self.site else []
 
     def _discovered(self) -> dict:
         """GPUs per SSH node: as discovered now, else as the last discovery stored them
@@ -249,7 +260,8 @@ class Daemon:
             if server is not None:
                 server.stop()
             if self.lease is None or self.lease.epoch is not None:
-                self.reaper.restore_caps()
+                if self.site is None:  # under a site limit, the limits stay: it holds
+                    self.reaper.restore_caps()
                 self.health.write(self.clock.now(), stopped=True)
             self.executor.close()
             for sig, handler in old.items():
@@ -295,7 +307,10 @@ class Daemon:
             sync_inventory(session, self.dispatcher.nodes, now)
             sshnodes.record(session, self.discovery, now)
         self.reaper.recover(now)
-        self.reaper.reconcile_caps()
+        if self.site is not None:
+            self.site.rebalance()  # idle GPUs parked, running jobs' shares, decreases first
+        else:
+            self.reaper.reconcile_caps()
         self._announce()
         self._wake.clear()
         timers = []

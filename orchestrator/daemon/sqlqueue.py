@@ -208,9 +208,10 @@ class SqlQueue(RunningViews):
         if allocation is None:
             return None
         (node, gpu_tuple), *more = allocation.parts
-        if not more:
-            return (node, list(gpu_tuple))
-        return self._across_servers(view, allocation.parts, width)
+        got = (node, list(gpu_tuple))
+        if more:
+            got = self._across_servers(view, allocation.parts, width)
+        return self.dispatcher.admitted(self.alloc, view.id, got, decision, now_s)
 
     def _across_servers(self, view: QueuedJob, held, width: int):
         """A job wider than one server, on whole servers (network packing holds them all):
