@@ -3,7 +3,7 @@ limits persist in a file (``fake-gpus.json``: each GPU's limit changes with thei
 Jobs arrive and end while a sampler reads the fakes' limits; the sum of the limits in
 force never exceeds the site limit, neither in the samples nor at any moment of the
 fakes' own history (every change replayed, an increase first where two share a time).
-Bad limits are one line and exit 2."""
+Bad limits are one line and exit 2; ``plan --power-limit`` plans under the limit."""
 
 from __future__ import annotations
 
@@ -110,3 +110,24 @@ def test_a_site_limit_that_cannot_be_held_is_refused(cli):
     proc = cli.run("daemon", "--until-idle", check=False)
     assert proc.returncode == 2 and "daemon.power_limit" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.backends("sqlite")
+def test_plan_under_a_power_limit(cli, tmp_path):
+    from datetime import UTC, datetime, timedelta
+
+    start = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=2)
+    rows = ["time,carbon_g_per_kwh"]  # falling for 6 hours, then flat: all want the end
+    rows += [f"{(start + timedelta(hours=h)).isoformat()},{max(100, 700 - 100 * h)}"
+             for h in range(72)]  # fmt: skip
+    trace = tmp_path / "trace.csv"
+    trace.write_text("\n".join(rows) + "\n")
+    for _ in range(3):
+        cli.submit("--gpus", "2", "--duration", "2h", "--within", "5h", "--", "true")
+    free = cli.json("plan", "--grid", f"csv:{trace}")
+    held = cli.json("plan", "--grid", f"csv:{trace}", "--power-limit", "0.5kW")
+    assert free["power_limit_w"] is None and held["power_limit_w"] == 500.0
+    starts = lambda d: sorted(r["start"] for r in d["jobs"])  # noqa: E731
+    assert starts(held) != starts(free)  # not all at once: under 0.5 kW they take turns
+    bad = cli.run("plan", "--power-limit", "lots", check=False)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--power-limit" in bad.stderr
