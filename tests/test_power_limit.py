@@ -212,3 +212,38 @@ def test_simulate_json_has_the_peak_power_per_policy_and_the_limit_holds():
         assert 0 < m["peak_power_kw"] <= limit_kw + 1e-3, name
         assert free[name]["peak_power_kw"] > limit_kw  # without it, the limit was crossed
         assert m["jobs"] == 60
+
+
+def test_the_daemon_measures_each_jobs_progress_at_the_cap_in_force():
+    """The live gradient: progress reports between passes at one cap are rates at that
+    cap; a report across a cap change, a report that went back (a restart) and the first
+    report measure nothing; with rates at two caps the job is split by what it measured."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from executors.gpu.fake import FakeGpuControl
+    from orchestrator.daemon.energy.sitelimit import SiteLimit, _Gpu, _Job
+    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+
+    site = SiteLimit(700.0, ClusterCaps({}), [], db=None)
+    att = SimpleNamespace(id=7, progress_done=None, progress_at=None)
+
+    def report(done: float, at: float, cap: float) -> None:
+        site.fraction[7] = cap
+        att.progress_done, att.progress_at = done, datetime.fromtimestamp(at, UTC)
+        site._measure(att)
+
+    report(0.0, 100.0, 1.0)  # the first: nothing to compare with
+    report(10.0, 110.0, 1.0)  # 1/s at full power
+    report(15.0, 120.0, 0.5)  # across a change of cap: not a rate at either
+    report(20.0, 130.0, 0.5)  # 0.5/s at half
+    report(5.0, 140.0, 0.5)  # went back (restarted from a checkpoint): nothing
+    assert site.samples[7] == [(1.0, 1.0), (0.5, 0.5)]
+    caps = PowerCaps(FakeGpuControl(1), 1)
+    site.gpus[(id(caps), 0)] = _Gpu(caps, 0, 100.0, 300.0)
+    job = _Job(("attempt", 7), "n", [(id(caps), 0)], "v100", 1.0, site.samples[7])
+    measured = site._power_job(job)
+    assert measured.progress(0.75) == pytest.approx(0.75)  # linear between its rates
+    assert measured.watts(0.2) == 100.0 and measured.lowest == pytest.approx(1 / 3)
+    modelled = site._power_job(_Job(("attempt", 8), "n", [(id(caps), 0)], "v100", 1.0))
+    assert modelled.progress(0.75) > 0.9  # the V100's fit: little lost at 75 %
