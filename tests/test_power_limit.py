@@ -247,3 +247,30 @@ def test_the_daemon_measures_each_jobs_progress_at_the_cap_in_force():
     assert measured.watts(0.2) == 100.0 and measured.lowest == pytest.approx(1 / 3)
     modelled = site._power_job(_Job(("attempt", 8), "n", [(id(caps), 0)], "v100", 1.0))
     assert modelled.progress(0.75) > 0.9  # the V100's fit: little lost at 75 %
+
+
+@pytest.mark.parametrize("bad", ["lots", "0", "-2kW", "15kWh", "2GW", "1e3"])
+def test_a_bad_limit_in_a_scenario_is_refused(bad):
+    from pydantic import ValidationError
+
+    from orchestrator.sim.scenario import Scenario
+
+    with pytest.raises(ValidationError, match="invalid power"):
+        Scenario.model_validate({"power_limit_w": bad})
+    assert Scenario.model_validate({"power_limit_w": "15kW"}).power_limit_w == 15000.0
+
+
+def test_simulate_power_limit_bad_is_one_line_and_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import base_env
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "simulate", "--jobs", "synthetic:count=5&days=1",
+         "--grid", "synthetic:days=3", "--power-limit", "lots"],
+        env=base_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "invalid power 'lots'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not any(tmp_path.iterdir())  # nothing written
