@@ -16,7 +16,7 @@ its power cap), run the deadline guard, note plans and record the daemon's healt
 returns the seconds until the next thing due (or the interval); a pass is booked then.
 Stopping the daemon (SIGTERM, SIGINT) leaves running jobs running: their monitors record
 how they end, and the next daemon picks them up; every GPU goes back to its default power
-limit until then.
+limit until then (under a site power limit the limits stay: ``daemon.energy.sitelimit``).
 """
 
 from __future__ import annotations
