@@ -32,10 +32,15 @@ class SimSiteLimit:
         self.model_of = model_of
         self.node_of: dict[int, str] = {}  # job id -> its (first) node
         self.pending: dict[int, PowerJob] = {}  # admitted this pass, not launched yet
+        self._jobs: dict[tuple, PowerJob] = {}  # (job, node, GPUs, highest cap) -> as split
 
     def _power_job(self, job_id: int, gpus: int, highest: float = 1.0) -> PowerJob:
-        return model_job(job_id, self.node_of.get(job_id, ""), self.model_of(job_id), gpus,
-                         highest)  # fmt: skip
+        node = self.node_of.get(job_id, "")
+        key = (job_id, node, gpus, highest)
+        job = self._jobs.get(key)
+        if job is None:  # kept: its draw and speed at each cap are remembered
+            job = self._jobs[key] = model_job(job_id, node, self.model_of(job_id), gpus, highest)
+        return job
 
     def _running(self, running: dict, now_s: float) -> list[PowerJob]:
         out = []
@@ -67,6 +72,9 @@ class SimSiteLimit:
     def split(self, running: dict, now_s: float) -> None:
         """After a pass: every running job's cap by the split, lowered before raised."""
         self.pending.clear()
+        if len(self._jobs) > 4 * len(running) + 1000:  # the jobs that left
+            ids = {a.job.id for a in running.values()}
+            self._jobs = {k: j for k, j in self._jobs.items() if k[0] in ids}
         self._split(self._running(running, now_s), running, lower_only=False)
 
     def _split(self, jobs: list[PowerJob], running: dict, lower_only: bool) -> dict:

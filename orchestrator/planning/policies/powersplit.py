@@ -123,11 +123,24 @@ def model_job(key: Hashable, node: str, model: object, gpus: int,
     return PowerJob(
         key=key,
         node=node,
-        watts=lambda f: model.power_w(gpus, f),
-        progress=lambda f: model.throughput(gpus, f) / full,
+        watts=_memo(lambda f: model.power_w(gpus, f)),
+        progress=_memo(lambda f: model.throughput(gpus, f) / full),
         lowest=model.curve.min_fraction,
         highest=highest,
     )
+
+
+def _memo(fn: Callable[[float], float]) -> Callable[[float], float]:
+    """``fn`` remembered per cap (the split asks for the same few steps again and again)."""
+    seen: dict[float, float] = {}
+
+    def at(f: float) -> float:
+        value = seen.get(f)
+        if value is None:
+            value = seen[f] = fn(f)
+        return value
+
+    return at
 
 
 def split_power(jobs: Sequence[tuple[object, int]], limit_w: float) -> tuple[list[float], bool]:
