@@ -33,6 +33,7 @@ class SimSiteLimit:
         self.node_of: dict[int, str] = {}  # job id -> its (first) node
         self.pending: dict[int, PowerJob] = {}  # admitted this pass, not launched yet
         self._jobs: dict[tuple, PowerJob] = {}  # (job, node, GPUs, highest cap) -> as split
+        self._lowest: tuple | None = None  # ((now, running attempts), their lowest draw)
 
     def _power_job(self, job_id: int, gpus: int, highest: float = 1.0) -> PowerJob:
         node = self.node_of.get(job_id, "")
@@ -54,8 +55,11 @@ class SimSiteLimit:
         fits); admitted jobs count until they launch."""
         self.node_of[job_id] = node
         new = self._power_job(job_id, gpus)
-        others = self._running(running, now_s) + list(self.pending.values())
-        if not others or lowest_w(others) + lowest_w([new]) <= self.limit_w + 1e-6:
+        key = (now_s, tuple(running))  # the running jobs' lowest draw, once per pass
+        if self._lowest is None or self._lowest[0] != key:
+            self._lowest = (key, lowest_w(self._running(running, now_s)))
+        others_w = self._lowest[1] + lowest_w(list(self.pending.values()))
+        if not (running or self.pending) or others_w + lowest_w([new]) <= self.limit_w + 1e-6:
             self.pending[job_id] = new
             return True
         return False
