@@ -274,3 +274,29 @@ def test_simulate_power_limit_bad_is_one_line_and_exit_2(tmp_path):
     assert proc.returncode == 2 and "invalid power 'lots'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_no_limit_is_raised_while_a_decrease_failed():
+    """A server that does not answer (its GPU's limit cannot be lowered): no other GPU
+    goes up, so the sum never passes the limit; the next split tries again."""
+    from executors.errors import GpuControlError
+    from executors.gpu.fake import FakeGpuControl
+    from orchestrator.daemon.energy.sitelimit import SiteLimit, _Gpu
+    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+
+    class Stuck(FakeGpuControl):
+        def set_power_limit_w(self, index: int, limit_w: float) -> None:
+            if index == 0 and limit_w < self.power_limit_w(0):
+                raise GpuControlError("ssh: connection refused")
+            super().set_power_limit_w(index, limit_w)
+
+    ctl = Stuck(2)
+    caps = PowerCaps(ctl, 2)
+    site = SiteLimit(400.0, ClusterCaps({"n": caps}), [], db=None)
+    for i in (0, 1):
+        site.gpus[(id(caps), i)] = _Gpu(caps, i, 100.0, 300.0)
+    ctl.set_power_limit_w(1, 100.0)  # 300 + 100: at the limit
+    ok = site._apply({(id(caps), 0): 100.0, (id(caps), 1): 300.0}, increases=True)
+    assert not ok and ctl.power_limit_w(0) == 300.0 and ctl.power_limit_w(1) == 100.0
+    ok = site._apply({(id(caps), 0): 300.0, (id(caps), 1): 100.0}, increases=True)
+    assert ok  # nothing to lower: nothing stands in the way
