@@ -68,6 +68,9 @@ def test_the_site_limit_holds_on_fake_gpus_through_arrivals_and_ends(cli):
         late = [cli.submit("--gpus", "1", "--", "sleep", "1") for _ in range(2)]  # arrivals
         for job in [1, 2, 3, wide, *late]:
             cli.wait_state(job, {"completed"}, timeout=60)
+        site = cli.json("status")["power_limit"]  # status shows it
+        assert site["limit_w"] == LIMIT_W and site["gpus"] == GPUS
+        assert 4 * 100.0 <= site["in_force_w"] <= LIMIT_W
     finally:
         stop.set()
         sampler.join()

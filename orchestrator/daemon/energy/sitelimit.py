@@ -206,6 +206,16 @@ class SiteLimit:
             self._apply({k: self.targets[k] for k in job.gpus if k in self.targets},
                         increases=True)  # fmt: skip
 
+    def in_force_w(self) -> float:
+        """The sum of the limits in force now (a GPU that cannot be read: its highest)."""
+        total = 0.0
+        for gpu in self.gpus.values():
+            try:
+                total += gpu.caps.ctl.power_limit_w(gpu.index)
+            except Exception:
+                total += gpu.high_w
+        return round(total, 1)
+
     # -- after every pass ---------------------------------------------------------------
     def rebalance(self) -> None:
         """Split the limit again over the jobs that hold GPUs: decreases first."""
