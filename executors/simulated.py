@@ -12,7 +12,9 @@ is paused, resumed or re-capped:
 - SIGTERM checkpoints it and ends the attempt (exit 0, ``detail="checkpointed"``); its
   progress says how much work remains for the next attempt;
 - SIGKILL ends it (exit 137);
-- ``set_power_cap`` changes speed and draw from that moment on.
+- ``set_power_cap`` changes speed and draw from that moment on;
+- ``rescale`` multiplies its speed, draw and GPU count by factors from that moment on (a
+  job sharing its GPU with another: ``orchestrator.sim.hardware.colocation``).
 Every stretch of constant power is recorded in ``segments`` (start, end, watts) for the
 energy and carbon accounts.
 """
@@ -52,8 +54,9 @@ class _Run:
     since: float
     rate: float
     power_w: float
-    gpus: int = 0
+    gpus: float = 0
     paused: bool = False
+    factors: tuple[float, float, float] = (1.0, 1.0, 1.0)  # speed, draw, GPUs (rescale)
     event: object | None = None
     energy_j: float = 0.0
     ended_at: float | None = None
@@ -132,13 +135,40 @@ class SimulatedExecutor(Executor):
         if run is None or run.ended_at is not None:
             return False
         self._advance(run)
-        load = run.load
-        load.cap_fraction = cap_fraction
-        run.rate, run.power_w = load.rate(cap_fraction), load.power_w(cap_fraction)
+        run.load.cap_fraction = cap_fraction
+        self._apply(run)
         if not run.paused:
             self._cancel_end(run)
             self._schedule_end(handle, run)
         return True
+
+    def rescale(self, handle: Handle, speed: float, power: float, gpus: float = 1.0) -> bool:
+        """From now on the attempt runs at ``speed`` times its modelled speed, draws
+        ``power`` times its modelled draw and counts ``gpus`` times its GPUs (1, 1, 1: as
+        modelled). False when it has ended."""
+        run = self._runs.get(handle.attempt_id)
+        if run is None or run.ended_at is not None or speed <= 0:
+            return False
+        self._advance(run)
+        run.gpus = run.gpus / run.factors[2] * gpus
+        run.factors = (speed, power, gpus)
+        self._apply(run)
+        if not run.paused:
+            self._cancel_end(run)
+            self._schedule_end(handle, run)
+        return True
+
+    def remaining_s(self, handle: Handle) -> float | None:
+        """Seconds of work an attempt has left at its speed now (None: ended or unknown)."""
+        run = self._runs.get(handle.attempt_id)
+        done = self.done_now(handle)
+        if run is None or run.ended_at is not None or done is None:
+            return None
+        return max(0.0, run.load.work - done) / run.rate
+
+    def _apply(self, run: _Run) -> None:
+        f, (speed, power, _) = run.load.cap_fraction, run.factors
+        run.rate, run.power_w = run.load.rate(f) * speed, run.load.power_w(f) * power
 
     def _do_progress(self, handle: Handle) -> tuple[float, float | None] | None:
         run = self._runs.get(handle.attempt_id)

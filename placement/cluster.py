@@ -8,9 +8,13 @@
   else the racks with the most idle nodes first.
 - ``fragmentation(k)``: free GPUs that cannot serve a request of ``k`` (the largest
   waiting); ``idle_nodes()``: nodes with every GPU free.
-- ``make_room(k, movable)``: which of the ``movable`` allocations (jobs that may be
-  suspended) to release so that a request of ``k`` fits, releasing as few GPUs as it can:
-  the deadline guard's choice of whom to suspend.
+- ``allocate(key, k, gpu_type=...)`` keeps to nodes of one GPU type (a job wider than a
+  node takes whole nodes of that type); ``types()``, ``fits_now(k, gpu_type)``: the
+  types a request could start on now, for the caller's choice among them.
+- ``make_room(k, movable, gpu_type)``: which of the ``movable`` allocations (jobs that may
+  be suspended) to release so that a request of ``k`` (on nodes of ``gpu_type``, when
+  given) fits, releasing as few GPUs as it can: the deadline guard's choice of whom to
+  suspend.
 
 Pure and in memory: no clock, no I/O. Built for speed (see benchmarks/placement.py).
 """
@@ -47,6 +51,7 @@ class ClusterAllocator:
         nodes = topology.nodes
         self._names = [n.name for n in nodes]
         self._orders = [n.order for n in nodes]
+        self._types = [n.gpu for n in nodes]
         self._size = [n.gpus for n in nodes]
         self._full = [(1 << n.gpus) - 1 for n in nodes]
         self._free = list(self._full)
@@ -85,8 +90,31 @@ class ClusterAllocator:
         i = self._names.index(node)
         return [g for p, g in enumerate(self._orders[i]) if self._free[i] >> p & 1]
 
+    def free_per_node(self) -> tuple[int, ...]:
+        """Free GPUs of each node, in ``node_names`` order."""
+        return tuple(self._count)
+
     def idle_nodes(self) -> int:
         return sum(1 for i, c in enumerate(self._count) if c == self._size[i])
+
+    def types(self) -> tuple[str | None, ...]:
+        """The GPU types of the nodes, each once, in node order."""
+        return tuple(dict.fromkeys(self._types))
+
+    def type_of(self, node: str) -> str | None:
+        return self._types[self._names.index(node)]
+
+    def fits_now(self, k: int, gpu_type: str | None = None) -> bool:
+        """Whether ``allocate(key, k, gpu_type)`` would find GPUs now (nothing changes)."""
+        ok = range(len(self._size)) if gpu_type is None else self._of_type(gpu_type)
+        if k <= self.max_node_gpus and any(self._pick(i, k) for i in ok):
+            return True
+        if any(self._size[i] >= k for i in ok):
+            return False
+        return self._whole_nodes(k, gpu_type) is not None
+
+    def _of_type(self, gpu_type: str | None) -> list[int]:
+        return [i for i, t in enumerate(self._types) if t == gpu_type]
 
     def fragmentation(self, largest_waiting: int) -> int:
         """Free GPUs that cannot serve a request of ``largest_waiting`` GPUs."""
@@ -96,26 +124,35 @@ class ClusterAllocator:
         return sum(c for i, c in enumerate(self._count) if c and not self._pick(i, k))
 
     # -- allocate and free --------------------------------------------------------------
-    def allocate(self, key: object, k: int) -> Allocation | None:
-        """GPUs for request ``key`` of ``k`` GPUs, or None when it must wait. Raises
-        PlacementError when the cluster could never hold it."""
+    def allocate(self, key: object, k: int, gpu_type: str | None = None) -> Allocation | None:
+        """GPUs for request ``key`` of ``k`` GPUs (on nodes of ``gpu_type`` only, when
+        given), or None when it must wait. Raises PlacementError when the cluster (its
+        nodes of that type) could never hold it."""
         if key in self._held:
             raise PlacementError(f"allocation {key!r} already exists")
         if k <= 0:
             raise PlacementError(f"a request needs at least one GPU, not {k}")
+        sizes = self._size
+        if gpu_type is not None:
+            sizes = [self._size[i] for i in self._of_type(gpu_type)]
+            if sum(sizes) < k:
+                raise PlacementError(f"needs {k} {gpu_type} GPUs; the cluster has {sum(sizes)}")
         if k > self.total_gpus:
             raise PlacementError(f"needs {k} GPUs; the cluster has {self.total_gpus}")
+        typed = gpu_type is not None
         if k <= self.max_node_gpus:
             for count in range(k, self.max_node_gpus + 1):
                 for i in self._buckets[count]:
+                    if typed and self._types[i] != gpu_type:
+                        continue
                     mask = self._pick(i, k)
                     if mask:
                         self._take(i, mask)
                         self._held[key] = [(i, mask)]
                         return self._allocation(key)
-            if any(s >= k for s in self._size):
+            if any(s >= k for s in sizes):
                 return None
-        nodes = self._whole_nodes(k)
+        nodes = self._whole_nodes(k, gpu_type)
         if nodes is None:
             return None
         parts = []
@@ -125,6 +162,24 @@ class ClusterAllocator:
             parts.append((i, mask))
         self._held[key] = parts
         return self._allocation(key)
+
+    def allocate_preferring(
+        self, key: object, k: int, later: Iterable[str], **options
+    ) -> Allocation | None:
+        """``allocate``, keeping off the nodes named in ``later`` (e.g. powered off: a job
+        there waits for a wake-up) while it fits elsewhere: packing prefers nodes on."""
+        parked = []
+        for name in dict.fromkeys(later):
+            free = self.free_on(name)
+            if free:
+                self.hold(("later", key, name), name, free)
+                parked.append(("later", key, name))
+        try:
+            got = self.allocate(key, k, **options)
+        finally:
+            for held in parked:
+                self.free(held)
+        return got if got is not None or not parked else self.allocate(key, k, **options)
 
     def hold(self, key: object, node: str, gpu_indices) -> None:
         """Mark GPUs as held by ``key`` as they are (e.g. running jobs found in the
@@ -168,22 +223,27 @@ class ClusterAllocator:
         parts = self._held.get(key)
         return self._names[parts[0][0]] if parts is not None and len(parts) == 1 else None
 
-    def make_room(self, k: int, movable: Iterable[object]) -> list[object] | None:
+    def make_room(
+        self, k: int, movable: Iterable[object], gpu_type: str | None = None
+    ) -> list[object] | None:
         """Allocations among ``movable`` (keys) whose release lets a request of ``k`` GPUs
-        fit, releasing as few GPUs as it can; None when releasing them all would not do.
-        Nothing changes: the caller releases them (suspends their jobs) and allocates."""
+        (on nodes of ``gpu_type``, when given) fit, releasing as few GPUs as it can; None
+        when releasing them all would not do. Nothing changes: the caller releases them
+        (suspends their jobs) and allocates."""
+        ok = [gpu_type is None or t == gpu_type for t in self._types]  # nodes it may use
         # in the caller's order (a set's would follow string hashing, which varies per
         # process): ties go to the first, the same in every run
         movable = [key for key in dict.fromkeys(movable) if key in self._held]
         size = {key: sum(m.bit_count() for _, m in self._held[key]) for key in movable}
-        if k <= self.max_node_gpus:  # one node: the cheapest set of its movable holders
+        if k <= max((s for s, y in zip(self._size, ok, strict=True) if y), default=0):
+            # one node: the cheapest set of its movable holders
             on_node: dict[int, list[tuple[int, object, int]]] = {}
             for key in movable:
                 for i, mask in self._held[key]:
                     on_node.setdefault(i, []).append((size[key], key, mask))
             best: tuple[int, list[object]] | None = None
             for i, items in on_node.items():
-                if self._size[i] < k:
+                if self._size[i] < k or not ok[i]:
                     continue
                 free, keys, cost = self._free[i], [], 0
                 for n, key, mask in sorted(items, key=lambda x: x[0]):
@@ -202,7 +262,7 @@ class ClusterAllocator:
         clearable = sorted(
             (sum(size[key] for key in holders.get(i, ())), i)
             for i in range(len(self._size))
-            if holders.get(i, set()) <= set(movable)
+            if ok[i] and holders.get(i, set()) <= set(movable)
         )
         total, out = 0, set()
         for _, i in clearable:
@@ -234,9 +294,14 @@ class ClusterAllocator:
         self._count[i] = new
         self._free_total -= old - new
 
-    def _whole_nodes(self, k: int) -> list[int] | None:
+    def _whole_nodes(self, k: int, gpu_type: str | None = None) -> list[int] | None:
+        typed = gpu_type is not None
         idle_by_rack = {
-            rack: [i for i in members if self._count[i] == self._size[i]]
+            rack: [
+                i
+                for i in members
+                if self._count[i] == self._size[i] and not (typed and self._types[i] != gpu_type)
+            ]
             for rack, members in self._racks.items()
         }
         capacity = {r: sum(self._size[i] for i in nodes) for r, nodes in idle_by_rack.items()}

@@ -16,24 +16,27 @@ class NodeTopology:
     name: str
     order: tuple[int, ...]  # GPU indices in buddy order
     rack: str | None = None
+    gpu: str | None = None  # its GPUs' type (v100, a100 ...): None, the cluster's one kind
 
     @property
     def gpus(self) -> int:
         return len(self.order)
 
     @classmethod
-    def plain(cls, name: str, gpus: int, rack: str | None = None) -> NodeTopology:
-        return cls(name=name, order=tuple(range(gpus)), rack=rack)
+    def plain(
+        cls, name: str, gpus: int, rack: str | None = None, gpu: str | None = None
+    ) -> NodeTopology:
+        return cls(name=name, order=tuple(range(gpus)), rack=rack, gpu=gpu)
 
     @classmethod
     def from_islands(
-        cls, name: str, islands: list[list[int]], rack: str | None = None
+        cls, name: str, islands: list[list[int]], rack: str | None = None, gpu: str | None = None
     ) -> NodeTopology:
         """GPUs of one island (e.g. one NVLink domain) kept adjacent, islands in order."""
         order = [g for island in islands for g in sorted(island)]
         if len(set(order)) != len(order):
             raise ValueError(f"node {name}: a GPU appears in two islands")
-        return cls(name=name, order=tuple(order), rack=rack)
+        return cls(name=name, order=tuple(order), rack=rack, gpu=gpu)
 
 
 @dataclass(frozen=True)

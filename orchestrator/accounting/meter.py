@@ -59,11 +59,14 @@ class Accountant:
     """Meters for the attempts one daemon watches."""
 
     def __init__(
-        self, carbon: Integral, price: Integral, modelled_power_w: Callable[[Attempt], float]
-    ):
+        self, carbon: Integral, price: Integral, modelled_power_w: Callable[[Attempt], float],
+        split: Callable[[Attempt], Callable[[float, float], float] | None] | None = None,
+    ):  # fmt: skip
         self.carbon = carbon
         self.price = price
         self.modelled_power_w = modelled_power_w
+        # co-location: the share of its GPU's energy an attempt is charged over [t0, t1)
+        self.split = split
         self._meters: dict[object, _Meter] = {}  # attempt (or (attempt, part))
 
     def measure(self, att: Attempt, now_s: float, end_s: float | None = None) -> Totals | None:
@@ -123,10 +126,11 @@ class Accountant:
         max_w = MAX_GPU_W * len(att.gpu_ids)
         log = run_dir / runfiles.POWER
         if log.exists():  # the monitor creates it before job.json where GPUs count energy
+            part = self.split(att) if self.split is not None else None
             while True:
                 samples, offset = runfiles.read_power_log(log, meter.offset)
                 for t, e in samples:
-                    self._sample(meter, min(max(t, lo_s), hi_s), e, max_w)
+                    self._sample(meter, min(max(t, lo_s), hi_s), e, max_w, part)
                 if offset == meter.offset:
                     break
                 meter.offset = offset
@@ -157,7 +161,7 @@ class Accountant:
             lo_s = now_s
         return min(lo_s, hi_s), hi_s
 
-    def _sample(self, meter: _Meter, t: float, e: float, max_w: float) -> None:
+    def _sample(self, meter: _Meter, t: float, e: float, max_w: float, part=None) -> None:
         """One sample (cumulative joules at ``t``): the stretch since the last one. A
         sample not later than the last is skipped (its energy counts with the next one:
         the log is cumulative); energy above ``max_w`` over the stretch is not believed."""
@@ -168,7 +172,7 @@ class Accountant:
         if t <= t0:
             return
         energy = min(max(0.0, e - e0), max_w * (t - t0))
-        self._stretch(meter, t0, t, energy)
+        self._stretch(meter, t0, t, energy * (part(t0, t) if part is not None else 1.0))
         meter.last = (t, e0 + energy if e > e0 + energy else e)
 
     def _stretch(self, meter: _Meter, t0: float, t1: float, energy_j: float) -> None:

@@ -74,6 +74,10 @@ def simulate(
         float | None,
         Opt("--elastic", help="Share of jobs that may run on ½-2× their GPUs (0-1).", min=0, max=1),
     ] = None,
+    share: Annotated[
+        float | None,
+        Opt("--share", help="Share of jobs that may run two to a GPU (0-1).", min=0, max=1),
+    ] = None,
     slot: Annotated[str | None, Opt("--slot", help="The planners' slot, e.g. 15m.")] = None,
     backfill: Annotated[
         str | None,
@@ -112,6 +116,7 @@ def simulate(
     put("jobs", "max_jobs", max_jobs)
     put("jobs", "skip_jobs", skip_jobs)
     put("jobs", "elastic", elastic)
+    put("jobs", "share", share)
     put(None, "budget", budget)
     put(None, "objective", objective)
     put(None, "power_limit_w", power_limit)

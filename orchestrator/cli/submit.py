@@ -62,6 +62,14 @@ def submit(
             "--interruptible", help="The job checkpoints on SIGTERM and may be suspended."
         ),
     ] = False,
+    share: Annotated[
+        bool,
+        typer.Option(
+            "--share",
+            help="The job may run on one GPU with another job that may (co-location), on "
+            "nodes whose share policy allows it, where the slowdown is small.",
+        ),
+    ] = False,
     checkpoint_cost: Annotated[
         str | None,
         typer.Option(
@@ -71,6 +79,14 @@ def submit(
         ),
     ] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first.")] = 0,
+    gpu_type: Annotated[
+        str | None,
+        typer.Option(
+            help="Run only on GPUs of this type: v100, p100, a100, a40, rtx6000, k80 (as in "
+            "the GPU models `gridshift nodes` lists), or a lab's own label. Default: any; "
+            "the daemon picks among the free types."
+        ),
+    ] = None,
     after: Annotated[
         list[str] | None,
         typer.Option(metavar="ID", help="Run only after job ID completed; repeat or give 3,4."),
@@ -119,8 +135,8 @@ def submit(
     request: dict = {"cwd": cwd, "env": dict(os.environ)}
     if file is not None:
         given = [command, name, duration, deadline, within, after, label, workdir, env]
-        given += [checkpoint_cost]
-        if any(given) or gpus != "1" or priority or interruptible or now:
+        given += [checkpoint_cost, gpu_type]
+        if any(given) or gpus != "1" or priority or interruptible or share or now:
             raise SpecError(
                 "with --file, give the job options inside the file, one JSON object per line"
             )
@@ -134,12 +150,14 @@ def submit(
             "deadline": aware_text(deadline),  # naive: the user's zone, not the daemon's
             "within": within,
             "interruptible": interruptible,
+            "share": share,
             "checkpoint_cost": checkpoint_cost,
             "priority": priority,
             "after": _split_ids(after or []),
             "labels": label or [],
             "workdir": _workdir(str(workdir) if workdir else None, cwd),
             "env": env or [],
+            "gpu_type": gpu_type,
         }
         request["jobs"] = [raw]
         if cron is not None:

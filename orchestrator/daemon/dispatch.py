@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 from executors.base import Executor, Handle
 from executors.errors import HostUnreachable
 from executors.gang import PartsNotStarted
+from orchestrator.daemon.energy.gputypes import with_types
 from orchestrator.daemon.launchspec import gpu_list as _gpu_list
 from orchestrator.daemon.launchspec import launch_spec, part_specs
 from orchestrator.daemon.reaper import mark_running
@@ -61,10 +62,12 @@ class Dispatcher:
     # PostgreSQL: raises LeaseLost inside the launch transaction unless this daemon still
     # holds the queue's lease (orchestrator.daemon.lease)
     lease_check: Callable[[Session], None] | None = None
+    sharing: object | None = None  # orchestrator.daemon.energy.sharing.Sharing (co-location)
 
     def __post_init__(self) -> None:
         if self.topology is None:
             self.topology = topology(self.nodes)
+        self.topology = with_types(self.topology, self.nodes)  # each node's GPU type
         self._warned: set[int] = set()  # attempts on GPUs this daemon lacks, said once
 
     def allocator(self, session: Session) -> ClusterAllocator:
@@ -174,6 +177,8 @@ class Dispatcher:
         width = sum(len(g) for _, g in parts) if parts else len(gpus)
         if self.caps is None or not self.caps.enabled_on(node_name) or not gpus or parts:
             cap = None  # a job across servers runs uncapped
+        if self.sharing is not None and self.sharing.shares(queued.id):
+            cap = None  # the GPU's cap is the job already on it's
         with self.db.write() as session:  # transaction 1: planned + launching attempt
             if self.lease_check is not None:
                 self.lease_check(session)

@@ -33,6 +33,7 @@ from executors.base import Executor
 from orchestrator.accounting.meter import Accountant, modelled_power
 from orchestrator.clock import Clock, SystemClock
 from orchestrator.daemon.dispatch import Dispatcher
+from orchestrator.daemon.energy.sharing import Sharing
 from orchestrator.daemon.guard import Suspender, note_plans
 from orchestrator.daemon.health import HealthWriter
 from orchestrator.daemon.lease import daemon_running  # noqa: F401 (it was here)
@@ -115,7 +116,9 @@ class Daemon:
             self.site.check()
         feed = self.planner.feed if self.planner else None
         price = self.planner.price if self.planner else None
+        sharing = Sharing.for_nodes(self.db, nodes)  # co-location: None where no node shares
         self.dispatcher = Dispatcher(
+            sharing=sharing,
             topology=topology(nodes, link_levels=detect_link_levels),
             settings=self.settings,
             db=self.db,
@@ -136,6 +139,7 @@ class Daemon:
                 carbon=feed.integral if feed is not None else _no_signal,
                 price=price.integral if price is not None else _no_signal,
                 modelled_power_w=modelled_power(nodes, self.planner and self.planner.curve),
+                split=sharing.split_for if sharing is not None else None,
             ),
             caps=self.caps,
             power_sample_s=cfg.seconds("power_sample"),

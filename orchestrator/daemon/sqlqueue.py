@@ -22,12 +22,14 @@ from sqlmodel import Session, col, select
 
 from orchestrator.daemon.contain import Faults
 from orchestrator.daemon.dispatch import Dispatcher
+from orchestrator.daemon.energy.gputypes import allocate_typed, type_problem
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
 from orchestrator.daemon.running import RunningViews, elastic_rate
 from orchestrator.nodes.inventory import widest_job_gpus
 from orchestrator.planning.backfill import DEFAULT_BACKFILL
+from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import (
@@ -204,7 +206,11 @@ class SqlQueue(RunningViews):
             width = min(width, self.widest)
         if width == 0:  # a CPU-only job: the first node, no GPUs
             return (self.dispatcher.nodes[0].name, [])
-        allocation = self.alloc.allocate(("job", view.id), width)
+        job = self.eligible.get(view.id)
+        sharing = self.dispatcher.sharing  # co-location: a GPU one --share job runs on
+        if sharing and (shared := sharing.place(job, width, now_s)):
+            return shared
+        allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision, now_s)
         if allocation is None:
             return None
         (node, gpu_tuple), *more = allocation.parts
@@ -224,7 +230,7 @@ class SqlQueue(RunningViews):
             hidden = [n for n in self.alloc.node_names if n not in ssh and self.alloc.free_on(n)]
             for name in hidden:
                 self.alloc.hold(others, name, self.alloc.free_on(name))
-            allocation = self.alloc.allocate(key, width)
+            allocation = self.alloc.allocate(key, width, gpu_type=view.gpu_type)
             if hidden:
                 self.alloc.free(others)
             if allocation is None:
@@ -254,7 +260,7 @@ class SqlQueue(RunningViews):
                 started = self.dispatcher.launch(self.eligible[view.id], node, gpus, now, decision,
                                                  parts=across[0] if across else None)  # fmt: skip
         if not started:
-            if not resumed and gpus:
+            if not resumed and gpus and self.alloc.allocation(("job", view.id)):
                 self.alloc.free(("job", view.id))
             return
         spend = self.planner.forced_spend(view, decision, now_s) if self.planner else None
@@ -296,9 +302,9 @@ class SqlQueue(RunningViews):
                 out.append(self._elastic(run, job, att, now_s))
         return out
 
-    def make_room(self, width: int, movable: dict) -> list:
+    def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
         if width <= self.alloc.max_node_gpus:
-            return self.alloc.make_room(width, movable) or []
+            return self.alloc.make_room(width, movable, gpu_type) or []
         # a job across servers runs on SSH servers alone: room made there, by jobs there
         ssh, held = self._ssh_nodes(), self.alloc.allocations()
         movable = {key: run for key, run in movable.items()
@@ -308,7 +314,7 @@ class SqlQueue(RunningViews):
         for name in hidden:
             self.alloc.hold(others, name, self.alloc.free_on(name))
         try:
-            return self.alloc.make_room(width, movable) or []
+            return self.alloc.make_room(width, movable, gpu_type) or []
         finally:
             if hidden:
                 self.alloc.free(others)
@@ -336,6 +342,8 @@ class SqlQueue(RunningViews):
     # -- parts --------------------------------------------------------------------------
     def _cannot_run(self, job: Job, widest: int) -> str | None:
         if (why := too_wide(job.gpus_min, widest)) is not None:
+            return why
+        if (why := type_problem(job, self.dispatcher.topology)) is not None:
             return why
         user = self.dispatcher.user
         if not user.is_root and job.uid != user.uid:
@@ -436,4 +444,5 @@ def _queued_view(job: Job, largest: int, widest: int | None = None) -> QueuedJob
         duration_s=job.duration_s,
         deadline_s=job.deadline.timestamp() if job.deadline else None,
         interruptible=job.interruptible,
+        gpu_type=type_of(job.gpu_type),
     )

@@ -225,6 +225,7 @@ def _spec_of(job: Job, after: list[int], now: datetime, largest_node_gpus: int |
         "after": sorted(after),
         "labels": list(job.labels),
         "name": job.name,
+        "gpu_type": job.gpu_type,
     }
     if job.checkpoint_s is not None:
         raw["checkpoint_cost"] = job.checkpoint_s

@@ -57,6 +57,7 @@ class Job(SQLModel, table=True):
     duration_s: float | None = None  # expected run time at full width and full power
     deadline: datetime | None = _utc()
     interruptible: bool = False
+    share: bool | None = False  # may share its GPU with another that may (0011; NULL: no)
     checkpoint_s: float | None = None  # run time a suspension costs it; None: the lab's
     priority: int = 0
     labels: list[str] = _json(list)
@@ -75,6 +76,7 @@ class Job(SQLModel, table=True):
     planned_start: datetime | None = _utc()  # the daemon's plan for a queued job
     plan_note: str | None = None  # why it waits, in words
     cron_id: int | None = Field(default=None, index=True)  # the template it came from
+    gpu_type: str | None = None  # the GPU type it asked for (--gpu-type); None: any
 
 
 class Dependency(SQLModel, table=True):

@@ -2,8 +2,9 @@
 
 Sweep lines (JSONL) carry the same fields as the options: ``name``, ``gpus`` (``2`` or
 ``"2-8"``), ``duration`` (``"2h30m"``, or a number of seconds), ``deadline`` (ISO 8601) or
-``within`` (as ``duration``), ``interruptible`` (true or false), ``checkpoint_cost``
-(as ``duration``, 0 to one day; an interruptible job's only), ``priority`` (an
+``within`` (as ``duration``), ``interruptible`` and ``share`` (true or false), ``checkpoint_cost``
+(as ``duration``, 0 to one day; an interruptible job's only), ``gpu_type`` (``v100``:
+only nodes of that type; the daemon refuses a type no node has), ``priority`` (an
 integer), ``after`` (an id or a list), ``label``/``labels``, ``workdir``, ``env`` (an
 object of strings, or a list of ``"K=V"``) and ``command`` (a list of arguments; a string
 is split like a shell would split words, never run by a shell). Types are JSON's, kept
@@ -52,6 +53,7 @@ SWEEP_FIELDS = frozenset(
         "deadline",
         "within",
         "interruptible",
+        "share",
         "checkpoint_cost",
         "priority",
         "after",
@@ -60,8 +62,11 @@ SWEEP_FIELDS = frozenset(
         "workdir",
         "env",
         "command",
+        "gpu_type",
     }
 )
+#: a GPU type as a user names it (``v100``, ``a100``, a lab's own label)
+_GPU_TYPE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$", re.ASCII)
 
 
 class JobSpec(BaseModel):
@@ -74,12 +79,27 @@ class JobSpec(BaseModel):
     duration_s: float | None = None
     deadline: datetime | None = None
     interruptible: bool = False
+    share: bool = False  # may share its GPUs with another job that may (co-location)
     checkpoint_s: float | None = None  # run time a suspension costs it; None: the lab's
     priority: int = 0
     after: list[int] = Field(default_factory=list)
     labels: list[str] = Field(default_factory=list)
     workdir: str
     env: dict[str, str] = Field(default_factory=dict)
+    gpu_type: str | None = None  # lower-case; the daemon checks that some node has it
+
+
+def parse_gpu_type(value: Any, where: str = "") -> str | None:
+    """``--gpu-type``: a short name of letters, digits, ``.``, ``_`` or ``-`` (case does
+    not matter); None or "": any type."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not _GPU_TYPE.match(value.strip().lower()):
+        raise SpecError(
+            f"{where}invalid GPU type {checks.shown(value)}: a name such as v100 or a100 "
+            "(letters, digits, '.', '_', '-'; at most 64)"
+        )
+    return value.strip().lower()
 
 
 def parse_gpus(value: int | str) -> tuple[int, int]:
@@ -195,12 +215,14 @@ def build_spec(
             duration_s=duration_s,
             deadline=deadline,
             interruptible=interruptible,
+            share=checks.boolean(_given(raw, "share", False), "share"),
             checkpoint_s=checkpoint_s,
             priority=checks.integer(_given(raw, "priority", 0), "priority"),
             after=[checks.job_id(a, "after") for a in after],
             labels=[checks.text(label, "label", limit=256) for label in labels],
             workdir=str(workdir),
             env=env,
+            gpu_type=parse_gpu_type(raw.get("gpu_type")),
         )
     except (ValueError, TypeError) as exc:
         raise SpecError(f"invalid job: {_first_error(exc)}") from None

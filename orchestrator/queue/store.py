@@ -68,11 +68,13 @@ def insert_jobs(
             duration_s=spec.duration_s,
             deadline=spec.deadline,
             interruptible=spec.interruptible,
+            share=spec.share,
             checkpoint_s=spec.checkpoint_s,
             priority=spec.priority,
             labels=spec.labels,
             submitted_at=now,
             cron_id=cron_id,
+            gpu_type=spec.gpu_type,
         )
         session.add(job)
         jobs.append(job)

@@ -63,6 +63,9 @@ class NodeConfig(BaseModel):
                                         description="MASTER_ADDR of jobs whose rank 0 is "
                                         "here, as others reach it; default: host")  # fmt: skip
     sudo: bool = Field(default=False, description="power limits through sudo -n nvidia-smi")
+    share: Literal["never", "time-slice", "mps"] = Field(
+        default="never", description="co-location: two --share jobs on one GPU (not on Slurm)"
+    )
     connect_timeout: str = Field(default="10s", description="SSH connect timeout")
     lost_after: str = Field(
         default="5m", description="an unreachable server's jobs are lost and requeued after this"

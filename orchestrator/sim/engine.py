@@ -35,7 +35,6 @@ from executors.base import Handle, LaunchSpec
 from executors.simulated import SimulatedExecutor, Workload
 from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.planning.onepass import Pass, Running
-from orchestrator.planning.perfmodel import JobModel
 from orchestrator.planning.pieces import held_pieces, piece_index, width_of
 from orchestrator.planning.policies.base import (
     Decision,
@@ -46,8 +45,10 @@ from orchestrator.planning.policies.base import (
 )
 from orchestrator.planning.resizestep import pin_resized
 from orchestrator.planning.scheduler import Scheduler
-from orchestrator.sim.elastic import Resizing, job_model, resizes
+from orchestrator.sim.elastic import Resizing, resizes
 from orchestrator.sim.events import EventLoop
+from orchestrator.sim.hardware.devices import Devices
+from orchestrator.sim.hardware.power import SimPower
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
 from orchestrator.sim.sitelimit import SimSiteLimit
@@ -70,7 +71,7 @@ class _Attempt:
     start_s: float = 0.0
 
 
-class SimDaemon(Resizing):
+class SimDaemon(Resizing, Devices):
     def __init__(
         self,
         inputs: SimInputs,
@@ -85,6 +86,7 @@ class SimDaemon(Resizing):
         self.loop = EventLoop(float(jobs.submit_s[0]))
         self.executor = SimulatedExecutor(self.loop)
         self.alloc = ClusterAllocator(inputs.topology)
+        self._init_devices(inputs)
         self.scheduler = Scheduler(
             policy, forecaster, inputs.max_defer_s, self._context,
             self._ahead if inputs.jobs.after is not None else None, inputs.backfill,
@@ -123,7 +125,6 @@ class SimDaemon(Resizing):
         self._held: list[int] = []  # arrived, waiting for a dependency to end
         self._attempt_id = 0
         self._running: dict[int, _Attempt] = {}
-        self._models: dict[int, JobModel] = {}
         self._wakes: set[float] = set()
         self._next_sample = -np.inf
         self._frag: list[float] = []
@@ -133,8 +134,10 @@ class SimDaemon(Resizing):
         after = [("sample", self._sample)]
         self.limit = None  # the site power limit (``sim.sitelimit``): admission, then caps
         if inputs.power_limit_w is not None:
-            self.limit = SimSiteLimit(inputs.power_limit_w, self.executor, self._model)
+            self.limit = SimSiteLimit(inputs.power_limit_w, self.executor, self._running_model)
             after.insert(0, ("split power", lambda now: self.limit.split(self._running, now)))
+        self.power = SimPower(self)  # idle power, right-sizing: after launch, each pass
+        after.insert(0, ("power", self.power.step))
         self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on
         self._restarted: set[int] = set()  # jobs that checkpointed: each start costs
         resize = resizes(inputs) and not self.clairvoyant and self.limit is None
@@ -221,19 +224,25 @@ class SimDaemon(Resizing):
         return self.scheduler
 
     def allocate(self, job: QueuedJob, decision: Decision, now: float):
-        width, key = width_of(job, decision, now), ("job", job.id)
-        got = self.alloc.allocate(key, width)
+        got = super().allocate(job, decision, now)  # on a type (``sim.hardware.devices``)
         if (
             got is not None
             and self.limit is not None
-            and not self.limit.admits(job.id, width, got.parts[0][0], self._running, now)
+            and not self.limit.admits(
+                job.id,
+                width_of(job, decision, now),
+                got.parts[0][0],
+                self._placed_model(job.id, got),
+                self._running,
+                now,
+            )
         ):  # over the site's power limit even at the lowest caps: it waits for an end
-            self.alloc.free(key)
+            self.alloc.free(("job", job.id))
             return None
         return got
 
-    def make_room(self, width: int, movable: dict) -> list:
-        return self.alloc.make_room(width, movable) or []
+    def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
+        return self.alloc.make_room(width, movable, gpu_type) or []
 
     def cluster(self, now: float) -> tuple:  # backfill's: the allocator, each attempt's end
         return self.alloc, {a.key: a.end_s for a in self._running.values()}
@@ -261,18 +270,18 @@ class SimDaemon(Resizing):
             duration_s=self._at_width(i, remaining_s),
             deadline_s=self._deadline[i],
             interruptible=self._interruptible[i],
-            min_gpus=self._min_gpus[i],
-            max_gpus=self._max_gpus[i],
+            min_gpus=self._min_gpus[i], max_gpus=self._max_gpus[i],
             model=self._model(i),
             checkpoint_s=self.inputs.checkpoint_s,
-        )
+            gpu_type=self._wants[i],
+        )  # fmt: skip
 
     def _context(self, now: float) -> dict:
         running = [c for a in self._running.values() for c in held_pieces(a, now)]
         inp = self.inputs
         return {
             "expected_load": self._recent_load(now),
-            "committed": running,
+            **self.power.context(now, running),  # committed: running, and nodes off
             "total_gpus": self.alloc.total_gpus,
             "budget": self.ledger.state(now) if self.ledger is not None else None,
             "price": self._price,
@@ -303,21 +312,14 @@ class SimDaemon(Resizing):
             self.ledger.record(ex.seg_start[k], ex.seg_end[k], ex.seg_power_w[k], carbon)
         self._seg_seen = len(ex.seg_start)
 
-    def _model(self, i: int) -> JobModel:
-        model = self._models.get(i)
-        if model is None:
-            model = job_model(self.inputs, self._duration[i], self._gpus[i], self._tables[i])
-            self._models[i] = model
-        return model
-
     def launch(self, job: QueuedJob, decision: Decision, allocation, now: float) -> None:
         i = job.id
         piece = piece_index(decision, now)
         cap = decision.piece_config(piece)[1]
         width = width_of(job, decision, now)
+        model = self._placed_model(i, allocation)  # on the type it was given
         if self.limit is not None:  # running jobs' caps lowered first, its own share
-            cap = self.limit.launch_cap(i, width, cap, self._running, now)
-        model = self._model(i)
+            cap = self.limit.launch_cap(i, width, cap, model, self._running, now)
         self._resize_to.pop(i, None)
         if i in self._restarted:  # from a checkpoint: loses checkpoint_s (_requeue adds it)
             self.done[i] -= job.checkpoint_s * model.throughput(width, cap)  # may go below 0
@@ -424,6 +426,7 @@ class SimDaemon(Resizing):
             replans=self.scheduler.replans,
             ledger=self.ledger,
             solver=solver,
+            idle=self.power.account(float(np.nanmax(self.finish))),
         )
 
     def _plan_whole_run(self) -> dict:

@@ -11,6 +11,7 @@ import numpy as np
 
 from orchestrator.errors import GridDataError, SpecError
 from orchestrator.planning.backfill import DEFAULT_BACKFILL
+from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.policies.base import DEFAULT_CHECKPOINT_S
 from orchestrator.sim.deadlines import DeadlineRule
 from orchestrator.sim.elastic import elastic_ranges, scaling_tables
@@ -47,6 +48,8 @@ class SimInputs:
     checkpoint_s: float = DEFAULT_CHECKPOINT_S  # run time a suspension costs an interruptible job
     time_limit_s: float | None = None  # None: optimal stops on a node limit (deterministic)
     backfill: str = DEFAULT_BACKFILL  # conservative | easy | strict (planning.backfill)
+    families: list[str] | None = None  # per job: its model's Gavel job type or family
+    gpu_types: list[str | None] | None = None  # per job: the GPU type it asked for
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -56,7 +59,14 @@ class SimInputs:
 
 def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     from grid.steps import StepSeries
-    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.devices.gputypes import curve
+    from orchestrator.sim.hardware.devices import (
+        job_families,
+        keep_typed,
+        note_unknown_types,
+        requested_types,
+        typed_widest,
+    )
 
     notes: list[str] = []
     signal = _load_signal(resolve_path(scenario.grid.source, base), scenario, settings)
@@ -92,6 +102,8 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         if (kept != largest_fit).any():
             notes.append(f"{int((kept != largest_fit).sum())} jobs waiting for those too")
         jobs = jobs.take(np.flatnonzero(kept))
+    jobs = keep_typed(jobs, topology, notes)
+    note_unknown_types(topology, notes)
     if scenario.jobs.skip_jobs:
         jobs = jobs.take(np.arange(min(scenario.jobs.skip_jobs, len(jobs)), len(jobs)))
     if scenario.jobs.max_jobs:
@@ -114,7 +126,9 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         price = price.extended(horizon)
     cfg = scenario.cluster
     planning = _planning(scenario, price is not None)
+    families = job_families(jobs.names, len(jobs), scenario.jobs.models, scenario.seed)
     min_gpus, max_gpus = elastic_ranges(jobs.gpus, scenario.jobs.elastic, scenario.seed, total)
+    max_gpus = typed_widest(max_gpus, requested_types(jobs), topology)
     tables: list = []
     if scenario.jobs.elastic > 0 and jobs.names:
         folder = _scaling_folder(scenario.jobs.scaling, base)
@@ -132,12 +146,14 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         deadline_s=deadline,
         interruptible=interruptible.astype(bool),
         topology=topology,
-        curve=curve_for(cfg.gpu),
+        curve=curve(type_of(cfg.gpu)),
         cluster=cfg,
         max_defer_s=max_defer_s,
         min_gpus=min_gpus,
         max_gpus=max_gpus,
         tables=tables,
+        families=families,
+        gpu_types=requested_types(jobs),
         notes=notes,
         **planning,
     )
@@ -176,16 +192,18 @@ def _scaling_folder(text: str | None, base: Path) -> Path | None:
 
 
 def build_topology(cfg: ClusterConfig) -> ClusterTopology:
+    from orchestrator.sim.hardware.devices import node_types
+
     if cfg.nodes:
         nodes = []
         try:
-            for node in cfg.nodes:
+            for node, gpu in zip(cfg.nodes, node_types(cfg), strict=True):
                 if node.nvlink_islands:
                     nodes.append(
-                        NodeTopology.from_islands(node.name, node.nvlink_islands, node.rack)
+                        NodeTopology.from_islands(node.name, node.nvlink_islands, node.rack, gpu)
                     )
                 else:
-                    nodes.append(NodeTopology.plain(node.name, node.gpu_count, node.rack))
+                    nodes.append(NodeTopology.plain(node.name, node.gpu_count, node.rack, gpu))
             return ClusterTopology(tuple(n for n in nodes if n.gpus))
         except ValueError as exc:
             raise SpecError(f"cluster: {exc}") from None
@@ -193,7 +211,7 @@ def build_topology(cfg: ClusterConfig) -> ClusterTopology:
     while left > 0:
         size = min(cfg.gpus_per_node, left)
         rack = f"rack{i // cfg.nodes_per_rack:03d}"
-        nodes.append(NodeTopology.plain(f"node{i:04d}", size, rack))
+        nodes.append(NodeTopology.plain(f"node{i:04d}", size, rack, type_of(cfg.gpu)))
         left -= size
         i += 1
     return ClusterTopology(tuple(nodes))

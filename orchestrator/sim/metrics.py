@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from orchestrator.planning.budgets import J_PER_KWH, Ledger
+from orchestrator.sim.hardware.power import idle_metrics
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
 from orchestrator.sim.sitelimit import peak_w
@@ -55,6 +56,7 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
         # on every run and machine)
         "solver": {k: v for k, v in (run.solver or {}).items() if k != "solve_s"} or None,
     }
+    out.update(idle_metrics(inputs, run.idle))
     if run.ledger is not None:
         out["budget"] = budget_block(run.ledger)
     return out

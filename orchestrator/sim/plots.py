@@ -133,14 +133,19 @@ def _carbon_vs_jct(outcome: Outcome):
     fig = Figure(figsize=(13, 4.5))
     axes = fig.subplots(1, 3)
     columns = (
-        ("carbon_kg", "carbon (kg CO2e)", "tab:green"),
+        ("carbon_kg", "carbon (kg CO2e): jobs, idle", "tab:green"),
         ("avg_jct_h", "average job completion time (h)", "tab:blue"),
         ("deadline_misses", "deadline misses (jobs)", "tab:red"),
     )
     for ax, (key, label, colour) in zip(axes, columns, strict=True):
         values = [outcome.results[n][key] for n in names]
         bars = ax.bar(range(len(names)), values, color=colour, tick_label=[drawn(n) for n in names])
-        ax.bar_label(bars, fontsize=8)
+        ax.bar_label(bars, fontsize=8, label_type="center" if key == "carbon_kg" else "edge")
+        if key == "carbon_kg":  # the idle servers' and GPUs' on top of the jobs'
+            idle = [outcome.results[n].get("idle_carbon_kg", 0.0) for n in names]
+            top = ax.bar(range(len(names)), idle, bottom=values, color="0.8", label="idle")
+            ax.bar_label(top, fontsize=8)
+            ax.legend(fontsize=8)
         ax.set_ylabel(label)
         ax.tick_params(axis="x", rotation=20)
     zone = _zone(inputs)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from orchestrator.planning.budgets import Ledger
+from orchestrator.sim.hardware.power import IdleAccount
 
 
 @dataclass
@@ -28,3 +29,4 @@ class RunResult:
     replans: int = 0
     ledger: Ledger | None = None
     solver: dict | None = None  # what the oracle's solve reported
+    idle: IdleAccount | None = None  # idle GPUs and servers on (sim.hardware.power)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from orchestrator.errors import SpecError
 from orchestrator.planning.policies import resolve_policy
-from orchestrator.sim.engine import SimDaemon
+from orchestrator.sim.hardware.colocation import daemon_class
 from orchestrator.sim.inputs import SimInputs, prepare
 from orchestrator.sim.metrics import metrics
 from orchestrator.sim.result import RunResult
@@ -92,7 +92,7 @@ def simulate(
             def report(now: float, name=name) -> None:
                 progress(name, min(1.0, (now - first) / span))
 
-        run = SimDaemon(inputs, policy, forecaster, progress=report).run()
+        run = daemon_class(inputs)(inputs, policy, forecaster, progress=report).run()
         if progress is not None:
             progress(policy.name, 1.0)
         outcome.runs[policy.name] = run

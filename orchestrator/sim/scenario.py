@@ -20,6 +20,8 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     interruptible = 0.3               # share of jobs that may be suspended
     checkpoint_cost = "5m"            # run time a suspension costs each of those (0 to 1d)
     elastic = 0.2                     # share that may run on half to double their GPUs
+    models = "gavel"                  # model families of unnamed jobs: gavel (drawn) | none
+    share = 0.5                       # share that may run two to a GPU (sim/hardware/colocation.py)
 
     [grid]
     source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
@@ -31,9 +33,15 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     gpus = 64                         # or nodes = [{name, gpus, rack}, ...]
     gpus_per_node = 8
     nodes_per_rack = 16
-    gpu = "v100"                      # the power curve (v100, a40, p100, rtx6000)
+    gpu = "v100"                      # the GPU type (v100, p100, a40, rtx6000, a100, k80);
+                                      # [[nodes]] may each say their own: gpu = "p100"
     host_w_per_gpu = 50.0
     pue = 1.0
+    node_idle_w = 150.0               # a server on, besides its GPUs (sim.hardware.power)
+    gpu_idle_w = 60.0                 # an idle GPU (default: 20 % of its maximum limit)
+    idle_off_after = "30m"            # right-sizing: a node idle this long is powered off
+    wake = "5m"                       # ... and answers this long after it is woken
+    plan_idle = true                  # planners count a waiting job's idle GPUs
 
 Paths are relative to the scenario file and may use environment variables
 (``$GRIDSHIFT_SHARED_DATA``).
@@ -45,6 +53,7 @@ import os
 import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 from pydantic import (
     BaseModel,
@@ -59,6 +68,19 @@ from orchestrator.errors import ConfigError, SpecError
 from orchestrator.queue.spec import read_text_file
 
 
+def check_duration(value: str | None) -> str | None:
+    """A duration such as "30m", or "never" (idle_off_after: never powered off)."""
+    from orchestrator.timeparse import parse_duration_s
+
+    if value is None or value == "never":
+        return value
+    try:
+        parse_duration_s(value)
+    except SpecError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
 class SimNode(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # a [[nodes]] table works
 
@@ -67,6 +89,26 @@ class SimNode(BaseModel):
     fake_gpus: int | None = Field(default=None, ge=0, le=65_536)
     rack: str | None = None
     nvlink_islands: list[list[int]] | None = None
+    gpu: str | None = Field(default=None, min_length=1, max_length=64)  # default: cluster.gpu
+    gpu_model: str | None = Field(default=None, max_length=255)  # a gridshift.toml's name
+
+    @model_validator(mode="after")
+    def _gpu_type(self) -> SimNode:
+        self.gpu = self.gpu or self.gpu_model or None  # a gridshift.toml says gpu_model
+        if self.gpu is not None:
+            _named(self.gpu)
+        return self
+
+    # idle power and right-sizing (sim.hardware.power); None: the cluster's
+    idle_off_after: str | None = None
+    wake: str | None = None
+    node_idle_w: float | None = Field(default=None, ge=0, le=100_000)
+    gpu_idle_w: float | None = Field(default=None, ge=0, le=10_000)
+
+    @field_validator("idle_off_after", "wake")
+    @classmethod
+    def _durations(cls, value: str | None) -> str | None:
+        return check_duration(value)
 
     @property
     def gpu_count(self) -> int:
@@ -83,9 +125,37 @@ class ClusterConfig(BaseModel):
     gpus_per_node: int = Field(default=8, ge=1, le=64)
     nodes_per_rack: int = Field(default=16, ge=1)
     nodes: list[SimNode] | None = None
-    gpu: str = "v100"
+    gpu: str = Field(default="v100", min_length=1, max_length=64)  # nodes' default type
     host_w_per_gpu: float = Field(default=50.0, ge=0)
     pue: float = Field(default=1.0, ge=1.0, le=3.0)
+    # idle power and right-sizing (sim.hardware.power): a node idle for idle_off_after is powered
+    # off ("never"/None: never), and answers again wake after it is woken
+    idle_off_after: str | None = None
+    wake: str = "5m"
+    node_idle_w: float = Field(default=150.0, ge=0, le=100_000)  # a server on, no GPU
+    gpu_idle_w: float | None = Field(default=None, ge=0, le=10_000)  # None: 20 % of max
+    plan_idle: bool | None = (
+        None  # planners count idle GPUs of a waiting job (None: if right-sizing)
+    )
+
+    @field_validator("idle_off_after", "wake")
+    @classmethod
+    def _durations(cls, value: str | None) -> str | None:
+        return check_duration(value)
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, value: str) -> str:
+        return _named(value)
+
+
+def _named(gpu: str) -> str:
+    """A GPU type that names one (``"!!!"`` or ``"   "`` names none: refused)."""
+    from orchestrator.planning.devices.typenames import type_of
+
+    if type_of(gpu) is None:
+        raise ValueError(f"GPU type {gpu!r} names no GPU (a name such as v100 or a100)")
+    return gpu
 
 
 class JobsConfig(BaseModel):
@@ -99,6 +169,9 @@ class JobsConfig(BaseModel):
     checkpoint_cost: str = "5m"  # run time a suspension costs an interruptible job
     elastic: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run on ½-2× GPUs
     scaling: str | None = None  # folder of ElasticFlow tables (default: the shared data's)
+    # gavel: unnamed jobs' model families drawn from Gavel's mix (sim.devices); none
+    models: Literal["gavel", "none"] = "gavel"
+    share: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run two to a GPU
 
     @field_validator("checkpoint_cost")
     @classmethod

@@ -35,12 +35,14 @@ class SimSiteLimit:
         self._jobs: dict[tuple, PowerJob] = {}  # (job, node, GPUs, highest cap) -> as split
         self._lowest: tuple | None = None  # ((now, running attempts), their lowest draw)
 
-    def _power_job(self, job_id: int, gpus: int, highest: float = 1.0) -> PowerJob:
-        node = self.node_of.get(job_id, "")
+    def _power_job(self, job_id: int, gpus: int, highest: float = 1.0,
+                   model: JobModel | None = None) -> PowerJob:  # fmt: skip
+        node = self.node_of.get(job_id, "")  # (a node has one GPU type: one model there)
         key = (job_id, node, gpus, highest)
         job = self._jobs.get(key)
         if job is None:  # kept: its draw and speed at each cap are remembered
-            job = self._jobs[key] = model_job(job_id, node, self.model_of(job_id), gpus, highest)
+            model = model or self.model_of(job_id)
+            job = self._jobs[key] = model_job(job_id, node, model, gpus, highest)
         return job
 
     def _running(self, running: dict, now_s: float) -> list[PowerJob]:
@@ -50,11 +52,12 @@ class SimSiteLimit:
             out.append(self._power_job(att.job.id, att.gpus, planned))
         return out
 
-    def admits(self, job_id: int, gpus: int, node: str, running: dict, now_s: float) -> bool:
-        """Whether the job, on ``gpus`` GPUs, may start now (every job at its lowest cap
-        fits); admitted jobs count until they launch."""
+    def admits(self, job_id: int, gpus: int, node: str, model: JobModel, running: dict,
+               now_s: float) -> bool:  # fmt: skip
+        """Whether the job, on ``gpus`` GPUs of ``node`` (``model``: its model there), may
+        start now (every job at its lowest cap fits); admitted jobs count until launched."""
         self.node_of[job_id] = node
-        new = self._power_job(job_id, gpus)
+        new = self._power_job(job_id, gpus, model=model)
         key = (now_s, tuple(running))  # the running jobs' lowest draw, once per pass
         if self._lowest is None or self._lowest[0] != key:
             self._lowest = (key, lowest_w(self._running(running, now_s)))
@@ -64,12 +67,12 @@ class SimSiteLimit:
             return True
         return False
 
-    def launch_cap(self, job_id: int, gpus: int, planned_cap: float, running: dict,
-                   now_s: float) -> float:  # fmt: skip
+    def launch_cap(self, job_id: int, gpus: int, planned_cap: float, model: JobModel,
+                   running: dict, now_s: float) -> float:  # fmt: skip
         """The cap the job starts under: its share of a split with it; the running jobs'
         caps the split lowers are lowered first (none is raised here)."""
         self.pending.pop(job_id, None)
-        new = self._power_job(job_id, gpus, planned_cap)
+        new = self._power_job(job_id, gpus, planned_cap, model)
         caps = self._split([*self._running(running, now_s), new], running, lower_only=True)
         return min(planned_cap, caps[job_id])
 

@@ -6,7 +6,7 @@
 - gridshift's own job specs, JSONL or CSV: ``submit`` (ISO time, or seconds from the
   trace's start), ``duration`` (``2h30m`` or seconds), ``gpus`` (``4`` or ``2-8``: the
   widest is simulated), optional ``name``, ``deadline`` (ISO) or ``within``,
-  ``interruptible``, ``priority``; the submit command's sweep fields are accepted too;
+  ``interruptible``, ``priority``, ``gpu_type``; the submit command's sweep fields too;
   ``after``: the rows (numbered from 1) it waits for, earlier rows of the same trace
   (``3``, ``[1, 2]`` or, in a CSV, ``"1 2"``), as ``submit --after``.
 
@@ -24,7 +24,7 @@ import numpy as np
 
 from orchestrator.errors import SpecError
 from orchestrator.queue import checks
-from orchestrator.queue.spec import SWEEP_FIELDS, read_json_lines
+from orchestrator.queue.spec import SWEEP_FIELDS, parse_gpu_type, read_json_lines
 from orchestrator.timeparse import (
     MAX_DURATION_S,
     MAX_DURATION_TEXT,
@@ -51,6 +51,7 @@ class TraceJobs:
     interruptible: np.ndarray  # int8: 1, 0 or -1
     priority: np.ndarray
     names: tuple[str, ...] | None = None
+    gpu_types: tuple[str | None, ...] | None = None  # per job: the GPU type it asked for
     relative: bool = False
     source: str = ""
     shift_s: float = 0.0
@@ -62,7 +63,8 @@ class TraceJobs:
 
     @classmethod
     def build(cls, submit, duration, gpus, *, deadline=None, interruptible=None, priority=None,
-              names=None, relative=False, source="", after=None) -> TraceJobs:  # fmt: skip
+              names=None, relative=False, source="", after=None,
+              gpu_types=None) -> TraceJobs:  # fmt: skip
         n = len(submit)
         submit = np.asarray(submit, dtype=float)
         gpus = np.asarray(gpus, dtype=float)  # before the cast: 1e30 is no int64
@@ -92,6 +94,7 @@ class TraceJobs:
             interruptible=col(interruptible, -1, np.int8),
             priority=col(priority, 0, np.int64),
             names=tuple(names[i] for i in order) if names is not None else None,
+            gpu_types=tuple(gpu_types[i] for i in order) if gpu_types is not None else None,
             relative=relative,
             source=source,
             after=waits,
@@ -141,7 +144,8 @@ class TraceJobs:
         return self.take(np.arange(min(count, len(self))))
 
     def take(self, index: np.ndarray) -> TraceJobs:
-        names = tuple(self.names[i] for i in index) if self.names is not None else None
+        names, types = (None if v is None else tuple(v[i] for i in index)
+                        for v in (self.names, self.gpu_types))  # fmt: skip
         after = None
         if self.after is not None:  # a wait on a job left out is dropped (see the caller)
             new = {int(old): k for k, old in enumerate(index)}
@@ -156,6 +160,7 @@ class TraceJobs:
             interruptible=self.interruptible[index],
             priority=self.priority[index],
             names=names,
+            gpu_types=types,
             after=after,
         )
 
@@ -193,7 +198,7 @@ def read_trace(path: str | Path) -> TraceJobs:
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, dtype={"gpu_type": object, "name": object})  # "" -> None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read job trace {path}: {str(exc).splitlines()[0]}") from None
     cols = set(frame.columns)
@@ -249,7 +254,7 @@ def _read_specs(path: Path, rows: list[dict], strict: bool = False) -> TraceJobs
     if not rows:
         raise SpecError(f"{path.name}: no jobs")
     known = SWEEP_FIELDS | {"submit", "after"}
-    submit, duration, gpus, deadline, inter, prio, names = [], [], [], [], [], [], []
+    submit, duration, gpus, deadline, inter, prio, names, types = [], [], [], [], [], [], [], []
     after: list[tuple[int, ...]] = []
     absolute = None
     for number, row in enumerate(rows, 1):
@@ -281,9 +286,9 @@ def _read_specs(path: Path, rows: list[dict], strict: bool = False) -> TraceJobs
         flag = row.get("interruptible")
         inter.append(-1 if flag is None else int(_flag(flag, where, strict)))
         prio.append(_priority(row.get("priority"), where, strict))
-        name = row.get("name")
-        names.append("" if name is None else _text(name, where, strict))
+        names.append("" if row.get("name") is None else _text(row["name"], where, strict))
         after.append(_after(row.get("after"), number, len(rows), where))
+        types.append(parse_gpu_type(row.get("gpu_type"), f"{where}: "))
     return TraceJobs.build(
         submit,
         duration,
@@ -292,6 +297,7 @@ def _read_specs(path: Path, rows: list[dict], strict: bool = False) -> TraceJobs
         interruptible=inter,
         priority=prio,
         names=names,
+        gpu_types=types,
         relative=not absolute,
         source=path.name,
         after=after,
@@ -303,12 +309,9 @@ def _after(value, number: int, count: int, where: str) -> tuple[int, ...]:
     (so no row waits for itself or, through others, for a later one: no cycles)."""
     if value is None or value == "" or (isinstance(value, float) and np.isnan(value)):
         return ()
-    if isinstance(value, list):
-        items = value
-    elif isinstance(value, str):
+    items = value if isinstance(value, list) else [value]
+    if isinstance(value, str):
         items = value.replace(",", " ").split()
-    else:
-        items = [value]
     out = []
     for item in items:
         if isinstance(item, float) and item.is_integer():  # a CSV's number column
@@ -410,10 +413,8 @@ def _flag(value, where: str, strict: bool = False) -> bool:
     if strict:
         raise SpecError(f"{where}: interruptible must be true or false, not {value!r}")
     text = str(value).strip().lower()
-    if text in ("1", "true", "yes"):
-        return True
-    if text in ("0", "false", "no"):
-        return False
+    if text in ("1", "true", "yes", "0", "false", "no"):
+        return text in ("1", "true", "yes")
     raise SpecError(f"{where}: interruptible must be true or false, not {value!r}")
 
 

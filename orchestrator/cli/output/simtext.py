@@ -32,6 +32,7 @@ def _share(v: Any) -> str:
 METRICS: tuple[tuple[str, Col, Callable[[Any], str]], ...] = (
     ("carbon_kg", Col("carbon kg", right=True), _f(1)),
     ("energy_kwh", Col("kWh", right=True, drop=6), _f(1)),
+    ("idle_energy_kwh", Col("idle kWh", right=True, drop=6), _f(1)),
     ("cost", Col("cost", right=True, drop=7), _f(2)),
     ("avg_jct_h", Col("JCT h", right=True, drop=3), _f(2)),
     ("p50_jct_h", Col("p50 JCT h", right=True, drop=12), _f(2)),

@@ -61,6 +61,9 @@ class QueuedJob:
     # Its run time is a promise (--duration, its history); False: a guess (the lab's
     # default): backfill then takes it as unknown (``backfill.hold_until_s``).
     run_known: bool = True
+    # The GPU type it asked for (``submit --gpu-type``, canonical); None: any. Backfill
+    # reserves GPUs of that type for it, and lets others use the rest.
+    gpu_type: str | None = None
 
     def release_s(self, now_s: float) -> float:
         """When it may start at the earliest: now, its arrival or its dependencies' end."""
@@ -145,6 +148,12 @@ class Snapshot:
     # Share of the cluster's GPU time that jobs not yet submitted are expected to need
     # (recent arrivals): a planner leaves room for them in later slots.
     expected_load: float = 0.0
+    # What keeping a server on costs a job that waits (``planning.devices.idlecost``): the
+    # idle draw per GPU (W, with the host's share and PUE) a planner adds over a job's wait
+    # to the start it compares, for at most idle_wait_s (None: the whole wait). None: not
+    # counted.
+    idle_w_per_gpu: float | None = None
+    idle_wait_s: float | None = None
 
 
 MIN_LOAD_SPAN_S = 3600.0  # recent load over at least an hour (a young queue: not a spike)

@@ -22,6 +22,7 @@ from functools import lru_cache
 import numpy as np
 
 from orchestrator.planning.budgets import J_PER_KWH
+from orchestrator.planning.devices.idlecost import wait_cost
 from orchestrator.planning.policies.base import QueuedJob, Snapshot
 
 DEFAULT_GPU_W = 350.0  # facility draw per GPU of a job without a model (300 W + host)
@@ -195,6 +196,10 @@ class Problem:
         self._values: dict[tuple, tuple] = {}  # (series, its values) by (id, at)
         obj = self.cumulative(self.obj, "end") - self.cumulative(self.obj, "start")
         self.obj_cost = np.where(self.exists, np.multiply(p, obj, out=obj), np.inf)
+        if snap.idle_w_per_gpu:  # a later start keeps the job's GPUs idle meanwhile
+            idle_w = self.gpus[:, :, None] * snap.idle_w_per_gpu
+            rel = self.release[:, None, None]
+            self.obj_cost += wait_cost(self.obj, rel, self.start, idle_w, snap.idle_wait_s)
         carbon = self.cumulative(self.carbon, "end") - self.cumulative(self.carbon, "start")
         carbon_g = np.multiply(p, carbon, out=carbon)  # (in place: the same numbers)
         carbon_g /= J_PER_KWH

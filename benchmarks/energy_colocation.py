@@ -1,0 +1,105 @@
+"""Co-location (EaCO) in the simulator: energy saved and what it costs in job completion time.
+
+The planner benchmark's stretch of Philly (``benchmarks/planner.py``: 2,000 jobs from the
+69,000th in arrival order, deadlines within 24 h, half interruptible) on DE-LU 2023, each
+job given a Gavel job type by seed (``gputypes.model_mix``: Philly names no models), on
+``CLUSTER``: 128 V100s and 128 P100s (each job runs at its model's Gavel speed on each).
+Every job may share (``share = 1``); the baseline is the same run with none sharing. For
+each policy in ``POLICIES``:
+
+- ``colocation_energy_saving``: 1 − energy with co-location / energy without;
+- ``colocation_jct_increase``: mean JCT with co-location / without − 1 (negative: faster,
+  the GPUs co-location frees shorten the queue).
+
+The two keys are ``fifo``'s (EaCO's setting: the same scheduler with and without
+co-location, no time-shifting); ``_carbon_aware`` ones are ``lowest-window``'s, where jobs
+also wait for low-carbon hours (fewer run at once, so fewer pairs form). Each policy's
+figures are under ``colocation``.
+
+    python benchmarks/energy.py --only colocation [--jobs N]
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # before benchmarks/ (its placement.py is no package)
+sys.path.append(str(Path(__file__).parent))
+
+JOBS = 2000
+POLICIES = ("fifo", "lowest-window")
+# mixed: 16 servers of 8 V100s and 16 of 8 P100s; traced durations are V100 runs
+CLUSTER = {
+    "gpu": "v100",
+    "nodes": [
+        {"name": f"{gpu}-{i:02d}", "gpus": 8, "gpu": gpu, "rack": gpu}
+        for gpu in ("v100", "p100")
+        for i in range(16)
+    ],
+}
+
+
+def scenario(jobs: int, share: float) -> dict:
+    from planner import SKIP, data_dir
+
+    data = data_dir()
+    grid = data / "grid" / "carbon" / "DE-LU" / "DE-LU_2023_hourly.csv"
+    return {
+        "name": f"Philly {SKIP}+{jobs}, co-location {share:g}",
+        "policies": list(POLICIES),
+        "jobs": {
+            "source": str(data / "jobs" / "philly.csv"),
+            "skip_jobs": SKIP,
+            "max_jobs": jobs,
+            "deadline_rule": "within:24h",
+            "interruptible": 0.5,
+            "share": share,
+        },
+        "grid": {"source": f"csv:{grid}"},
+        "cluster": dict(CLUSTER),
+    }
+
+
+def measure(jobs: int | None = None) -> dict:
+    from planner import data_dir
+
+    from orchestrator.sim.runner import simulate
+    from orchestrator.sim.scenario import Scenario
+
+    if not (data_dir() / "jobs" / "philly.csv").is_file():
+        return {"colocation_skipped": "shared data absent"}
+    jobs = jobs or JOBS
+    alone = simulate(Scenario.model_validate(scenario(jobs, 0.0)), ROOT).results
+    shared = simulate(Scenario.model_validate(scenario(jobs, 1.0)), ROOT).results
+    per_policy = {}
+    for name in POLICIES:
+        a, s = alone[name], shared[name]
+        per_policy[name] = {
+            "energy_saving": round(1 - s["energy_kwh"] / a["energy_kwh"], 4),
+            "jct_increase": round(s["avg_jct_h"] / a["avg_jct_h"] - 1, 4),
+            "energy_kwh": [a["energy_kwh"], s["energy_kwh"]],
+            "avg_jct_h": [a["avg_jct_h"], s["avg_jct_h"]],
+            "deadline_misses": [a["deadline_misses"], s["deadline_misses"]],
+            "carbon_kg": [a["carbon_kg"], s["carbon_kg"]],
+        }
+    fifo, aware = per_policy["fifo"], per_policy["lowest-window"]
+    return {
+        "colocation_energy_saving": fifo["energy_saving"],
+        "colocation_jct_increase": fifo["jct_increase"],
+        "colocation_energy_saving_carbon_aware": aware["energy_saving"],
+        "colocation_jct_increase_carbon_aware": aware["jct_increase"],
+        "colocation": {
+            "jobs": jobs,
+            "cluster": "16 x 8 V100 + 16 x 8 P100",
+            "policies": per_policy,
+            "note": "[without, with] co-location",
+        },
+    }
+
+
+if __name__ == "__main__":
+    import json
+
+    print(json.dumps(measure(int(sys.argv[1]) if len(sys.argv) > 1 else None), indent=2))

@@ -1,0 +1,100 @@
+"""Mixed GPU types on the live daemon: each node's type (its configured ``gpu_model``, else
+the model its GPUs report: ``Tesla V100-SXM2-32GB`` -> ``v100``), jobs that asked for a
+type (``submit --gpu-type``) kept to nodes of it, and, for a job that asked for none, the
+choice among the types with room now (``planning.devices.gputypes.choose_type``: the
+least energy among those meeting its deadline, else the soonest finish).
+
+A type no node has is refused at submission (one line); a job whose type disappeared
+from the config since (or that is wider than that type's nodes together) fails with the
+reason when it is planned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from orchestrator.errors import SpecError
+from orchestrator.planning.devices.gputypes import choose_type, curve, family_of, type_of
+from orchestrator.planning.perfmodel import JobModel
+from orchestrator.planning.pieces import piece_index
+from placement.topology import ClusterTopology
+
+DEFAULT_RUN_S = 3600.0  # a job with no estimate: only the ratio between types matters
+
+
+def with_types(topology: ClusterTopology, nodes) -> ClusterTopology:
+    """The topology with each node's GPU type (from the resolved nodes' models)."""
+    types = {n.name: type_of(n.gpu_model) for n in nodes}
+    return ClusterTopology(tuple(replace(t, gpu=types.get(t.name)) for t in topology.nodes))
+
+
+def type_gpus(topology: ClusterTopology) -> dict[str | None, int]:
+    """GPUs per type over the cluster."""
+    out: dict[str | None, int] = {}
+    for node in topology.nodes:
+        out[node.gpu] = out.get(node.gpu, 0) + node.gpus
+    return out
+
+
+def check_requested(specs, settings, db) -> None:
+    """Refuse (one line) a submission whose jobs ask for a type no node has: the nodes as
+    configured, and as the daemon last found them (an SSH server's model, discovered)."""
+    for spec in specs:
+        if spec.gpu_type and type_of(spec.gpu_type) is None:
+            raise SpecError(f"GPU type {spec.gpu_type!r} names no GPU (such as v100 or a100)")
+    wants = {type_of(spec.gpu_type) for spec in specs} - {None}
+    if not wants:
+        return
+    from sqlmodel import select
+
+    from orchestrator.nodes.inventory import resolve_nodes
+    from orchestrator.queue.models import Node
+
+    have = {type_of(n.gpu_model) for n in resolve_nodes(settings) if n.gpu_count}
+    with db.read() as session:
+        have |= {type_of(m) for m in session.exec(select(Node.gpu_model).where(Node.gpus > 0))}
+    for want in sorted(wants - have):
+        known = ", ".join(sorted(str(t) for t in have if t)) or "none known"
+        raise SpecError(f"no node has GPU type {want} (this cluster's: {known})")
+
+
+def type_problem(job, topology: ClusterTopology) -> str | None:
+    """Why a stored job asking for a type cannot run here (None: it can)."""
+    want = type_of(job.gpu_type)
+    if want is None:
+        return None
+    have = type_gpus(topology).get(want, 0)
+    if have < job.gpus_min:
+        return f"it asks for {job.gpus_min} {want} GPUs; the cluster has {have}"
+    return None
+
+
+def allocate_typed(alloc, key, width: int, job, view, decision, now_s: float, place=None):
+    """GPUs for a job: of its type when it asked for one; else of the type with room now
+    that suits it best; on a cluster of one type, anywhere. ``place(key, width, gpu_type)``
+    makes the allocation once the type is chosen (default: ``alloc.allocate``; a packing
+    preference passes its own)."""
+    if place is None:
+
+        def place(key, width, gpu_type):
+            return alloc.allocate(key, width, gpu_type=gpu_type)
+
+    want = type_of(job.gpu_type) if job is not None else None
+    types = alloc.types()
+    if want is not None:  # an elastic job: at most that type's GPUs
+        width = min(width, type_gpus(alloc.topology).get(want, 0))
+    if want is not None or len(types) < 2:
+        return place(key, width, want)
+    free = [t for t in types if alloc.fits_now(width, t)]
+    if not free:  # it waits, unless no one type could ever hold it
+        per_type = type_gpus(alloc.topology)
+        return place(key, width, None) if all(width > n for n in per_type.values()) else None
+    model = view.model
+    if model is None:
+        model = JobModel(view.duration_s or DEFAULT_RUN_S, width, curve(types[0]))
+    cap = decision.piece_config(piece_index(decision, now_s))[1]
+    ref = type_of(model.curve.gpu)
+    family = family_of(job.name if job is not None else None)
+    chosen = choose_type(model, family, ref, free, width, model.total_work, now_s,
+                         view.deadline_s, cap)  # fmt: skip
+    return place(key, width, chosen)

@@ -1,0 +1,238 @@
+"""Co-location on the live daemon (EaCO): two jobs on one GPU, both accounted.
+
+A node shares GPUs only where its ``[[nodes]]`` table says ``share = "time-slice"`` (CUDA
+time-slicing: two processes, one ``CUDA_VISIBLE_DEVICES``) or ``share = "mps"`` (the same,
+through the node's CUDA MPS control daemon, which the lab runs: gridshift does not start
+it; MPS serves one user's processes, so only two jobs of the same user pair there). The
+default, ``"never"``, keeps one job per GPU; Slurm nodes never share (Slurm's own GPU
+sharing, ``gres/shard`` or MPS, is Slurm's to configure).
+
+A queued one-GPU job submitted with ``--share`` is placed on a GPU where exactly one
+running one-GPU job that was itself submitted with ``--share`` runs (a job that did not
+ask is never joined, whoever asks), when the interference model
+(``planning.devices.interference``) predicts each keeps at least ``MIN_SPEED`` of its
+speed, each still ends by its deadline (a job with a deadline and no ``--duration`` is not
+paired), and the energy per unit of work falls. Among such GPUs, the pair with the highest
+combined speed. A job's model is its name where that names one of Gavel's job types or
+families (``--name "ResNet-50 (batch size 64)"``), else the mean job. The newcomer is not
+power-capped: the GPU's cap is its partner's.
+
+Refined online: a sharing job's progress reports give its rate alone and its rate next to
+a partner; their ratio replaces the model's prediction for that pair of job models on that
+GPU type (``SpeedTracker``, ``Interference.observe``), for later placements and splits.
+
+Accounts: each attempt's power log samples the whole GPU, so while two attempts overlap
+on it each is charged its share of the GPU's measured energy (``split_for``): in
+proportion to its predicted speed next to the other (the two draw alike alone: one GPU,
+one cap). The parts sum to what the GPU drew.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlmodel import col, select
+
+from orchestrator.planning.devices.gputypes import ANY, family_of, type_of
+from orchestrator.planning.devices.interference import MIN_SPEED, Interference, worth_sharing
+from orchestrator.queue.attempts import AttemptState
+from orchestrator.queue.models import Attempt, Job
+
+POLICIES = ("never", "time-slice", "mps")
+_RUNNING = (AttemptState.RUNNING.value,)
+_ON_GPU = (AttemptState.LAUNCHING.value, AttemptState.RUNNING.value, AttemptState.STOPPED.value)
+
+
+def kind_of(job: Job) -> str:
+    """The job's Gavel job type or family, from its name; ``any``: the mean job."""
+    name = (job.name or "").strip()
+    return name if name and family_of(name) != ANY else ANY
+
+
+@dataclass
+class Sharing:
+    """Placement of ``--share`` jobs on GPUs already running one, and the energy split."""
+
+    db: object  # orchestrator.queue.db.Database
+    nodes: list  # orchestrator.nodes.inventory.ResolvedNode
+    model: Interference = field(default_factory=Interference)
+    claimed: dict[int, tuple[str, int, float]] = field(default_factory=dict)  # job -> GPU
+    tracker: SpeedTracker = field(default_factory=lambda: SpeedTracker())
+
+    @classmethod
+    def for_nodes(cls, db, nodes: list) -> Sharing | None:
+        """None when no node shares: then nothing is ever asked of it."""
+        return cls(db, nodes) if any(_policy(n) != "never" for n in nodes) else None
+
+    # -- placement ---------------------------------------------------------------------
+    def place(self, job: Job | None, width: int, now_s: float) -> tuple[str, list[int]] | None:
+        """The node and GPU ``job`` should share, or None (it is placed as usual)."""
+        self.claimed = {j: c for j, c in self.claimed.items() if c[2] == now_s}  # this pass
+        if job is None or not job.share or width != 1 or job.attempts:
+            return None  # a job restarting keeps its own GPU: its checkpoint is its own
+        sharing = {n.name: n for n in self.nodes if _policy(n) != "never"}
+        if not sharing:
+            return None
+        taken = {(node, gpu) for node, gpu, _ in self.claimed.values()}
+        best = None
+        for att, host in self._alone(sharing):
+            node = sharing.get(att.node)
+            if node is None:
+                continue
+            where = (att.node, att.gpu_ids[0])
+            if where in taken or (_policy(node) == "mps" and host.uid != job.uid):
+                continue
+            gpu = type_of(node.model_of(att.gpu_ids)) or "v100"
+            if getattr(job, "gpu_type", None) and job.gpu_type != gpu:
+                continue  # it asked for another type
+            speed_job, speed_host = self.model.speeds(kind_of(job), kind_of(host), gpu)
+            if not worth_sharing(speed_job, speed_host, 1.0, 1.0, MIN_SPEED):
+                continue
+            if not (
+                _in_time(job, None, speed_job, now_s) and _in_time(host, att, speed_host, now_s)
+            ):
+                continue
+            if best is None or speed_job + speed_host > best[0]:
+                best = (speed_job + speed_host, where)
+        if best is None:
+            return None
+        node, gpu = best[1]
+        self.claimed[job.id] = (node, gpu, now_s)
+        return node, [gpu]
+
+    def shares(self, job_id: int) -> bool:
+        """Whether ``job_id`` was placed on a GPU another job runs on, in this pass."""
+        return job_id in self.claimed
+
+    def _alone(self, nodes: dict) -> list[tuple[Attempt, Job]]:
+        """Running one-GPU attempts of ``--share`` jobs, alone on their GPU, on ``nodes``."""
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt, Job)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(col(Attempt.state).in_(_ON_GPU), col(Attempt.node).in_(list(nodes)))
+            ).all()
+        count: dict[tuple[str, int], int] = {}
+        for att, _ in rows:
+            for g in att.gpu_ids or ():
+                count[(att.node, g)] = count.get((att.node, g), 0) + 1
+        return [
+            (att, job)
+            for att, job in rows
+            if att.state in _RUNNING and job.share and not att.parts
+            and len(att.gpu_ids or ()) == 1 and count[(att.node, att.gpu_ids[0])] == 1
+        ]  # fmt: skip
+
+    # -- accounts ------------------------------------------------------------------------
+    def split_for(self, att: Attempt) -> Callable[[float, float], float] | None:
+        """The share of its GPU's measured energy ``att`` is charged over ``[t0, t1)``;
+        None when it never shared."""
+        if not att.gpu_ids or len(att.gpu_ids) != 1 or att.started_at is None:
+            return None
+        start = att.started_at.timestamp()
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt, Job)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(
+                    Attempt.node == att.node,
+                    col(Attempt.id) != att.id,
+                    col(Attempt.started_at).is_not(None),
+                    col(Job.share).is_(True),
+                )
+                .where(
+                    (col(Attempt.finished_at).is_(None))
+                    | (col(Attempt.finished_at) > att.started_at)
+                )
+            ).all()
+            mine = session.get(Job, att.job_id)
+        if mine is None or not mine.share:
+            return None
+        node = next((n for n in self.nodes if n.name == att.node), None)
+        gpu = type_of(node.model_of(att.gpu_ids) if node else None) or "v100"
+        spans = []
+        for other, job in rows:
+            if list(other.gpu_ids or ()) != list(att.gpu_ids):
+                continue
+            mine_speed, other_speed = self.model.speeds(kind_of(mine), kind_of(job), gpu)
+            part = mine_speed / (mine_speed + other_speed) if mine_speed + other_speed else 0.5
+            end = other.finished_at.timestamp() if other.finished_at else float("inf")
+            spans.append((max(start, other.started_at.timestamp()), end, part, kind_of(job)))
+        self._learn(att, mine, spans, gpu)
+        if not spans:
+            return None
+
+        def fraction(t0: float, t1: float) -> float:
+            if t1 <= t0:
+                return 1.0
+            charged = t1 - t0
+            for a, b, part, _ in spans:
+                overlap = max(0.0, min(t1, b) - max(t0, a))
+                charged -= overlap * (1.0 - part)
+            return max(0.0, charged / (t1 - t0))
+
+        return fraction
+
+    def _learn(self, att: Attempt, job: Job, spans: list, gpu: str) -> None:
+        """Refine the model from the job's progress reports: its rate next to a partner
+        over its rate alone replaces the prediction for that pair. The reports are the
+        job's own (untrusted): a speed above 1.5 is dropped, one above 1 counts as 1."""
+        done, total, at = att.progress_done, att.progress_total, att.progress_at
+        if done is None or not total or at is None or not 0 <= done <= total:
+            return
+        t = at.timestamp()
+        partner = next((kind for a, b, _, kind in spans if a <= t < b), None)
+        speed = self.tracker.sample(att.id, t, done / total, partner)
+        if speed is not None and 0 < speed <= 1.5:
+            self.model.observe(kind_of(job), partner, gpu, speed)
+
+
+@dataclass
+class SpeedTracker:
+    """Each attempt's progress rate alone and next to a partner, from its reports."""
+
+    last: dict[int, tuple[float, float, str | None]] = field(default_factory=dict)
+    alone: dict[int, float] = field(default_factory=dict)  # attempt -> share of work per s
+
+    def sample(self, attempt_id: int, t: float, fraction: float, partner: str | None):
+        """Note a report (``fraction`` of the work done at ``t``, next to ``partner`` or
+        alone); the relative speed next to ``partner`` once both rates are known."""
+        last = self.last.get(attempt_id)
+        if last is not None and t <= last[0]:
+            return None  # the same report, or one dated back
+        self.last[attempt_id] = (t, fraction, partner)
+        if last is None or last[2] != partner or fraction < last[1]:
+            return None  # a rate needs two reports in the same company
+        rate = (fraction - last[1]) / (t - last[0])
+        if partner is None:
+            self.alone[attempt_id] = rate
+            return None
+        alone = self.alone.get(attempt_id)
+        return rate / alone if alone and rate > 0 else None
+
+
+def _policy(node) -> str:
+    config = getattr(node, "config", None)
+    if config is None or node.executor == "slurm":
+        return "never"
+    return getattr(config, "share", "never")
+
+
+def _in_time(job: Job, att: Attempt | None, speed: float, now_s: float) -> bool:
+    """Whether ``job`` still ends by its deadline at ``speed`` (no deadline: yes)."""
+    if job.deadline is None:
+        return True
+    if not job.duration_s:
+        return False  # nobody knows when it ends: not slowed
+    ran = 0.0
+    if att is not None and att.started_at is not None:
+        ran = max(0.0, now_s - att.started_at.timestamp())
+    left = max(0.0, job.duration_s - ran)
+    return now_s + left / speed <= job.deadline.timestamp()
+
+
+def check_policy(value: str) -> str:
+    if value not in POLICIES:
+        raise ValueError(f"share must be one of {', '.join(POLICIES)}, not {value!r}")
+    return value

@@ -1,0 +1,130 @@
+"""Co-location (EaCO): how much two jobs sharing one GPU slow each other, and what the
+shared GPU draws.
+
+The slowdown model is fitted on Gavel's measured pairs (``interfit.py`` writes
+``interference.json``; median relative error of a job's paired speed: K80 2.8 %, P100
+2.5 %, V100 8.0 % in sample, 3.5 / 2.9 / 10.7 % held out). ``speeds(a, b, gpu)`` gives
+each job's speed when paired as a share of its speed alone. A job is named by its Gavel
+job type (``"ResNet-18 (batch size 64)"``) or only its family (``"ResNet-18"``: the mean
+of the family's coefficients); an unknown name gets the mean job. GPU types without Gavel
+pairs (a40, rtx6000, a100) use V100's coefficients, the newest measured type.
+
+Refined online: ``observe(a, b, gpu, speed_a)`` records a measured relative speed (from
+the jobs' progress reports), which then replaces the prediction for that pair.
+
+Power: a GPU running two jobs draws the larger of their draws alone plus
+``SHARED_EXTRA`` (10 %) of it, capped at the board limit: one busy GPU draws a little more
+than with one job (EaCO measured 5-15 % on V100s). The GPU's energy is split between the
+two in proportion to each one's draw alone times its relative speed (``split``): the job
+that does more of the work at more watts pays more; the parts always sum to the GPU's.
+
+Pure: no clock, no I/O beyond reading the committed coefficients once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+COEFFICIENTS = Path(__file__).with_name("interference.json")
+FALLBACK_GPU = "v100"
+SHARED_EXTRA = 0.10  # a GPU with two jobs draws this much above the larger draw alone
+MIN_SPEED = 0.5  # co-location: each job of a pair keeps at least this share of its speed
+
+
+@lru_cache(maxsize=1)
+def _table() -> dict:
+    return json.loads(COEFFICIENTS.read_text())["gpus"]
+
+
+def family(name: str) -> str:
+    """``"ResNet-18 (batch size 64)"`` -> ``"ResNet-18"``."""
+    return name.split(" (", 1)[0].strip()
+
+
+def job_types(gpu: str = FALLBACK_GPU) -> list[str]:
+    """The Gavel job types with coefficients on ``gpu``."""
+    return sorted(_table()[_gpu_key(gpu)]["jobs"])
+
+
+def _gpu_key(gpu: str) -> str:
+    gpu = (gpu or "").lower()
+    return gpu if gpu in _table() else FALLBACK_GPU
+
+
+@lru_cache(maxsize=4096)
+def _coef(gpu: str, name: str) -> tuple[float, float, float, float]:
+    jobs = _table()[gpu]["jobs"]
+    if name in jobs:
+        return tuple(jobs[name])
+    members = [c for n, c in jobs.items() if family(n) == family(name)] or list(jobs.values())
+    return tuple(sum(c[k] for c in members) / len(members) for k in range(4))
+
+
+@dataclass
+class Interference:
+    """The fitted model with the pairs measured since (``observe``)."""
+
+    measured: dict[tuple[str, str, str], float] = field(default_factory=dict)
+
+    def speed(self, a: str, b: str, gpu: str) -> float:
+        """Job ``a``'s speed next to ``b`` on ``gpu``, as a share of its speed alone."""
+        key = _gpu_key(gpu)
+        seen = self.measured.get((key, a, b))
+        if seen is not None:
+            return seen
+        if self.infeasible(a, b, gpu):
+            return 0.0
+        s, _, u, _ = _coef(key, a)
+        _, p, _, v = _coef(key, b)
+        return min(1.0, math.exp(-(s + p + u * v)))
+
+    def speeds(self, a: str, b: str, gpu: str) -> tuple[float, float]:
+        return self.speed(a, b, gpu), self.speed(b, a, gpu)
+
+    def infeasible(self, a: str, b: str, gpu: str) -> bool:
+        """The two do not fit in the GPU's memory together (Gavel measured zero)."""
+        return _infeasible(_gpu_key(gpu), *sorted((a, b)))
+
+    def observe(self, a: str, b: str, gpu: str, speed_a: float) -> None:
+        """A measured relative speed of ``a`` next to ``b``; replaces the prediction."""
+        if not (0.0 < speed_a <= 1.5) or not math.isfinite(speed_a):
+            raise ValueError(f"a relative speed must be in (0, 1.5], not {speed_a!r}")
+        self.measured[(_gpu_key(gpu), a, b)] = min(1.0, float(speed_a))
+
+
+@lru_cache(maxsize=4096)
+def _infeasible(gpu: str, a: str, b: str) -> bool:
+    return [a, b] in _table()[gpu]["infeasible"]
+
+
+def shared_power_w(power_a_w: float, power_b_w: float, max_w: float | None = None) -> float:
+    """What one GPU draws running both jobs."""
+    watts = max(power_a_w, power_b_w) * (1.0 + SHARED_EXTRA)
+    return min(watts, max_w) if max_w is not None else watts
+
+
+def split(
+    total: float, power_a_w: float, power_b_w: float, speed_a: float, speed_b: float
+) -> tuple[float, float]:
+    """The shared GPU's ``total`` (watts or joules) split between the two jobs."""
+    wa, wb = power_a_w * speed_a, power_b_w * speed_b
+    if wa + wb <= 0:
+        return total / 2, total / 2
+    share = wa / (wa + wb)
+    return total * share, total - total * share
+
+
+def worth_sharing(
+    speed_a: float, speed_b: float, power_a_w: float, power_b_w: float, min_speed: float
+) -> bool:
+    """Pairing pays: each keeps at least ``min_speed`` of its speed alone, and the energy per
+    unit of work falls (the shared GPU's draw over the work both do, against each alone)."""
+    if min(speed_a, speed_b) < min_speed or min(speed_a, speed_b) <= 0:
+        return False  # too slow, or they do not fit together
+    alone = power_a_w + power_b_w  # two GPUs, each a job at full speed: 2 units of work
+    together = shared_power_w(power_a_w, power_b_w) * 2 / (speed_a + speed_b)
+    return together < alone

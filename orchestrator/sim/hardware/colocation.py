@@ -1,0 +1,217 @@
+"""Co-location in what-if runs (EaCO): two jobs on one GPU.
+
+A share of the jobs (``[jobs] share``, ``simulate --share``, drawn with the scenario's
+seed) may share their GPUs. When one of them is about to start, it joins the GPUs where
+another such job of the same width runs alone (a job on k GPUs shares all k with one other
+job on the same k: each of its data-parallel replicas is paired as a single-GPU pair), if
+the interference model (``planning.devices.interference``, fitted on Gavel's pairs)
+predicts that
+
+- each keeps at least ``MIN_SPEED`` of its speed alone, and each still ends by its
+  deadline at that speed (the one already running: its work left; the newcomer: all of
+  it), and
+- the energy per unit of work falls: the shared GPU's draw (the larger draw alone plus
+  10 %) over both jobs' combined speed is below their draws alone.
+
+Among the GPUs that qualify it takes the one where the pair's combined speed is highest;
+otherwise it gets GPUs of its own as usual. From the moment they pair until one of them
+leaves (it ends, or is suspended), each runs at its predicted speed and is charged its
+share of the GPU's draw (``interference.split``: the parts sum to the GPU's); the one left
+runs alone at full speed again, and may take a new partner. The GPU stays held until both
+have left. Elastic jobs and the clairvoyant policy never share; the deadline guard never
+suspends a job that shares (that frees no GPU).
+
+Each job's model (its Gavel job type or family) is the one the simulator's GPU types use
+(``planning.devices.gputypes.model_mix``: Philly's jobs get Gavel's mix by seed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from orchestrator.planning.devices.interference import (
+    MIN_SPEED,
+    Interference,
+    job_types,
+    shared_power_w,
+    split,
+    worth_sharing,
+)
+from orchestrator.planning.pieces import piece_index, width_of
+from orchestrator.sim.engine import SimDaemon
+from orchestrator.sim.inputs import SimInputs
+from placement.cluster import Allocation, ClusterAllocator
+
+
+def may_share(n: int, share: float, seed: int) -> np.ndarray:
+    """Which of ``n`` jobs may share a GPU: a ``share`` of them, drawn with ``seed``."""
+    return np.random.default_rng([seed, 11]).uniform(0, 1, n) < share
+
+
+def job_kinds(inputs: SimInputs) -> list[str]:
+    """Each job's Gavel job type (a traced name that is one: ``"ResNet-50 (batch size
+    64)"``), else its family as the simulator's GPU types read it (``resnet50``: the
+    family's mean), else the type drawn from Gavel's mix (``sim.hardware.devices``)."""
+    families = inputs.families or ["any"] * len(inputs.jobs)
+    known = set(job_types())
+    return [
+        name if name in known else family
+        for name, family in zip(inputs.jobs.names or families, families, strict=True)
+    ]
+
+
+def daemon_class(inputs: SimInputs) -> type[SimDaemon]:
+    """The simulator to run: with co-location when some jobs may share."""
+    return SharingDaemon if inputs.scenario.jobs.share > 0 else SimDaemon
+
+
+class _SharedAllocator(ClusterAllocator):
+    """The cluster's allocator, asking the simulator before it frees a shared GPU."""
+
+    def __init__(self, topology, on_free) -> None:
+        super().__init__(topology)
+        self._on_free = on_free
+
+    def free(self, key: object) -> None:
+        if self._on_free(key):
+            super().free(key)
+
+
+class SharingDaemon(SimDaemon):
+    """``SimDaemon`` whose jobs may share a GPU, two at a time."""
+
+    def __init__(self, inputs: SimInputs, policy, forecaster, progress=None) -> None:
+        super().__init__(inputs, policy, forecaster, progress)
+        self.alloc = _SharedAllocator(inputs.topology, self._released)
+        self.interference = Interference()
+        self._may = may_share(self.n, inputs.scenario.jobs.share, inputs.scenario.seed)
+        self._kinds = job_kinds(inputs)
+        self._att_of: dict[int, int] = {}  # job -> its running attempt
+        self._open: dict[int, int] = {}  # jobs alone on their GPUs that may take a partner
+        self._pending: dict[int, tuple[int, float, float]] = {}  # newcomer -> host, speeds
+        self._partner: dict[int, int] = {}
+        self._held_by: dict[int, int] = {}  # job -> the job whose allocation holds its GPU
+        self.pairs: list[tuple[int, int, float]] = []  # (running job, newcomer, when) formed
+
+    # -- the pass's steps --------------------------------------------------------------
+    def allocate(self, job, decision, now: float):
+        i = job.id
+        if self._may[i] and not self.clairvoyant and job.min_gpus == job.max_gpus:
+            cap = decision.piece_config(piece_index(decision, now))[1]
+            host = self._host_for(job, width_of(job, decision, now), cap, now)
+            if host is not None:  # claimed until the next pass (backfill may not start it)
+                self._pending[i] = host
+                parts = self.alloc.allocation(("job", host[0])).parts
+                return Allocation(("job", i), parts)
+        return super().allocate(job, decision, now)
+
+    def tick(self, now: float) -> None:
+        self._pending.clear()
+        super().tick(now)
+
+    def launch(self, job, decision, allocation, now: float) -> None:
+        super().launch(job, decision, allocation, now)
+        i = job.id
+        self._att_of[i] = self._attempt_id
+        pending = self._pending.pop(i, None)
+        if pending is not None and self._open.pop(pending[0], None) is not None:
+            self._pair(i, *pending, now)
+        elif self._may[i] and job.min_gpus == job.max_gpus:
+            self._open[i] = allocation.gpus
+
+    def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
+        """The guard never suspends a job sharing its GPU: that frees no GPU."""
+        alone = {k: v for k, v in movable.items() if k[1] not in self._partner}
+        return super().make_room(width, alone, gpu_type)
+
+    def cluster(self, now: float) -> tuple:
+        alloc, ends = super().cluster(now)
+        for i, host in self._held_by.items():
+            key, other = ("job", host), ("job", i)
+            if key in ends and other in ends:
+                ends[key] = max(ends[key], ends[other])
+        return alloc, ends
+
+    # -- pairs ---------------------------------------------------------------------------
+    def _host_for(self, job, width: int, cap: float, now: float) -> tuple | None:
+        """The job running alone on ``width`` GPUs that ``job`` should join (and their
+        speeds), or None."""
+        if not self._open:
+            return None
+        i, kind = job.id, self._kinds[job.id]
+        power_i = self._model(i).power_w(width, cap)
+        deadline_i = self._deadline[i]
+        best, seen = None, {}
+        claimed = {host for host, _, _ in self._pending.values()}
+        for h, held in self._open.items():
+            if held != width or h in claimed:
+                continue
+            att = self._running[self._att_of[h]]
+            gpu = self._gpu_type(h)
+            if self._wants[i] is not None and gpu != self._wants[i]:
+                continue  # it asked for another GPU type
+            pair = (self._kinds[h], gpu)
+            if pair not in seen:
+                seen[pair] = self.interference.speeds(kind, pair[0], gpu)
+            speed_i, speed_h = seen[pair]
+            if not worth_sharing(speed_i, speed_h, power_i, att.power_w, MIN_SPEED):
+                continue
+            if best is not None and speed_i + speed_h <= best[0]:
+                continue
+            if deadline_i is not None and now + job.duration_s / speed_i > deadline_i:
+                continue
+            left = self.executor.remaining_s(att.handle)
+            deadline_h = self._deadline[h]
+            if left is None or (deadline_h is not None and now + left / speed_h > deadline_h):
+                continue
+            best = (speed_i + speed_h, h, speed_i, speed_h)
+        return None if best is None else best[1:]
+
+    def _gpu_type(self, job_id: int) -> str:
+        node = self.alloc.node_of(("job", self._held_by.get(job_id, job_id)))
+        return (node and self.alloc.type_of(node)) or self.inputs.cluster.gpu
+
+    def _pair(self, i: int, host: int, speed_i: float, speed_h: float, now: float) -> None:
+        att_i, att_h = self._running[self._att_of[i]], self._running[self._att_of[host]]
+        power_i, power_h = att_i.power_w, att_h.power_w
+        total = shared_power_w(power_i, power_h)
+        share_i, share_h = split(total, power_i, power_h, speed_i, speed_h)
+        self._partner[i], self._partner[host] = host, i
+        self._held_by[i] = host
+        for att, speed, share, power in (
+            (att_i, speed_i, share_i, power_i),
+            (att_h, speed_h, share_h, power_h),
+        ):
+            self.executor.rescale(att.handle, speed, share / power, 0.5)  # half each GPU
+            self._expect_end(att, now)
+        self.pairs.append((host, i, now))
+
+    def _released(self, key) -> bool:
+        """Job ``key`` leaves its GPU: True when the allocator should free it."""
+        if not (isinstance(key, tuple) and len(key) == 2 and key[0] == "job"):
+            return True  # a probe (backfill's)
+        i = key[1]
+        self._open.pop(i, None)
+        self._att_of.pop(i, None)
+        other = self._partner.pop(i, None)
+        if other is None:
+            return True
+        del self._partner[other]
+        att = self._running.get(self._att_of.get(other, -1))
+        if att is not None:  # alone again: full speed, its own draw
+            self.executor.rescale(att.handle, 1.0, 1.0, 1.0)
+            self._expect_end(att, self.loop.now)
+            self._open[other] = att.gpus
+        if self._held_by.pop(i, None) is not None:
+            return False  # a newcomer leaves: its host keeps the GPU
+        parts = self.alloc.allocation(key).parts  # the host leaves: the GPU passes on
+        ClusterAllocator.free(self.alloc, key)
+        del self._held_by[other]
+        for node, gpus in parts:
+            self.alloc.hold(("job", other), node, gpus)
+        return False
+
+    def _expect_end(self, att, now: float) -> None:
+        left = self.executor.remaining_s(att.handle)
+        if left is not None and att.suspend_event is None:
+            att.end_s = now + left

@@ -1,0 +1,182 @@
+"""Co-location on the live daemon: two --share jobs on one fake GPU, both accounted; a job
+that did not ask is never joined; bad --share inputs."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+import pytest
+
+POWER_W = 200.0  # each fake GPU's draw
+NODE = '[[nodes]]\nname = "box"\nexecutor = "local"\nfake_gpus = 1\nshare = "{share}"\n'
+# a pair the model predicts with no slowdown on a V100 (the fake GPUs' fallback)
+FIRST, SECOND = "ResNet-18 (batch size 16)", "ResNet-18 (batch size 64)"
+
+
+def _ts(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _setup(cli, share: str = "time-slice") -> None:
+    cli.home.joinpath("gridshift.toml").write_text(NODE.format(share=share))
+    cli.env.update(
+        {"GRIDSHIFT_FAKE_GPU_POWER_W": str(POWER_W), "GRIDSHIFT_DAEMON__POWER_SAMPLE": "0.2s"}
+    )
+
+
+def _job(cli, tmp_path, name: str, seconds: float, *flags: str) -> int:
+    out = tmp_path / f"{name.split()[0]}-{time.monotonic_ns()}.env"
+    script = f'echo "$CUDA_VISIBLE_DEVICES" > {out}; sleep {seconds}'
+    return cli.submit("--name", name, *flags, "--", "sh", "-c", script)
+
+
+def test_two_sharing_jobs_run_on_one_gpu_and_split_its_energy(cli, tmp_path):
+    _setup(cli)
+    a = _job(cli, tmp_path, FIRST, 2.5, "--share")
+    b = _job(cli, tmp_path, SECOND, 2.5, "--share")
+    cli.run_until_idle(timeout=90)
+    ja, jb = cli.json("show", str(a)), cli.json("show", str(b))
+    assert ja["state"] == jb["state"] == "completed"
+    (ra,), (rb,) = ja["runs"], jb["runs"]
+    assert ra["node"] == rb["node"] == "box" and ra["gpu_ids"] == rb["gpu_ids"] == [0]
+    seen = {p.read_text().strip() for p in tmp_path.glob("*.env")}
+    assert seen == {"0"}, "one CUDA_VISIBLE_DEVICES for both"
+    starts = [_ts(r["started_at"]) for r in (ra, rb)]
+    ends = [_ts(r["finished_at"]) for r in (ra, rb)]
+    assert max(starts) < min(ends), "they ran at the same time"
+    # each is charged its part of the GPU's energy: together, the GPU's, never twice
+    for r in (ra, rb):
+        assert r["energy_kwh"] > 0 and r["energy_modelled"] is False
+    total_j = (ra["energy_kwh"] + rb["energy_kwh"]) * 3.6e6
+    gpu_j = POWER_W * (max(ends) - min(starts))
+    assert total_j == pytest.approx(gpu_j, rel=0.05)
+    alone_j = POWER_W * sum(e - s for s, e in zip(starts, ends, strict=True))
+    assert total_j < 0.8 * alone_j
+
+
+@pytest.mark.backends("sqlite")  # the same queries as above
+def test_a_job_that_did_not_ask_is_never_joined(cli, tmp_path):
+    _setup(cli)
+    a = _job(cli, tmp_path, FIRST, 1.5)  # no --share: its GPU is its own
+    b = _job(cli, tmp_path, SECOND, 0.5, "--share")
+    cli.run_until_idle(timeout=90)
+    (ra,), (rb,) = cli.json("show", str(a))["runs"], cli.json("show", str(b))["runs"]
+    assert _ts(rb["started_at"]) >= _ts(ra["finished_at"]) - 0.05, "it waited for the GPU"
+
+
+@pytest.mark.backends("sqlite")
+def test_a_node_that_never_shares_runs_one_job_per_gpu(cli, tmp_path):
+    _setup(cli, share="never")
+    a = _job(cli, tmp_path, FIRST, 1.5, "--share")
+    b = _job(cli, tmp_path, SECOND, 0.5, "--share")
+    cli.run_until_idle(timeout=90)
+    (ra,), (rb,) = cli.json("show", str(a))["runs"], cli.json("show", str(b))["runs"]
+    assert _ts(rb["started_at"]) >= _ts(ra["finished_at"]) - 0.05
+
+
+@pytest.mark.backends("sqlite")
+@pytest.mark.parametrize("line", ['{"command": ["true"], "share": "yes"}',
+                                  '{"command": ["true"], "share": 1}'])  # fmt: skip
+def test_bad_share_in_a_sweep_file(cli, tmp_path, line):
+    sweep = tmp_path / "sweep.jsonl"
+    sweep.write_text(line + "\n")
+    proc = cli.run("submit", "--file", str(sweep), check=False)
+    assert proc.returncode == 2 and "share" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert cli.job_count() == 0, "nothing half-written"
+
+
+def test_bad_share_option_and_node_policy(cli):
+    proc = cli.run("submit", "--share=sometimes", "--", "true", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    cli.home.joinpath("gridshift.toml").write_text(NODE.format(share="always"))
+    proc = cli.run("nodes", check=False)
+    assert proc.returncode == 2 and "share" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.backends("sqlite")
+def test_submit_share_is_stored_and_shown(cli):
+    job = cli.submit("--share", "--", "true")
+    assert cli.json("show", str(job))["share"] is True
+    assert (
+        json.loads(cli.run("show", "--json", str(cli.submit("--", "true"))).stdout)["share"]
+        is False
+    )
+
+
+def test_progress_reports_refine_the_model_for_that_pair():
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.energy.sharing import Sharing, SpeedTracker
+
+    tracker = SpeedTracker()
+    assert tracker.sample(1, 10.0, 0.1, None) is None
+    assert tracker.sample(1, 20.0, 0.2, None) is None  # alone: 0.01 per s
+    assert tracker.sample(1, 30.0, 0.25, "LM") is None  # the company changed: no rate yet
+    assert tracker.sample(1, 40.0, 0.33, "LM") == pytest.approx(0.8)
+    # untrusted reports: dated back, going backwards, or repeated give nothing
+    assert tracker.sample(1, 35.0, 0.9, "LM") is None
+    assert tracker.sample(1, 50.0, 0.2, "LM") is None
+    assert tracker.sample(1, 50.0, 0.3, "LM") is None
+
+    sharing = Sharing(db=None, nodes=[])
+    job = SimpleNamespace(name=FIRST)
+    spans = [(100.0, float("inf"), 0.5, SECOND)]
+    for t, done in ((50.0, 10), (90.0, 50), (110.0, 60), (150.0, 90)):
+        att = SimpleNamespace(id=7, progress_done=done, progress_total=1000,
+                              progress_at=datetime.fromtimestamp(t))  # fmt: skip
+        sharing._learn(att, job, spans, "v100")
+    assert sharing.model.speed(FIRST, SECOND, "v100") == pytest.approx(0.75)
+    bad = SimpleNamespace(id=8, progress_done=5000, progress_total=1000,
+                          progress_at=datetime.fromtimestamp(200.0))  # fmt: skip
+    sharing._learn(bad, job, spans, "v100")  # more done than the total: ignored
+    assert sharing.model.speed(FIRST, SECOND, "v100") == pytest.approx(0.75)
+
+
+def _placement(policy: str, host_uid: int = 1000):
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.energy.sharing import Sharing
+
+    node = SimpleNamespace(name="box", executor="local", config=SimpleNamespace(share=policy),
+                           model_of=lambda gpus: "Tesla V100-SXM2")  # fmt: skip
+    host = SimpleNamespace(name=SECOND, uid=host_uid, share=True, deadline=None, duration_s=None)
+    att = SimpleNamespace(node="box", gpu_ids=[0], started_at=None)
+
+    class Stub(Sharing):
+        def _alone(self, nodes):
+            return [(att, host)]
+
+    return Stub(db=None, nodes=[node])
+
+
+def _asking(**kw):
+    from types import SimpleNamespace
+
+    fields = {"id": 9, "name": FIRST, "uid": 1000, "share": True, "attempts": 0,
+              "deadline": None, "duration_s": None, "gpu_type": None, **kw}  # fmt: skip
+    return SimpleNamespace(**fields)
+
+
+def test_placement_rules_mps_is_one_users_and_nothing_is_forced():
+    assert _placement("time-slice").place(_asking(), 1, 0.0) == ("box", [0])
+    assert _placement("mps").place(_asking(), 1, 0.0) == ("box", [0])  # the same user
+    assert _placement("mps", host_uid=0).place(_asking(), 1, 0.0) is None  # root's: no
+    assert _placement("mps", host_uid=1001).place(_asking(), 1, 0.0) is None
+    assert _placement("never").place(_asking(), 1, 0.0) is None
+    stub = _placement("time-slice")
+    for job, width in [
+        (_asking(share=False), 1),  # it did not ask
+        (_asking(), 2),  # one GPU only
+        (_asking(attempts=1), 1),  # a restart keeps its own GPU
+        (_asking(gpu_type="p100"), 1),  # it asked for another type
+        (_asking(deadline=datetime.fromtimestamp(10.0)), 1),  # a deadline, no duration
+        (None, 1),
+    ]:
+        assert stub.place(job, width, 0.0) is None
+    first = stub.place(_asking(id=1), 1, 5.0)
+    assert first == ("box", [0]) and stub.shares(1)
+    assert stub.place(_asking(id=2), 1, 5.0) is None  # one partner per GPU in a pass

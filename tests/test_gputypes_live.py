@@ -1,0 +1,61 @@
+"""Mixed GPU types on the live daemon (fake GPUs with a model per node): submit
+--gpu-type good and bad, jobs kept to their type, a free type chosen for the others."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+CLUSTER = (
+    '[[nodes]]\nname = "vbox"\nfake_gpus = 2\ngpu_model = "Tesla V100-SXM2-16GB"\n'
+    '[[nodes]]\nname = "pbox"\nfake_gpus = 2\ngpu_model = "Tesla P100-PCIE-16GB"\n'
+)
+NODE = {"v100": "vbox", "p100": "pbox"}
+# the types are the daemon's logic, not the store's: one backend is enough
+pytestmark = pytest.mark.backends("sqlite")
+
+
+def test_the_daemon_keeps_jobs_to_their_gpu_type_and_chooses_for_the_others(cli):
+    from orchestrator.planning.devices import gputypes
+    from orchestrator.planning.perfmodel import JobModel
+
+    (cli.home / "gridshift.toml").write_text(CLUSTER)
+    model = JobModel(3600, 1, gputypes.curve("v100"))
+    best = gputypes.choose_type(model, "any", "v100", ["v100", "p100"], 1, 1.0, 0)
+    free = cli.submit("--within", "2h", "--", "true")  # no type: the least energy (in time)
+    # two jobs for both P100s: the second waits for the first though V100s are free
+    first = cli.submit("--now", "--gpus", "2", "--gpu-type", "p100", "--", "sleep", "1")
+    second = cli.submit("--now", "--gpus", "2", "--gpu-type", "P100", "--", "true")
+    on_v100 = cli.submit("--now", "--gpu-type", "v100", "--", "true")
+    cli.run_until_idle()
+    jobs = {i: cli.json("show", str(i)) for i in (free, first, second, on_v100)}
+    assert all(j["state"] == "completed" for j in jobs.values()), jobs
+    assert jobs[free]["node"] == NODE[best] and jobs[free]["gpu_type"] is None
+    assert jobs[first]["node"] == jobs[second]["node"] == "pbox"
+    assert jobs[second]["gpu_type"] == "p100" and jobs[on_v100]["node"] == "vbox"
+    assert jobs[second]["started_at"] >= jobs[first]["finished_at"]
+    said = cli.run("restart", str(second)).stdout  # a restart keeps the type it asked for
+    copy = int(said.split()[1].rstrip(":"))
+    assert cli.json("show", str(copy))["gpu_type"] == "p100"
+
+
+def test_submit_refuses_a_bad_or_absent_gpu_type(cli, tmp_path):
+    (cli.home / "gridshift.toml").write_text(CLUSTER)
+    for value, message in [
+        ("a100", "no node has GPU type a100 (this cluster's: p100, v100)"),
+        ("../../etc", "invalid GPU type '../../etc'"),
+        ("x" * 65, "invalid GPU type"),
+    ]:
+        proc = cli.run("submit", "--gpu-type", value, "--", "true", check=False)
+        assert proc.returncode == 2 and message in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+    sweep = tmp_path / "sweep.jsonl"  # a sweep's line says it too, and nothing is queued
+    lines = [{"command": ["true"]}, {"command": ["true"], "gpu_type": "a100"}]
+    sweep.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    proc = cli.run("submit", "--file", str(sweep), check=False)
+    assert proc.returncode == 2 and "no node has GPU type a100" in proc.stderr
+    sweep.write_text(json.dumps({"command": ["true"], "gpu_type": 7}) + "\n")
+    proc = cli.run("submit", "--file", str(sweep), check=False)
+    assert proc.returncode == 2 and "sweep.jsonl:1: invalid GPU type 7" in proc.stderr
+    assert cli.job_count() == 0
