@@ -217,11 +217,21 @@ class SqlQueue(RunningViews):
                                     now_s, place=place)  # fmt: skip
         if allocation is None:
             return None
-        (node, gpu_tuple), *more = allocation.parts
-        if not more:
-            return (node, list(gpu_tuple))
-        return across_servers(self.alloc, self._ssh_nodes(), ("job", view.id), allocation.parts,
-                              width, view.gpu_type, place)  # fmt: skip
+        (node, gpus), *more = allocation.parts
+        got = (
+            across_servers(
+                self.alloc,
+                self._ssh_nodes(),
+                ("job", view.id),
+                allocation.parts,
+                width,
+                view.gpu_type,
+                place,
+            )
+            if more
+            else (node, list(gpus))
+        )
+        return self.dispatcher.admitted(self.alloc, view.id, got, decision, now_s)
 
     def launch(self, view: QueuedJob, decision: Decision, allocation, now_s: float) -> None:
         """Start (or resume) one job. A fault of this job's launch fails the job (while

@@ -6,7 +6,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     forecast = "perfect"              # perfect | naive | noise:0.1
     objective = "carbon"              # carbon | cost | mix:0.5 (with a price signal)
     budget = "40kg/day"               # optional: kg per day, week or month, or a total
-    power_limit_w = 20000             # optional: the site's limit on the jobs' draw
+    power_limit_w = "20kW"            # optional: the site's limit on the jobs' draw (W, kW, MW)
     slot = "15m"                      # the planners' slot
     backfill = "conservative"         # conservative | easy | strict (no backfill)
     seed = 0
@@ -41,7 +41,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     gpu_idle_w = 60.0                 # an idle GPU (default: 20 % of its maximum limit)
     idle_off_after = "30m"            # right-sizing: a node idle this long is powered off
     wake = "5m"                       # ... and answers this long after it is woken
-    plan_idle = true                  # planners count a waiting job's idle GPUs
+    plan_idle = false                 # planners count the idle time a wait adds (right-sized)
 
 Paths are relative to the scenario file and may use environment variables
 (``$GRIDSHIFT_SHARED_DATA``).
@@ -60,6 +60,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -68,11 +69,12 @@ from orchestrator.errors import ConfigError, SpecError
 from orchestrator.queue.spec import read_text_file
 
 
-def check_duration(value: str | None) -> str | None:
-    """A duration such as "30m", or "never" (idle_off_after: never powered off)."""
+def check_duration(value: str | None, never: bool = True) -> str | None:
+    """A duration such as "30m", or "never" where ``never`` allows it (idle_off_after:
+    never powered off; a wake-up cannot take forever)."""
     from orchestrator.timeparse import parse_duration_s
 
-    if value is None or value == "never":
+    if value is None or (never and value == "never"):
         return value
     try:
         parse_duration_s(value)
@@ -107,8 +109,8 @@ class SimNode(BaseModel):
 
     @field_validator("idle_off_after", "wake")
     @classmethod
-    def _durations(cls, value: str | None) -> str | None:
-        return check_duration(value)
+    def _durations(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_duration(value, never=info.field_name == "idle_off_after")
 
     @property
     def gpu_count(self) -> int:
@@ -134,14 +136,14 @@ class ClusterConfig(BaseModel):
     wake: str = "5m"
     node_idle_w: float = Field(default=150.0, ge=0, le=100_000)  # a server on, no GPU
     gpu_idle_w: float | None = Field(default=None, ge=0, le=10_000)  # None: 20 % of max
-    plan_idle: bool | None = (
-        None  # planners count idle GPUs of a waiting job (None: if right-sizing)
-    )
+    # planners count the idle server time a waiting job adds (with right-sizing only;
+    # always on, a deferral adds none)
+    plan_idle: bool = False
 
     @field_validator("idle_off_after", "wake")
     @classmethod
-    def _durations(cls, value: str | None) -> str | None:
-        return check_duration(value)
+    def _durations(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_duration(value, never=info.field_name == "idle_off_after")
 
     @field_validator("gpu")
     @classmethod
@@ -214,7 +216,8 @@ class Scenario(BaseModel):
     max_defer: str = "24h"
     objective: str = "carbon"  # carbon | cost | mix:W
     budget: str | None = None  # e.g. 20kg/day, 150kg/week, 500kg (the whole run)
-    power_limit_w: float | None = Field(default=None, gt=0)  # the site's limit on jobs' draw
+    # the site's limit on the jobs' draw: watts, or as people type it ("15kW")
+    power_limit_w: float | None = Field(default=None, gt=0)
     slot: str = "15m"  # the planners' slot
     backfill: str = "conservative"  # conservative | easy | strict (planning.backfill)
     # optimal's wall-clock limit per replan (oracle: 10× this). None: a node limit instead,
@@ -234,6 +237,18 @@ class Scenario(BaseModel):
         except SpecError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("power_limit_w", mode="before")
+    @classmethod
+    def _power_limit(cls, value: object) -> float | None:
+        from orchestrator.timeparse import parse_power_w
+
+        if value is None:
+            return None
+        try:
+            return parse_power_w(value)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("backfill")
     @classmethod
