@@ -153,7 +153,8 @@ def test_a_job_wider_than_one_server_wakes_the_server_its_repack_needs():
     names = {"local": ("local", 4), "s1": ("ssh", 2), "s2": ("ssh", 4)}
     topo = ClusterTopology(tuple(NodeTopology.plain(n, g) for n, (_, g) in names.items()))
     nodes = [SimpleNamespace(name=n, executor=kind) for n, (kind, _) in names.items()]
-    q = SqlQueue(db=None, dispatcher=SimpleNamespace(nodes=nodes, sharing=None), reaper=None,
+    dispatcher = SimpleNamespace(nodes=nodes, sharing=None, admitted=lambda _a, _i, got, *_r: got)
+    q = SqlQueue(db=None, dispatcher=dispatcher, reaper=None,
                  suspender=None, alloc=ClusterAllocator(topo))  # fmt: skip
     cfg = NodeConfig(name="s2", executor="ssh", host="h", gpus=4, power_off=["/bin/true"],
                      power_on=["/bin/true"])  # fmt: skip
