@@ -393,3 +393,35 @@ def test_a_failed_wakes_reason_is_escaped_and_cut(tmp_path, caplog):
     assert "\x1b" not in error and "\\x1b]0;owned\\x07" in error
     assert not any("\x1b" in r.getMessage() for r in caplog.records if "wake failed" in
                    r.getMessage())  # fmt: skip
+
+
+def test_right_sizing_keeps_to_the_gpu_type_a_job_asks_for(tmp_path):
+    """An a100 job waits for the busy A100 server: the V100 server off is not woken for
+    it; an idle A100 server is not powered off when an a100 job is due, although a V100
+    server is on and free."""
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    rec, calls = _rec(tmp_path)
+    sizer, _alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"])
+    sizer.restore(time.time() - 60, {})
+    b = sizer.nodes["b"] = type(sizer.nodes["a"])(sizer.nodes["a"].cfg.model_copy(
+        update={"name": "b"}))  # fmt: skip
+    b.state, b.idle_since_s = "off", None
+    alloc = ClusterAllocator(ClusterTopology((NodeTopology.plain("a", 2, gpu="a100"),
+                                              NodeTopology.plain("b", 2, gpu="v100"))))  # fmt: skip
+    alloc.hold(("attempt", 1), "a", [0, 1])  # a (A100) busy; b (V100) off
+
+    class Due:
+        start_s, gpus = 0.0, 2
+
+    class Job:
+        id, gpus, gpu_type = 9, 2, "a100"
+
+    _passes(sizer, alloc, time.time(), planned=[(Job, Due)])
+    assert b.state == "off" and not calls.exists(), "V100 server woken for an a100 job"
+    alloc.free(("attempt", 1))  # a idle now; b (V100) on and free; the a100 job due
+    b.state = "on"
+    sizer.nodes["a"].idle_since_s = time.time() - 60
+    _passes(sizer, alloc, time.time(), planned=[(Job, Due)])
+    assert sizer.nodes["a"].state == "on" and not calls.exists(), "A100 server powered off"

@@ -158,8 +158,9 @@ class RightSizer:
             p = self.nodes.get(name)
             if name in barred:  # its wake failed, its retry not due: as if down
                 continue
+            gpu_type = alloc.type_of(name)  # a typed job's need fits only on its type
             if p is None:  # not managed: capacity that is on
-                views.append(NodePower(name, total, free))
+                views.append(NodePower(name, total, free, gpu_type=gpu_type))
                 continue
             free = total - held.get(name, 0)  # idle: nothing held (unreachable: still idle)
             idle_since = None
@@ -174,9 +175,10 @@ class RightSizer:
             views.append(NodePower(
                 name, total, total if state != ON else free, state,
                 idle_since, p.seconds("wake") or 0.0,
-                p.seconds("idle_off_after"),
+                p.seconds("idle_off_after"), gpu_type,
             ))  # fmt: skip
-        needs = [Need(d.start_s, d.gpus or job.gpus, job.id) for job, d in planned]
+        needs = [Need(d.start_s, d.gpus or job.gpus, job.id, getattr(job, "gpu_type", None))
+                 for job, d in planned]  # fmt: skip
         actions = right_size(views, needs, now_s)
         for name in actions.power_off:
             if name in self.nodes and self.nodes[name].state == ON and not self.nodes[name].busy:
