@@ -425,3 +425,19 @@ def test_right_sizing_keeps_to_the_gpu_type_a_job_asks_for(tmp_path):
     sizer.nodes["a"].idle_since_s = time.time() - 60
     _passes(sizer, alloc, time.time(), planned=[(Job, Due)])
     assert sizer.nodes["a"].state == "on" and not calls.exists(), "A100 server powered off"
+
+
+def test_report_says_idle_energy_is_counted_by_whole_utc_day(cli):
+    from datetime import UTC, datetime
+
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import IdleUsage
+
+    cli.run("status", check=False)  # the store exists
+    db = Database(cli.db_url)
+    db.ensure_schema()
+    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    with db.write() as session:
+        session.add(IdleUsage(node="n", day=day, energy_j=3.6e6 * 13, carbon_g=None))
+    out = cli.run("report", "--since", "1h").stdout
+    assert "idle: 13.000 kWh" in out and "by whole UTC day" in out, out
