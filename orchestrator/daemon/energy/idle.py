@@ -10,7 +10,7 @@ energy each attempt's power log measures):
   discovery read on the GPUs no job holds);
 - the server's own draw (``node_idle_w``, default 150 W: CPUs, memory, fans), its
   share for each GPU no job holds (× free GPUs / its GPUs: a powered-on idle server's
-  whole draw; the busy GPUs' share is their jobs');
+  whole draw; the busy GPUs' share is counted nowhere: jobs' energy is their GPUs' alone);
 
 all times the PUE (the node's ``pue``, else ``[daemon] pue``, default 1.0), as the
 simulator counts it (``sim.power``). A server that is off (right-sizing) or whose wake
