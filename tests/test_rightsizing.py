@@ -186,3 +186,33 @@ def test_the_planner_counts_the_idle_draw_of_a_job_kept_waiting():
     assert start_h() == 10
     assert start_h(idle_w_per_gpu=100.0) == 0
     assert start_h(idle_w_per_gpu=100.0, idle_wait_s=h) == 10
+
+
+def test_an_off_node_of_the_type_a_need_asks_for_is_woken_not_one_on_of_another():
+    """A p100 need does not fit on a free V100 node: p is woken (and the old call shape,
+    without types, still works)."""
+    v = NodePower("v", 2, 2, ON, None, 300.0, 1800.0, "v100")
+    p = NodePower("p", 2, 2, OFF, None, 300.0, 1800.0, "p100")
+    assert right_size([v, p], [Need(NOW, 1, 7, "p100")], NOW).wake == ("p",)
+    assert right_size([v, p], [Need(NOW, 1, 7, "v100")], NOW).wake == ()
+    assert right_size([v, p], [Need(NOW, 1)], NOW).wake == ()
+
+
+def test_an_idle_node_is_not_kept_on_for_a_need_of_another_type():
+    v = NodePower("v", 2, 2, ON, NOW - 1e4, 300.0, 1800.0, "v100")
+    p = NodePower("p", 2, 2, ON, None, 300.0, 1800.0, "p100")
+    assert right_size([v, p], [Need(NOW + 60, 2, None, "p100")], NOW).power_off == ("v",)
+
+
+def test_a_need_wider_than_a_node_wakes_only_what_the_nodes_on_lack():
+    """16 GPUs with a's 8 free: b alone is woken, not b and c."""
+    nodes = [node("a"), node("b", state=OFF), node("c", state=OFF), node("d", state=OFF)]
+    assert right_size(nodes, [Need(NOW, 16)], NOW).wake == ("b",)
+
+
+def test_no_wake_for_a_start_a_running_job_frees_gpus_for_before_the_wake_up():
+    nodes = [node("a", free=0), node("b", state=OFF)]
+    needs = [Need(NOW + 60, 8)]
+    assert right_size(nodes, needs, NOW).wake == ("b",)  # without the running job's end
+    assert right_size(nodes, needs, NOW, [("a", NOW + 100, 8)]).wake == ()
+    assert right_size(nodes, needs, NOW, [("a", NOW + 900, 8)]).wake == ("b",)  # too late

@@ -242,6 +242,8 @@ class SimDaemon(Resizing, Devices):
         return got
 
     def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
+        if self.power.answers_in_time(width, gpu_type):
+            return []  # a node woken answers in time: no job is suspended for it
         return self.alloc.make_room(width, movable, gpu_type) or []
 
     def cluster(self, now: float) -> tuple:  # backfill's: the allocator, each attempt's end
@@ -405,9 +407,8 @@ class SimDaemon(Resizing, Devices):
             solver = self._plan_whole_run()
         self.loop.schedule(self._submit[0])
         self.loop.run(after=self.tick)
-        unfinished = int(np.isnan(self.finish).sum())
-        if unfinished:
-            raise RuntimeError(f"{unfinished} jobs never finished under {self.policy.name}")
+        if np.isnan(self.finish).any():
+            raise self._never_started(np.isnan(self.finish))
         ex = self.executor
         return RunResult(
             policy=self.policy.name,

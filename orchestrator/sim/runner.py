@@ -96,8 +96,21 @@ def simulate(
         if progress is not None:
             progress(policy.name, 1.0)
         outcome.runs[policy.name] = run
-        outcome.results[policy.name] = metrics(inputs, run)
+    common_window([outcome])
     return outcome
+
+
+def common_window(outcomes: list[Outcome]) -> None:
+    """Each run's metrics, its idle energy counted over one window for all runs of these
+    outcomes (from the first arrival to the latest end of any: each run's last idle draw
+    held to it), so that policies and settings compare on the same hours."""
+    runs = [run for o in outcomes for run in o.runs.values() if run.idle is not None]
+    end_s = max((float(r.idle.end_s[-1]) for r in runs), default=0.0)
+    for o in outcomes:
+        for name, run in o.runs.items():
+            if run.idle is not None:
+                run.idle = run.idle.padded(end_s)
+            o.results[name] = metrics(o.inputs, run)
 
 
 def make_forecaster(text: str, inputs: SimInputs, seed: int):

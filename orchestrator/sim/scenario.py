@@ -41,7 +41,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     gpu_idle_w = 60.0                 # an idle GPU (default: 20 % of its maximum limit)
     idle_off_after = "30m"            # right-sizing: a node idle this long is powered off
     wake = "5m"                       # ... and answers this long after it is woken
-    plan_idle = true                  # planners count a waiting job's idle GPUs
+    plan_idle = false                 # planners count the idle time a wait adds (right-sized)
 
 Paths are relative to the scenario file and may use environment variables
 (``$GRIDSHIFT_SHARED_DATA``).
@@ -60,6 +60,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -68,11 +69,12 @@ from orchestrator.errors import ConfigError, SpecError
 from orchestrator.queue.spec import read_text_file
 
 
-def check_duration(value: str | None) -> str | None:
-    """A duration such as "30m", or "never" (idle_off_after: never powered off)."""
+def check_duration(value: str | None, never: bool = True) -> str | None:
+    """A duration such as "30m", or "never" where ``never`` allows it (idle_off_after:
+    never powered off; a wake-up cannot take forever)."""
     from orchestrator.timeparse import parse_duration_s
 
-    if value is None or value == "never":
+    if value is None or (never and value == "never"):
         return value
     try:
         parse_duration_s(value)
@@ -107,8 +109,8 @@ class SimNode(BaseModel):
 
     @field_validator("idle_off_after", "wake")
     @classmethod
-    def _durations(cls, value: str | None) -> str | None:
-        return check_duration(value)
+    def _durations(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_duration(value, never=info.field_name == "idle_off_after")
 
     @property
     def gpu_count(self) -> int:
@@ -134,14 +136,14 @@ class ClusterConfig(BaseModel):
     wake: str = "5m"
     node_idle_w: float = Field(default=150.0, ge=0, le=100_000)  # a server on, no GPU
     gpu_idle_w: float | None = Field(default=None, ge=0, le=10_000)  # None: 20 % of max
-    plan_idle: bool | None = (
-        None  # planners count idle GPUs of a waiting job (None: if right-sizing)
-    )
+    # planners count the idle server time a waiting job adds (with right-sizing only;
+    # always on, a deferral adds none)
+    plan_idle: bool = False
 
     @field_validator("idle_off_after", "wake")
     @classmethod
-    def _durations(cls, value: str | None) -> str | None:
-        return check_duration(value)
+    def _durations(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return check_duration(value, never=info.field_name == "idle_off_after")
 
     @field_validator("gpu")
     @classmethod

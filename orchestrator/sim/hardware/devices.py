@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.errors import SpecError
+from orchestrator.errors import PlacementError, SpecError
 from orchestrator.planning.devices.gputypes import (
     ANY,
     choose_type,
@@ -123,6 +123,15 @@ class Devices:
         self._per_type = {t: 0 for t in self.alloc.types()}
         for node in inputs.topology.nodes:
             self._per_type[node.gpu] += node.gpus
+
+    def _never_started(self, unfinished: np.ndarray) -> PlacementError:
+        """The one-line error for jobs a run ended without (no node ever took them)."""
+        i = int(np.flatnonzero(unfinished)[0])
+        want = f" of type {self._wants[i]}" if self._wants[i] is not None else ""
+        return PlacementError(
+            f"{int(unfinished.sum())} jobs never finished under {self.policy.name}: job {i} "
+            f"({self._max_gpus[i]} GPUs{want}) found no node to run on"
+        )
 
     def _model(self, i: int) -> JobModel:
         model = self._models.get(i)

@@ -14,7 +14,11 @@ and the plan's next starts. A node powered off has its GPUs held in the allocato
 ``("off", name)``), so no job is placed there; the planner sees them as committed until
 the node could answer (``committed``: now + its wake-up time, or the end of a wake-up
 under way), so a start that needs them is planned after the wake-up, and a node is woken
-when a start due within its wake-up time does not fit on the nodes on.
+when a start due within its wake-up time does not fit on the nodes on (of the type the job
+asked for; GPUs a running job frees before the wake-up would end count as room). A job
+with a deadline counts as due a slot before its latest start at the latest: the planner
+starts jobs on slot edges, so a node woken for the planned start alone could answer a slot
+too late.
 """
 
 from __future__ import annotations
@@ -24,7 +28,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from orchestrator.planning.budgets import J_PER_KWH
-from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING, Need, NodePower, right_size
+from orchestrator.planning.dependencies import planned_end_s
+from orchestrator.planning.devices.rightsizing import (
+    OFF,
+    ON,
+    WAKING,
+    Need,
+    NodePower,
+    right_size,
+    unplaced_typed,
+)
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import Commitment
 
@@ -43,6 +56,18 @@ class IdleAccount:
     wakes: int = 0
     right_sizing: bool = False
 
+    def padded(self, end_s: float) -> IdleAccount:
+        """The same account to ``end_s`` (no earlier than its own end), its last draw held
+        meanwhile: runs ending at different times compared over one window."""
+        last = float(self.end_s[-1])
+        if end_s <= last:
+            return self
+        final_w = self.power_w[np.searchsorted(self.start_s, last, side="right") - 1]
+        return IdleAccount(
+            np.append(self.start_s, last), np.append(self.end_s, end_s),
+            np.append(self.power_w, final_w), self.power_offs, self.wakes, self.right_sizing,
+        )  # fmt: skip
+
 
 @dataclass
 class _Node:
@@ -51,6 +76,7 @@ class _Node:
     wake_s: float
     off_after_s: float | None
     idle_w: float  # all GPUs free: the server's and the GPUs' idle draw, before PUE
+    gpu_type: str | None = None
     state: str = ON
     idle_since_s: float | None = None
     ready_s: float = 0.0  # waking: when it answers
@@ -136,10 +162,11 @@ class SimPower:
     def _right_size(self, now: float) -> None:
         sched = self.daemon.scheduler
         needs = [
-            Need(d.start_s, width_of(job, d, max(now, d.start_s)), job.id)
+            Need(need_start_s(job, d, self.daemon.slot_s), width_of(job, d, max(now, d.start_s)),
+                 job.id, job.gpu_type)
             for job, d in sched.planned()
-        ]
-        actions = right_size(self._views, needs, now)
+        ]  # fmt: skip
+        actions = right_size(self._views, needs, now, self._frees())
         alloc = self.daemon.alloc
         for name in actions.power_off:
             node = self.nodes[self._index[name]]
@@ -164,6 +191,15 @@ class SimPower:
         if actions.next_check_s is not None:
             self._check_at(actions.next_check_s)
 
+    def _frees(self) -> list[tuple[str, float, int]]:
+        """(node, expected end, GPUs) of each running job: GPUs a start may wait for."""
+        masks, names = self.daemon.alloc.held_masks(), self.daemon.alloc.node_names
+        return [
+            (names[i], att.end_s, mask.bit_count())
+            for att in self.daemon._running.values()
+            for i, mask in masks.get(att.key, ())
+        ]
+
     def _check_at(self, at: float) -> None:
         if at not in self._checks:
             self._checks.add(at)
@@ -179,7 +215,9 @@ class SimPower:
     @staticmethod
     def _view(n: _Node) -> NodePower:
         free = n.free if n.state == ON else n.gpus
-        return NodePower(n.name, n.gpus, free, n.state, n.idle_since_s, n.wake_s, n.off_after_s)
+        return NodePower(
+            n.name, n.gpus, free, n.state, n.idle_since_s, n.wake_s, n.off_after_s, n.gpu_type
+        )
 
     def _woken(self, node: _Node) -> None:
         """The end of a wake-up: the node answers and its GPUs may be allocated."""
@@ -214,6 +252,23 @@ class SimPower:
             out["idle_w_per_gpu"], out["idle_wait_s"] = self.plan_idle
         return out
 
+    def answers_in_time(self, width: int, gpu_type: str | None) -> bool:
+        """Whether the blocked head of the queue (``width`` GPUs of ``gpu_type``) fits on
+        the GPUs free on nodes on and those of nodes off or waking that answer by its
+        latest start: the deadline guard then waits for the wake-up (right-sizing wakes
+        them: the head is due) rather than suspending a running job."""
+        latest = self.daemon.scheduler.blocked_latest_start_s()
+        if not self._down or latest is None:
+            return False
+        now, free_now = self.daemon.loop.now, self.daemon.alloc.free_per_node()
+        free = {}
+        for n, f in zip(self.nodes, free_now, strict=True):
+            ready = n.ready_s if n.state == WAKING else now + n.wake_s
+            if n.state == ON or ready <= latest:
+                free[n.name] = f if n.state == ON else n.gpus
+        size, types = {n.name: n.gpus for n in self.nodes}, {n.name: n.gpu_type for n in self.nodes}
+        return not unplaced_typed([(width, gpu_type)], free, size, types)
+
     def is_on(self, node: str) -> bool:
         return next(n.state == ON for n in self.nodes if n.name == node)
 
@@ -233,14 +288,30 @@ class SimPower:
         return IdleAccount(t[:-1], t[1:], np.asarray(self._w), offs, wakes, self.enabled)
 
 
+def need_start_s(job, decision, slot_s: float) -> float:
+    """When right-sizing should count a planned start as due: its start, or for a job with
+    a deadline, a slot before its latest start at the latest (the planner starts jobs on
+    slot edges: a node woken for the planned start alone may answer a slot too late)."""
+    if job.deadline_s is None:
+        return decision.start_s
+    run_s = planned_end_s(decision, job.duration_s) - decision.start_s
+    return min(decision.start_s, job.deadline_s - run_s - slot_s)
+
+
 def plan_idle(nodes: list[_Node], cluster, right_sizing: bool) -> tuple | None:
-    """(idle W per GPU, the longest wait it is counted for) for the planner, or None."""
-    wanted = cluster.plan_idle if cluster.plan_idle is not None else right_sizing
-    if not wanted or not nodes:
+    """(idle W per GPU, the longest wait it is counted for) for the planner, or None.
+
+    Only what a deferral adds is counted: always on, the cluster's idle GPU-hours do not
+    depend on when a job starts (nothing); right-sized, a job's wait keeps its GPUs' server
+    on for at most ``idle_off_after`` and a wake-up. Off unless ``plan_idle = true``: on the
+    planner benchmark's stretch it raised jobs' and idle carbon together."""
+    if not cluster.plan_idle or not right_sizing or not nodes:
         return None
-    per_gpu_w = sum(n.idle_w for n in nodes) / sum(n.gpus for n in nodes) * cluster.pue
     offs = [n.off_after_s + n.wake_s for n in nodes if n.off_after_s is not None]
-    return per_gpu_w, (max(offs) if right_sizing and len(offs) == len(nodes) else None)
+    if len(offs) != len(nodes):
+        return None  # a node always on: waiting there adds nothing
+    per_gpu_w = sum(n.idle_w for n in nodes) / sum(n.gpus for n in nodes) * cluster.pue
+    return per_gpu_w, max(offs)
 
 
 def node_settings(inputs) -> list[_Node]:
@@ -272,6 +343,7 @@ def node_settings(inputs) -> list[_Node]:
                 parse_duration_s(pick("wake")),
                 None if off_after in (None, "never") else parse_duration_s(off_after),
                 pick("node_idle_w") + topo.gpus * gpu_idle,
+                gpu_type,
             )
         )
     return out
