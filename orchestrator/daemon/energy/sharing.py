@@ -17,14 +17,19 @@ combined speed. A job's model is its name where that names one of Gavel's job ty
 families (``--name "ResNet-50 (batch size 64)"``), else the mean job. The newcomer is not
 power-capped: the GPU's cap is its partner's.
 
-Refined online: a sharing job's progress reports give its rate alone and its rate next to
-a partner; their ratio replaces the model's prediction for that pair of job models on that
-GPU type (``SpeedTracker``, ``Interference.observe``), for later placements and splits.
+Measured online, per attempt: a sharing job's progress reports give its rate alone and its
+rate next to a partner; their ratio, clamped to [``MIN_SPEED``, 1], is that attempt's
+measured speed (``SpeedTracker``, ``Sharing.measured``; in memory, lost on a restart). The
+reports are the job's own: they never change the model that places or charges other jobs
+(one daemon-wide table keyed by users' ``--name`` would let one user's reports pair or
+bill another's jobs).
 
 Accounts: each attempt's power log samples the whole GPU, so while two attempts overlap
 on it each is charged its share of the GPU's measured energy (``split_for``): in
 proportion to its predicted speed next to the other (the two draw alike alone: one GPU,
-one cap). The parts sum to what the GPU drew.
+one cap), by the fitted model, never by what a job reports about itself. Time either one
+is stopped (``--suspend stop``) counts as the other alone (``sharesplit``). The parts sum
+to what the GPU drew; where no counter measures it, to its modelled draw.
 """
 
 from __future__ import annotations
@@ -34,10 +39,16 @@ from dataclasses import dataclass, field
 
 from sqlmodel import col, select
 
+from orchestrator.daemon.energy.sharesplit import Span, fraction, stopped_within, stops_of
 from orchestrator.planning.devices.gputypes import ANY, family_of, type_of
-from orchestrator.planning.devices.interference import MIN_SPEED, Interference, worth_sharing
+from orchestrator.planning.devices.interference import (
+    MIN_SPEED,
+    Interference,
+    split,
+    worth_sharing,
+)
 from orchestrator.queue.attempts import AttemptState
-from orchestrator.queue.models import Attempt, Job
+from orchestrator.queue.models import Attempt, AttemptEvent, Job
 
 POLICIES = ("never", "time-slice", "mps")
 _RUNNING = (AttemptState.RUNNING.value,)
@@ -59,6 +70,7 @@ class Sharing:
     model: Interference = field(default_factory=Interference)
     claimed: dict[int, tuple[str, int, float]] = field(default_factory=dict)  # job -> GPU
     tracker: SpeedTracker = field(default_factory=lambda: SpeedTracker())
+    measured: dict[int, float] = field(default_factory=dict)  # attempt -> speed paired
 
     @classmethod
     def for_nodes(cls, db, nodes: list) -> Sharing | None:
@@ -126,8 +138,9 @@ class Sharing:
 
     # -- accounts ------------------------------------------------------------------------
     def split_for(self, att: Attempt) -> Callable[[float, float], float] | None:
-        """The share of its GPU's measured energy ``att`` is charged over ``[t0, t1)``;
-        None when it never shared."""
+        """The share of its GPU's measured energy ``att`` is charged over ``[t0, t1)``
+        (``sharesplit``: by the fitted model, cut at either one's stops); None when it
+        never shared."""
         if not att.gpu_ids or len(att.gpu_ids) != 1 or att.started_at is None:
             return None
         start = att.started_at.timestamp()
@@ -147,45 +160,46 @@ class Sharing:
                 )
             ).all()
             mine = session.get(Job, att.job_id)
+            rows = [(o, j) for o, j in rows if list(o.gpu_ids or ()) == list(att.gpu_ids)]
+            stops = _stops(session, [att.id] + [o.id for o, _ in rows])
         if mine is None or not mine.share:
             return None
         node = next((n for n in self.nodes if n.name == att.node), None)
         gpu = type_of(node.model_of(att.gpu_ids) if node else None) or "v100"
         spans = []
         for other, job in rows:
-            if list(other.gpu_ids or ()) != list(att.gpu_ids):
-                continue
             mine_speed, other_speed = self.model.speeds(kind_of(mine), kind_of(job), gpu)
-            part = mine_speed / (mine_speed + other_speed) if mine_speed + other_speed else 0.5
+            part, _ = split(1.0, 1.0, 1.0, mine_speed, other_speed)  # one GPU: alike draws
             end = other.finished_at.timestamp() if other.finished_at else float("inf")
-            spans.append((max(start, other.started_at.timestamp()), end, part, kind_of(job)))
-        self._learn(att, mine, spans, gpu)
+            begin = max(start, other.started_at.timestamp())
+            spans.append(Span(begin, end, part, kind_of(job), stops.get(other.id, ())))
+        self._learn(att, spans, stops.get(att.id, ()))
         if not spans:
             return None
+        return fraction(spans, stops.get(att.id, ()))
 
-        def fraction(t0: float, t1: float) -> float:
-            if t1 <= t0:
-                return 1.0
-            charged = t1 - t0
-            for a, b, part, _ in spans:
-                overlap = max(0.0, min(t1, b) - max(t0, a))
-                charged -= overlap * (1.0 - part)
-            return max(0.0, charged / (t1 - t0))
-
-        return fraction
-
-    def _learn(self, att: Attempt, job: Job, spans: list, gpu: str) -> None:
-        """Refine the model from the job's progress reports: its rate next to a partner
-        over its rate alone replaces the prediction for that pair. The reports are the
-        job's own (untrusted): a speed above 1.5 is dropped, one above 1 counts as 1."""
+    def _learn(self, att: Attempt, spans: list[Span], my_stops: tuple = ()) -> None:
+        """The attempt's measured speed next to its partner (its rate there over its rate
+        alone, from its progress reports), kept for that attempt alone (``measured``; in
+        memory: lost on a restart). The reports are the job's own (untrusted): they never
+        change the model other jobs are placed or charged by, and the speed is clamped to
+        [``MIN_SPEED``, 1]. A rate over a stretch where either one was stopped is not a
+        speed: the tracker starts again after it."""
         done, total, at = att.progress_done, att.progress_total, att.progress_at
         if done is None or not total or at is None or not 0 <= done <= total:
             return
         t = at.timestamp()
-        partner = next((kind for a, b, _, kind in spans if a <= t < b), None)
-        speed = self.tracker.sample(att.id, t, done / total, partner)
+        span = next((s for s in spans if s.start_s <= t < s.end_s), None)
+        last = self.tracker.last.get(att.id)
+        since = last[0] if last is not None else t
+        stops = [my_stops, *(s.partner_stops for s in spans)]
+        if any(stopped_within(st, since, t) for st in stops):
+            self.tracker.last.pop(att.id, None)  # a stop in between: no rate across it
+            self.tracker.sample(att.id, t, done / total, span.partner if span else None)
+            return
+        speed = self.tracker.sample(att.id, t, done / total, span.partner if span else None)
         if speed is not None and 0 < speed <= 1.5:
-            self.model.observe(kind_of(job), partner, gpu, speed)
+            self.measured[att.id] = min(1.0, max(MIN_SPEED, speed))
 
 
 @dataclass
@@ -210,6 +224,20 @@ class SpeedTracker:
             return None
         alone = self.alone.get(attempt_id)
         return rate / alone if alone and rate > 0 else None
+
+
+def _stops(session, ids: list[int]) -> dict[int, tuple]:
+    """Each attempt's stopped intervals, from its state moves."""
+    rows = session.exec(
+        select(AttemptEvent)
+        .where(col(AttemptEvent.attempt_id).in_(ids))
+        .order_by(col(AttemptEvent.at), col(AttemptEvent.id))
+    ).all()
+    out: dict[int, tuple] = {}
+    for i in ids:
+        moves = [(e.at.timestamp(), e.from_state, e.to_state) for e in rows if e.attempt_id == i]
+        out[i] = stops_of(moves)
+    return out
 
 
 def _policy(node) -> str:
