@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from sqlmodel import Session, col, func, select
 
+from orchestrator.daemon.energy.pairs import pair_ends
 from orchestrator.daemon.planner import LivePlanner
 from orchestrator.planning.backfill import running_end_s
 from orchestrator.planning.onepass import Running
@@ -148,6 +149,8 @@ class RunningViews:
                 ends[("attempt", att.id)] = running_end_s(
                     now_s, run_s, source, ran, reported, leaves
                 )
+        if (sharing := self.dispatcher.sharing) is not None:  # a shared GPU: both ends
+            ends = pair_ends(ends, sharing.paired())
         return self.alloc, ends
 
 

@@ -23,6 +23,7 @@ from sqlmodel import Session, col, select
 from orchestrator.daemon.contain import Faults
 from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.energy.gputypes import allocate_typed, type_problem
+from orchestrator.daemon.energy.pairs import movable_alone
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
@@ -207,7 +208,8 @@ class SqlQueue(RunningViews):
             return (self.dispatcher.nodes[0].name, [])
         job = self.eligible.get(view.id)
         sharing = self.dispatcher.sharing  # co-location: a GPU one --share job runs on
-        if sharing and (shared := sharing.place(job, width, now_s)):
+        down = self.dispatcher.executor.unreachable_nodes() if sharing else ()
+        if sharing and (shared := sharing.place(job, width, now_s, down)):
             return shared
         allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision, now_s)
         if allocation is None:
@@ -301,6 +303,8 @@ class SqlQueue(RunningViews):
         return out
 
     def make_room(self, width: int, movable: dict) -> list:
+        if (sharing := self.dispatcher.sharing) is not None:  # one of a pair frees no GPU
+            movable = movable_alone(movable, sharing.paired())
         if width <= self.alloc.max_node_gpus:
             return self.alloc.make_room(width, movable) or []
         # a job across servers runs on SSH servers alone: room made there, by jobs there

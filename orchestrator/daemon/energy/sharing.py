@@ -34,11 +34,12 @@ to what the GPU drew; where no counter measures it, to its modelled draw.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from sqlmodel import col, select
 
+from orchestrator.daemon.energy.pairs import partners
 from orchestrator.daemon.energy.sharesplit import Span, fraction, stopped_within, stops_of
 from orchestrator.planning.devices.gputypes import ANY, family_of, type_of
 from orchestrator.planning.devices.interference import (
@@ -78,8 +79,12 @@ class Sharing:
         return cls(db, nodes) if any(_policy(n) != "never" for n in nodes) else None
 
     # -- placement ---------------------------------------------------------------------
-    def place(self, job: Job | None, width: int, now_s: float) -> tuple[str, list[int]] | None:
-        """The node and GPU ``job`` should share, or None (it is placed as usual)."""
+    def place(
+        self, job: Job | None, width: int, now_s: float, down: Collection[str] = ()
+    ) -> tuple[str, list[int]] | None:
+        """The node and GPU ``job`` should share, or None (it is placed as usual). Never
+        on a server that does not answer (``down``), nor next to a job backfilled on the
+        promise of giving its GPU back (the newcomer would keep it past that)."""
         self.claimed = {j: c for j, c in self.claimed.items() if c[2] == now_s}  # this pass
         if job is None or not job.share or width != 1 or job.attempts:
             return None  # a job restarting keeps its own GPU: its checkpoint is its own
@@ -94,6 +99,8 @@ class Sharing:
                 continue
             where = (att.node, att.gpu_ids[0])
             if where in taken or (_policy(node) == "mps" and host.uid != job.uid):
+                continue
+            if att.node in down or getattr(att, "backfilled_until", None) is not None:
                 continue
             gpu = type_of(node.model_of(att.gpu_ids)) or "v100"
             if getattr(job, "gpu_type", None) and job.gpu_type != gpu:
@@ -112,6 +119,11 @@ class Sharing:
         node, gpu = best[1]
         self.claimed[job.id] = (node, gpu, now_s)
         return node, [gpu]
+
+    def paired(self) -> dict[int, list[int]]:
+        """Attempt id -> the others on its GPU, for every GPU two attempts hold."""
+        with self.db.read() as session:
+            return partners(session)
 
     def shares(self, job_id: int) -> bool:
         """Whether ``job_id`` was placed on a GPU another job runs on, in this pass."""
