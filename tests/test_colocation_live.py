@@ -129,7 +129,7 @@ def _placement(policy: str, host_uid: int = 1000):
     node = SimpleNamespace(name="box", executor="local", config=SimpleNamespace(share=policy),
                            model_of=lambda gpus: "Tesla V100-SXM2")  # fmt: skip
     host = SimpleNamespace(name=SECOND, uid=host_uid, share=True, deadline=None, duration_s=None)
-    att = SimpleNamespace(node="box", gpu_ids=[0], started_at=None)
+    att = SimpleNamespace(node="box", gpu_ids=[0], started_at=None, cap=None)
 
     class Stub(Sharing):
         def _alone(self, nodes):

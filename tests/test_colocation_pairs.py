@@ -42,7 +42,8 @@ def _stub(**att_fields):
     node = SimpleNamespace(name="box", executor="local", config=SimpleNamespace(share="time-slice"),
                            model_of=lambda gpus: "Tesla V100-SXM2")  # fmt: skip
     host = SimpleNamespace(name=SECOND, uid=1000, share=True, deadline=None, duration_s=None)
-    att = SimpleNamespace(node="box", gpu_ids=[0], started_at=None, **att_fields)
+    att = SimpleNamespace(**({"node": "box", "gpu_ids": [0], "started_at": None, "cap": None}
+                             | att_fields))  # fmt: skip
 
     class Stub(Sharing):
         def _alone(self, nodes):
@@ -60,3 +61,36 @@ def test_no_pair_on_an_unreachable_server_nor_next_to_a_promise():
     assert _stub().place(_asking(), 1, 0.0) == ("box", [0])
     assert _stub().place(_asking(), 1, 0.0, down={"box": 5.0}) is None
     assert _stub(backfilled_until=object()).place(_asking(), 1, 0.0) is None
+
+
+def _host_with(deadline_s: float, **att_fields):
+    from datetime import UTC, datetime
+
+    stub = _stub(**att_fields)
+    host = SimpleNamespace(name=SECOND, uid=1000, share=True, duration_s=1000.0,
+                           deadline=datetime.fromtimestamp(deadline_s, UTC))  # fmt: skip
+    att = stub._alone({})[0][0]
+    stub._alone = lambda nodes: [(att, host)]
+    return stub
+
+
+def test_the_deadline_check_counts_the_cap_and_the_work_left():
+    from datetime import UTC, datetime
+
+    from orchestrator.planning.devices.interference import Interference
+    from orchestrator.planning.perfmodel import curve_for
+
+    speed = Interference().speed(SECOND, FIRST, "v100")
+    rate = curve_for("Tesla V100-SXM2").throughput_fraction(0.5)
+    assert rate < 0.95
+    started = datetime.fromtimestamp(0.0, UTC)
+    needs_s = 1000.0 / speed  # all its work left at its speed paired, uncapped
+    # uncapped it ends in time; at a 50 % cap it does not: no pair
+    fits = dict(started_at=started, cap=None, progress_total=None, progress_done=None)
+    assert _host_with(needs_s + 1, **fits).place(_asking(), 1, 0.0) == ("box", [0])
+    capped = fits | {"cap": 0.5}
+    assert _host_with(needs_s + 1, **capped).place(_asking(), 1, 0.0) is None
+    # its own report says 90 % is done: a tenth of the work left, in time even capped
+    done = capped | {"progress_total": 100.0, "progress_done": 90.0}
+    assert _host_with(needs_s / 10 / rate + 1, **done).place(_asking(), 1, 0.0) == ("box", [0])
+    assert _host_with(needs_s / 10 / rate + 1, **capped).place(_asking(), 1, 0.0) is None

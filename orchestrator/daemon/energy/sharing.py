@@ -48,6 +48,7 @@ from orchestrator.planning.devices.interference import (
     split,
     worth_sharing,
 )
+from orchestrator.planning.perfmodel import curve_for
 from orchestrator.queue.attempts import AttemptState
 from orchestrator.queue.models import Attempt, AttemptEvent, Job
 
@@ -108,8 +109,10 @@ class Sharing:
             speed_job, speed_host = self.model.speeds(kind_of(job), kind_of(host), gpu)
             if not worth_sharing(speed_job, speed_host, 1.0, 1.0, MIN_SPEED):
                 continue
-            if not (
-                _in_time(job, None, speed_job, now_s) and _in_time(host, att, speed_host, now_s)
+            rate = curve_for(node.model_of(att.gpu_ids)).throughput_fraction(att.cap or 1.0)
+            if not (  # at the GPU's cap, the host's work left from its progress
+                _in_time(job, None, speed_job * rate, now_s)
+                and _in_time(host, att, speed_host * rate, now_s)
             ):
                 continue
             if best is None or speed_job + speed_host > best[0]:
@@ -260,15 +263,20 @@ def _policy(node) -> str:
 
 
 def _in_time(job: Job, att: Attempt | None, speed: float, now_s: float) -> bool:
-    """Whether ``job`` still ends by its deadline at ``speed`` (no deadline: yes)."""
+    """Whether ``job`` still ends by its deadline at ``speed`` (no deadline: yes). Its
+    work left: all of it for a newcomer; for a running host, the share its last progress
+    report leaves (a job over-reporting its progress risks only its own deadline), else
+    its duration less the time this attempt ran.
+    """
     if job.deadline is None:
         return True
     if not job.duration_s:
         return False  # nobody knows when it ends: not slowed
-    ran = 0.0
-    if att is not None and att.started_at is not None:
-        ran = max(0.0, now_s - att.started_at.timestamp())
-    left = max(0.0, job.duration_s - ran)
+    left = job.duration_s
+    if att is not None and att.progress_total and att.progress_done is not None:
+        left = job.duration_s * (1.0 - min(1.0, max(0.0, att.progress_done / att.progress_total)))
+    elif att is not None and att.started_at is not None:
+        left = max(0.0, job.duration_s - max(0.0, now_s - att.started_at.timestamp()))
     return now_s + left / speed <= job.deadline.timestamp()
 
 
