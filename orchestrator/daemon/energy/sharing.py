@@ -3,9 +3,10 @@
 A node shares GPUs only where its ``[[nodes]]`` table says ``share = "time-slice"`` (CUDA
 time-slicing: two processes, one ``CUDA_VISIBLE_DEVICES``) or ``share = "mps"`` (the same,
 through the node's CUDA MPS control daemon, which the lab runs: gridshift does not start
-it; MPS serves one user's processes, so only two jobs of the same user pair there). The
-default, ``"never"``, keeps one job per GPU; Slurm nodes never share (Slurm's own GPU
-sharing, ``gres/shard`` or MPS, is Slurm's to configure).
+it). The default, ``"never"``, keeps one job per GPU; Slurm nodes never share (Slurm's
+own GPU sharing, ``gres/shard`` or MPS, is Slurm's to configure). Only one user's jobs
+pair on a GPU unless the node's (root-owned) config says ``share_users = "any"``, and
+never two users' under MPS (it serves one user's processes).
 
 A queued one-GPU job submitted with ``--share`` is placed on a GPU where exactly one
 running one-GPU job that was itself submitted with ``--share`` runs (a job that did not
@@ -99,8 +100,8 @@ class Sharing:
             if node is None:
                 continue
             where = (att.node, att.gpu_ids[0])
-            if where in taken or (_policy(node) == "mps" and host.uid != job.uid):
-                continue
+            if where in taken or (host.uid != job.uid and not _across_users(node)):
+                continue  # one user's jobs only, unless the node's root-owned config says
             if att.node in down or getattr(att, "backfilled_until", None) is not None:
                 continue
             gpu = type_of(node.model_of(att.gpu_ids)) or "v100"
@@ -253,6 +254,14 @@ def _stops(session, ids: list[int]) -> dict[int, tuple]:
         moves = [(e.at.timestamp(), e.from_state, e.to_state) for e in rows if e.attempt_id == i]
         out[i] = stops_of(moves)
     return out
+
+
+def _across_users(node) -> bool:
+    """Whether two users' jobs may pair on ``node``: only where its config says
+    ``share_users = "any"`` and it time-slices (a job's ``--name`` is its own claim: a
+    misnamed job could slow another user's; MPS serves one user's processes)."""
+    config = getattr(node, "config", None)
+    return _policy(node) == "time-slice" and getattr(config, "share_users", "same") == "any"
 
 
 def _policy(node) -> str:
