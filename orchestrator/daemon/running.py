@@ -149,7 +149,7 @@ class RunningViews:
                 ends[("attempt", att.id)] = running_end_s(
                     now_s, run_s, source, ran, reported, leaves
                 )
-        if (sharing := self.dispatcher.sharing) is not None:  # a shared GPU: both ends
+        if (sharing := getattr(self.dispatcher, "sharing", None)) is not None:  # both ends
             ends = pair_ends(ends, sharing.paired())
         return self.alloc, ends
 

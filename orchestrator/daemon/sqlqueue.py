@@ -303,7 +303,7 @@ class SqlQueue(RunningViews):
         return out
 
     def make_room(self, width: int, movable: dict) -> list:
-        if (sharing := self.dispatcher.sharing) is not None:  # one of a pair frees no GPU
+        if (sharing := getattr(self.dispatcher, "sharing", None)) is not None:  # pairs stay
             movable = movable_alone(movable, sharing.paired())
         if width <= self.alloc.max_node_gpus:
             return self.alloc.make_room(width, movable) or []
