@@ -11,9 +11,10 @@
 - ``allocate(key, k, gpu_type=...)`` keeps to nodes of one GPU type (a job wider than a
   node takes whole nodes of that type); ``types()``, ``fits_now(k, gpu_type)``: the
   types a request could start on now, for the caller's choice among them.
-- ``make_room(k, movable)``: which of the ``movable`` allocations (jobs that may be
-  suspended) to release so that a request of ``k`` fits, releasing as few GPUs as it can:
-  the deadline guard's choice of whom to suspend.
+- ``make_room(k, movable, gpu_type)``: which of the ``movable`` allocations (jobs that may
+  be suspended) to release so that a request of ``k`` (on nodes of ``gpu_type``, when
+  given) fits, releasing as few GPUs as it can: the deadline guard's choice of whom to
+  suspend.
 
 Pure and in memory: no clock, no I/O. Built for speed (see benchmarks/placement.py).
 """
@@ -222,22 +223,27 @@ class ClusterAllocator:
         parts = self._held.get(key)
         return self._names[parts[0][0]] if parts is not None and len(parts) == 1 else None
 
-    def make_room(self, k: int, movable: Iterable[object]) -> list[object] | None:
+    def make_room(
+        self, k: int, movable: Iterable[object], gpu_type: str | None = None
+    ) -> list[object] | None:
         """Allocations among ``movable`` (keys) whose release lets a request of ``k`` GPUs
-        fit, releasing as few GPUs as it can; None when releasing them all would not do.
-        Nothing changes: the caller releases them (suspends their jobs) and allocates."""
+        (on nodes of ``gpu_type``, when given) fit, releasing as few GPUs as it can; None
+        when releasing them all would not do. Nothing changes: the caller releases them
+        (suspends their jobs) and allocates."""
+        ok = [gpu_type is None or t == gpu_type for t in self._types]  # nodes it may use
         # in the caller's order (a set's would follow string hashing, which varies per
         # process): ties go to the first, the same in every run
         movable = [key for key in dict.fromkeys(movable) if key in self._held]
         size = {key: sum(m.bit_count() for _, m in self._held[key]) for key in movable}
-        if k <= self.max_node_gpus:  # one node: the cheapest set of its movable holders
+        if k <= max((s for s, y in zip(self._size, ok, strict=True) if y), default=0):
+            # one node: the cheapest set of its movable holders
             on_node: dict[int, list[tuple[int, object, int]]] = {}
             for key in movable:
                 for i, mask in self._held[key]:
                     on_node.setdefault(i, []).append((size[key], key, mask))
             best: tuple[int, list[object]] | None = None
             for i, items in on_node.items():
-                if self._size[i] < k:
+                if self._size[i] < k or not ok[i]:
                     continue
                 free, keys, cost = self._free[i], [], 0
                 for n, key, mask in sorted(items, key=lambda x: x[0]):
@@ -256,7 +262,7 @@ class ClusterAllocator:
         clearable = sorted(
             (sum(size[key] for key in holders.get(i, ())), i)
             for i in range(len(self._size))
-            if holders.get(i, set()) <= set(movable)
+            if ok[i] and holders.get(i, set()) <= set(movable)
         )
         total, out = 0, set()
         for _, i in clearable:

@@ -79,6 +79,9 @@ def test_json_keys_are_stable(cli):
         "last_seen",
         "error",
         "shared_account",  # one remote account for every submitter: one trust domain
+        "power",  # right-sizing: on, off, waking, powering off, wake failed
+        "power_since",
+        "power_error",
         "gpu_list",
     }
     assert set(nodes[0]["gpu_list"][0]) == {

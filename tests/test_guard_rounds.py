@@ -68,7 +68,7 @@ class _State:
         heard = self.delivered and self.calls["checkpoint"] > 0
         return [Running(("attempt", 9), VICTIM, 600.0, heard)]
 
-    def make_room(self, _width, movable):
+    def make_room(self, _width, movable, _gpu_type=None):
         return list(movable)
 
     def checkpoint(self, _run, _now_s):

@@ -69,7 +69,10 @@ def report(session: Session, since: datetime | None, carbon=None, price=None) ->
         for bucket in (by_user[job.user], total, *(by_label[lb] for lb in job.labels or ["-"])):
             _add(bucket, row)
     finished = [j.finished_at for j in jobs if j.finished_at]
+    idle = idle_energy(session, since)
+    total["idle_energy_kwh"], total["idle_carbon_kg"] = idle["energy_kwh"], idle["carbon_kg"]
     return {
+        "idle": idle,
         "since": _iso(since.timestamp()) if since else None,
         # the period the jobs cover: the first one's submission to the last one's end
         "first_submitted_at": _iso(min(j.submitted_at for j in jobs).timestamp()) if jobs else None,
@@ -132,6 +135,36 @@ def _add(bucket: dict, row: dict) -> None:
             bucket[key] += row[key]
 
 
+def idle_energy(session: Session, since: datetime | None) -> dict:
+    """Idle energy (``idle_usage``: idle GPUs, servers on without a job, times the PUE)
+    in all and per node, from the UTC day of ``since`` on."""
+    from orchestrator.queue.models import IdleUsage
+
+    query = select(IdleUsage)
+    if since is not None:
+        day = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        query = query.where(col(IdleUsage.day) >= day)
+    energy: dict[str, float] = defaultdict(float)
+    carbon: dict[str, float | None] = defaultdict(float)
+    for row in session.exec(query).all():
+        energy[row.node] += row.energy_j
+        known = carbon[row.node] is not None and row.carbon_g is not None
+        carbon[row.node] = carbon[row.node] + row.carbon_g if known else None
+
+    def kg(values) -> float | None:
+        values = list(values)
+        return None if None in values else round(sum(values) / 1e3, 6)
+
+    return {
+        "energy_kwh": round(sum(energy.values()) / J_PER_KWH, 6),
+        "carbon_kg": kg(carbon.values()),
+        "by_node": {
+            n: {"energy_kwh": round(energy[n] / J_PER_KWH, 6), "carbon_kg": kg([carbon[n]])}
+            for n in sorted(energy)
+        },
+    }
+
+
 def _finish(bucket: dict) -> dict:
     unknown = bucket.pop("_unknown")
     out = {
@@ -143,6 +176,9 @@ def _finish(bucket: dict) -> dict:
         "carbon_at_submission_kg": None,
         "saving_pct": None,
     }
+    if "idle_energy_kwh" in bucket:  # the total: the cluster's idle energy beside the jobs'
+        out["idle_energy_kwh"] = bucket["idle_energy_kwh"]
+        out["idle_carbon_kg"] = bucket["idle_carbon_kg"]
     if "carbon_at_submission_g" not in unknown and "carbon_g" not in unknown:
         base = bucket["carbon_at_submission_g"]
         out["carbon_at_submission_kg"] = round(base / 1e3, 6)

@@ -223,6 +223,11 @@ def _print_report(data: dict, plot) -> None:
             for key, r in [*rows.items(), ("total", data["total"])]
         ])  # fmt: skip
     say("* includes modelled energy (GPUs without energy counters)", "dim")
+    idle = data.get("idle") or {}
+    if idle.get("energy_kwh"):  # right-sizing's part: what the cluster drew besides its jobs
+        kg = "-" if idle["carbon_kg"] is None else num(idle["carbon_kg"], 3)
+        say(f"idle: {num(idle['energy_kwh'], 3)} kWh, {kg} kg CO2e (idle GPUs and servers on "
+            "without a job, times the PUE; not in the rows above)", "dim")  # fmt: skip
     if data.get("signal"):
         came = _history_note(data, "signal_from")
         say(f"saved: against running each job at submission, on {data['signal']}"

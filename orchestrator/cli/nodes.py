@@ -38,6 +38,8 @@ def nodes(
         state = {True: "up", False: "down", None: "-"}[d["reachable"]]
         if d["error"]:
             state = f"down: {d['error']}"
+        if d.get("power", "on") != "on" or d.get("power_error"):  # right-sizing
+            state = d["power"] + (f" ({d['power_error']})" if d.get("power_error") else "")
         rows.append([
             d["name"], d["executor"], str(d["gpus"]), str(d["gpus_free"]), d["gpu_model"] or "-",
             ",".join(f"{w:.0f}" for w in limits) or "-", d["gpu_source"], d["host"] or "-",

@@ -82,6 +82,9 @@ class LivePlanner:
     # expected ends, for ``show``; never in the scheduler (they start once those ended).
     ahead: list = field(default_factory=list)  # (QueuedJob, Decision)
     after: dict = field(default_factory=dict)  # waiting job id -> the ids it waits for
+    # what keeping a server on costs a waiting job: (idle W per GPU, longest wait counted)
+    # (``Snapshot.idle_w_per_gpu``); set with right-sizing (``daemon.energy.levers``)
+    idle_cost: tuple[float, float | None] | None = None
 
     def without_caps(self) -> None:
         """Plan at full power only (this daemon cannot set power limits)."""
@@ -158,6 +161,8 @@ class LivePlanner:
         inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
         inputs.estimates, inputs.expected_load, inputs.widest_gpus = known, load, widest
         snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
+        if self.idle_cost is not None:
+            snap.idle_w_per_gpu, snap.idle_wait_s = self.idle_cost
         self._left = self._budget_left(snap, state)
         if key != self._key:
             self._plan, self._earliest = self._make_plan(policy, snap, after or {})

@@ -141,6 +141,13 @@ class Daemon:
                                    cfg.suspend)  # fmt: skip
         self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner,
                               backfill=cfg.backfill)  # fmt: skip
+        from orchestrator.daemon.energy.levers import Levers
+
+        self.levers = Levers.build(self.settings, nodes, self.links, self.db, caps=self.caps,
+                                   carbon=feed.integral if feed is not None else None)  # fmt: skip
+        self.queue.power = self.levers.power  # packing prefers servers on; wakes one off
+        if self.planner is not None:  # with right-sizing: a waiting job keeps GPUs idle
+            self.planner.idle_cost = self.levers.idle_cost(nodes)
         self.onepass = Pass(
             self.queue,
             guard=self.planner is not None,
@@ -150,7 +157,14 @@ class Daemon:
                 ("recover", lambda _now: self.reaper.recover(self.clock.now())),
                 ("cancel", lambda _now: self.reaper.stop_cancelled(self.clock.now())),
             ],
-            after=[("note", self._note), ("health", self._health)],
+            after=[
+                ("note", self._note),
+                ("health", self._health),
+                (
+                    "energy",
+                    lambda now_s: self.levers.after_pass(self.queue, self.onepass.scheduler, now_s),
+                ),
+            ],
             clock=lambda: self.clock.now().timestamp(),
         )
         self.lock = DaemonLock(self.settings.home / "daemon.lock")
@@ -221,8 +235,9 @@ class Daemon:
                 feed.unexpected(exc)
 
     def refresh_nodes(self) -> None:
-        """The discovery timer: the servers' GPUs, use and power limits, for ``nodes``."""
-        found = sshnodes.discover(self.links)
+        """The discovery timer: the servers' GPUs, use and power limits, for ``nodes``
+        (servers right-sizing powered off are not asked)."""
+        found = sshnodes.discover(self.levers.awake(self.links))
         with self.db.write() as session:
             sshnodes.record(session, found, self.clock.now())
 
@@ -252,6 +267,7 @@ class Daemon:
         finally:
             if server is not None:
                 server.stop()
+            self.levers.stop(self.clock.now().timestamp())
             if self.lease is None or self.lease.epoch is not None:
                 self.reaper.restore_caps()
                 self.health.write(self.clock.now(), stopped=True)
@@ -295,11 +311,13 @@ class Daemon:
         from orchestrator.daemon.loop import Every, run_passes
 
         now = self.clock.now()
+        kept = self.levers.remember()  # power states the inventory's replacement drops
         with self.db.write() as session:
             sync_inventory(session, self.dispatcher.nodes, now)
             sshnodes.record(session, self.discovery, now)
         self.reaper.recover(now)
         self.reaper.reconcile_caps()
+        self.levers.start(now.timestamp(), kept)
         self._announce()
         self._wake.clear()
         timers = []

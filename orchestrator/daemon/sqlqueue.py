@@ -30,6 +30,7 @@ from orchestrator.daemon.reaper import Reaper
 from orchestrator.daemon.running import RunningViews, elastic_rate
 from orchestrator.nodes.inventory import widest_job_gpus
 from orchestrator.planning.backfill import DEFAULT_BACKFILL
+from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.onepass import Running
 from orchestrator.planning.pieces import width_of
 from orchestrator.planning.policies.base import (
@@ -80,6 +81,7 @@ class SqlQueue(RunningViews):
     # (in memory: after a restart of the daemon they are planned as any other)
     resize_to: dict[int, int] = field(default_factory=dict)
     resize_from: dict[int, object] = field(default_factory=dict)  # job id -> attempt's key
+    power: object = None  # daemon.energy.rightsizing.RightSizer: servers powered off
 
     @property
     def slot_s(self) -> float:
@@ -211,7 +213,9 @@ class SqlQueue(RunningViews):
         down = self.dispatcher.executor.unreachable_nodes() if sharing else ()
         if sharing and (shared := sharing.place(job, width, now_s, down)):
             return shared
-        allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision, now_s)
+        place = self.power.placer(self.alloc, now_s) if self.power else None  # servers on first
+        allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision,
+                                    now_s, place=place)  # fmt: skip
         if allocation is None:
             return None
         (node, gpu_tuple), *more = allocation.parts
@@ -230,7 +234,7 @@ class SqlQueue(RunningViews):
             hidden = [n for n in self.alloc.node_names if n not in ssh and self.alloc.free_on(n)]
             for name in hidden:
                 self.alloc.hold(others, name, self.alloc.free_on(name))
-            allocation = self.alloc.allocate(key, width)
+            allocation = self.alloc.allocate(key, width, gpu_type=view.gpu_type)
             if hidden:
                 self.alloc.free(others)
             if allocation is None:
@@ -302,11 +306,11 @@ class SqlQueue(RunningViews):
                 out.append(self._elastic(run, job, att, now_s))
         return out
 
-    def make_room(self, width: int, movable: dict) -> list:
+    def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
         if (sharing := getattr(self.dispatcher, "sharing", None)) is not None:  # pairs stay
             movable = movable_alone(movable, sharing.paired())
         if width <= self.alloc.max_node_gpus:
-            return self.alloc.make_room(width, movable) or []
+            return self.alloc.make_room(width, movable, gpu_type) or []
         # a job across servers runs on SSH servers alone: room made there, by jobs there
         ssh, held = self._ssh_nodes(), self.alloc.allocations()
         movable = {key: run for key, run in movable.items()
@@ -316,7 +320,7 @@ class SqlQueue(RunningViews):
         for name in hidden:
             self.alloc.hold(others, name, self.alloc.free_on(name))
         try:
-            return self.alloc.make_room(width, movable) or []
+            return self.alloc.make_room(width, movable, gpu_type) or []
         finally:
             if hidden:
                 self.alloc.free(others)
@@ -446,4 +450,5 @@ def _queued_view(job: Job, largest: int, widest: int | None = None) -> QueuedJob
         duration_s=job.duration_s,
         deadline_s=job.deadline.timestamp() if job.deadline else None,
         interruptible=job.interruptible,
+        gpu_type=type_of(job.gpu_type),
     )

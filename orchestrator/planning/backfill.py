@@ -41,6 +41,7 @@ from orchestrator.planning.pieces import piece_index, width_of
 from orchestrator.planning.policies.base import Decision, QueuedJob
 from orchestrator.planning.profile import Profile, Reservation
 from placement.cluster import ClusterAllocator
+from placement.errors import PlacementError
 
 EASY, CONSERVATIVE, STRICT = "easy", "conservative", "strict"
 MODES = (EASY, CONSERVATIVE, STRICT)
@@ -176,8 +177,8 @@ class Backfill:
     def _easy(self, queue: list[tuple[QueuedJob, Decision]]) -> list[tuple[int, object]]:
         now, alloc = self.now_s, self.alloc
         head, head_decision = queue[0]
-        width = width_of(head, head_decision, now)
-        shadow, at = self._shadow_for(width)
+        width, head_type = width_of(head, head_decision, now), head.gpu_type
+        shadow, at = self._shadow_for(width, head_type)
         if shadow is None:
             return []  # its reservation waits for a run time nobody knows
         started: list[tuple[int, object]] = []
@@ -190,23 +191,61 @@ class Backfill:
             if k in no_fit or k > alloc.free_gpus:
                 continue
             until = hold_until_s(job, decision, now, self.pieces_release)
-            allocation = self.allocate(job, decision)
-            if allocation is None:
-                no_fit.add(k)
-                continue
-            key = job_key(job.id)
-            held = alloc.allocation(key)  # None: it took no new GPUs (resumed, CPU only)
             late = until is None or until > at
-            if held is not None and late and not _still_fits(shadow, key, held.parts, width):
-                alloc.free(key)  # it would delay the head: not now
-                continue
-            if held is not None and self._delays_planned(job, until):
-                alloc.free(key)  # it would delay a job ahead of it planned to start soon
-                if shadow.allocation(key) is not None:
-                    shadow.free(key)
+
+            asked: list[bool] = []
+
+            def may(key: Hashable, held, job=job, until=until, late=late, asked=asked) -> bool:
+                asked.append(True)  # it fitted somewhere
+                # held None: it took no new GPUs (resumed, CPU only)
+                if (
+                    held is not None
+                    and late
+                    and not _still_fits(shadow, key, held.parts, width, head_type)
+                ):
+                    return False  # it would delay the head: not now
+                if held is not None and self._delays_planned(job, until):
+                    if shadow.allocation(key) is not None:  # it would delay a job ahead
+                        shadow.free(key)  # of it planned to start soon
+                    return False
+                return True
+
+            allocation = self._allocate_where(job, decision, may)
+            if allocation is None:
+                if not asked:
+                    no_fit.add(k)
                 continue
             started.append((index, allocation))
         return started
+
+    def _allocate_where(
+        self, job: QueuedJob, decision: Decision, may: Callable[[Hashable, object], bool]
+    ) -> object | None:
+        """``allocate``, kept only if ``may(key, what it holds)``; a job that asked for no
+        GPU type is tried again off the types it was refused on (the GPUs a typed job ahead
+        waits for are of its type only: the others may serve it now)."""
+        alloc, key, block = self.alloc, job_key(job.id), ("backfill", "other types")
+        refused: set = set()
+        try:
+            while True:
+                allocation = self.allocate(job, decision)
+                if allocation is None:
+                    return None
+                held = alloc.allocation(key)
+                if may(key, held):
+                    return allocation
+                alloc.free(key)
+                if held is None or job.gpu_type is not None:
+                    return None
+                refused |= {alloc.type_of(node) for node, _ in held.parts}
+                if not set(alloc.types()) - refused:
+                    return None
+                for node in alloc.node_names:  # keep them off those types' free GPUs
+                    if alloc.type_of(node) in refused and (free := alloc.free_on(node)):
+                        alloc.hold(block, node, free)
+        finally:
+            if alloc.allocation(block) is not None:
+                alloc.free(block)
 
     def _delays_planned(self, job: QueuedJob, until: float | None) -> bool:
         """Whether ``job``, holding its GPUs until ``until`` (None: unknown), keeps a job
@@ -218,22 +257,29 @@ class Backfill:
             if until is not None and plan.start_s >= until:
                 break  # sorted by start: the rest start after it has gone
             ahead = (-other.priority, other.submitted_s) < mine
-            if ahead and not _fits(self.alloc, width_of(other, plan, plan.start_s)):
+            width = width_of(other, plan, plan.start_s)
+            if ahead and not _fits(self.alloc, width, other.gpu_type):
                 return True
         return False
 
-    def _shadow_for(self, width: int) -> tuple[ClusterAllocator | None, float]:
-        """A copy of the allocator as it will be when a request of ``width`` GPUs first
-        fits (running jobs released in the order of their ends), and that time; (None,
-        inf) when that waits for a job whose end nobody knows."""
+    def _shadow_for(
+        self, width: int, gpu_type: str | None = None
+    ) -> tuple[ClusterAllocator | None, float]:
+        """A copy of the allocator as it will be when a request of ``width`` GPUs (of
+        ``gpu_type``, when given) first fits (running jobs released in the order of their
+        ends), and that time; (None, inf) when that waits for a job whose end nobody
+        knows."""
         shadow = _copy(self.alloc)
+        typed = sum(n.gpus for n in shadow.topology.nodes if n.gpu == gpu_type)
+        if gpu_type is not None and typed < width:
+            return shadow, float("inf")  # more than its type's GPUs: it never starts here
         known = sorted((end, str(key), key) for key, end in self.ends.items() if end is not None)
         at = self.now_s
         for n, (end, _, key) in enumerate(known):
             shadow.free(key)
             if n + 1 < len(known) and known[n + 1][0] <= end:
                 continue  # others end at the same time: release them too first
-            if _fits(shadow, width):
+            if _fits(shadow, width, gpu_type):
                 return shadow, max(at, end)
         return None, float("inf")
 
@@ -263,45 +309,53 @@ class Backfill:
                 continue  # it neither starts now nor gets a reservation
             until = hold_until_s(job, decision, now, self.pieces_release)
             if index > 0 and k <= alloc.free_gpus:
-                allocation = self.allocate(job, decision)
-                if allocation is not None:
-                    key = job_key(job.id)
-                    held = alloc.allocation(key)
+
+                def may(key: Hashable, held, job=job, until=until) -> bool:
                     masks = {} if held is None else profile.masks(held.parts)
                     packed = profile.pack(masks)
-                    if not any(r.packed & packed and r.overlaps(masks, now, until)
-                               for r in reservations) and not (
+                    if any(r.packed & packed and r.overlaps(masks, now, until)
+                           for r in reservations) or (
                         held is not None and self._delays_planned(job, until)
                     ):  # fmt: skip
-                        profile.hold(masks, until)
-                        started.append((index, allocation))
-                        continue
-                    alloc.free(key)
+                        return False
+                    profile.hold(masks, until)
+                    return True
+
+                allocation = self._allocate_where(job, decision, may)
+                if allocation is not None:
+                    started.append((index, allocation))
+                    continue
             if len(reservations) >= MAX_RESERVATIONS:
                 continue  # no reservation of its own: it starts only where it fits
             run_s = None if until is None else until - now
-            reservation = profile.reserve(k, run_s, reservations)
+            reservation = profile.reserve(k, run_s, reservations, job.gpu_type)
             if reservation is None:
                 break  # it waits for a run time nobody knows: nothing may pass it
             reservations.append(reservation)
         return started
 
 
-def _still_fits(shadow: ClusterAllocator, key: Hashable, parts, width: int) -> bool:
+def _still_fits(
+    shadow: ClusterAllocator, key: Hashable, parts, width: int, gpu_type: str | None = None
+) -> bool:
     """Hold ``parts`` on the shadow; keep them if a request of ``width`` still fits."""
     _hold(shadow, key, parts)
-    if _fits(shadow, width):
+    if _fits(shadow, width, gpu_type):
         return True
     shadow.free(key)
     return False
 
 
-def _fits(alloc: ClusterAllocator, width: int) -> bool:
+def _fits(alloc: ClusterAllocator, width: int, gpu_type: str | None = None) -> bool:
+    """Whether a request of ``width`` GPUs (of ``gpu_type``, when given) fits now."""
     if width <= 0:
         return True
     if width > alloc.free_gpus:
         return False
-    got = alloc.allocate(("fit",), width)
+    try:
+        got = alloc.allocate(("fit",), width, gpu_type=gpu_type)
+    except PlacementError:
+        return False  # more than that type's GPUs: never
     if got is None:
         return False
     alloc.free(("fit",))

@@ -111,8 +111,9 @@ class QueueState(Protocol):
     def running(self, now_s: float) -> list[Running]:
         """The running attempts (for the guard)."""
 
-    def make_room(self, width: int, movable: dict) -> list:
-        """The fewest of ``movable``'s keys whose GPUs make room for ``width``."""
+    def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
+        """The fewest of ``movable``'s keys whose GPUs make room for ``width`` (on nodes of
+        ``gpu_type``, when given)."""
 
     def checkpoint(self, run: Running, now_s: float) -> bool:
         """Tell a running job to checkpoint and leave its GPUs (SIGTERM)."""
@@ -237,7 +238,7 @@ class Pass:
                 for r in running
                 if may_make_room(r.job, r.remaining_s, now_s, state.slot_s, state.max_defer_s)
             }
-            victims = state.make_room(width, movable)
+            victims = state.make_room(width, movable, head.gpu_type)
             if not victims:
                 return
             heard = [key for key in victims if state.checkpoint(movable[key], now_s)]

@@ -12,13 +12,18 @@ from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 
+from orchestrator.planning.devices.typenames import type_of
+
 CURVES = Path(__file__).with_name("power_curves.json")
-ALIASES = {
+ALIASES = {  # the fitted types (canonical names: ``devices.typenames``)
     "rtx6000": ("rtx 6000", "rtx6000", "quadro rtx 6000"),
     "a40": ("a40",),
     "v100": ("v100",),
     "p100": ("p100",),
 }
+# types with no fitted curve: the generic shape at their board limit (A100 SXM4; one of a
+# K80's two GPUs)
+BOARD_LIMIT_W = {"a100": 400.0, "k80": 150.0}
 
 
 @dataclass(frozen=True)
@@ -98,14 +103,14 @@ def _curves() -> dict[str, PowerCurve]:
 
 
 def curve_for(gpu_model: str | None, max_limit_w: float | None = None) -> PowerCurve:
-    """The fitted curve for a GPU model name (``"Tesla V100-SXM2-32GB"`` → v100), else the
-    generic one (the mean of the fitted curves). ``max_limit_w`` (from NVML) rescales it."""
-    name = (gpu_model or "").lower()
-    curves = _curves()
-    chosen = next(
-        (curves[g] for g, keys in ALIASES.items() if any(k in name for k in keys)),
-        curves["generic"],
-    )
+    """The fitted curve for a GPU model name (``"Tesla V100-SXM2-32GB"`` → v100; whole
+    words: a Quadro P1000 is no P100), else the generic one (the mean of the fitted
+    curves), at the board limit of a known type without a fit (an A100: 400 W, named
+    ``a100``). ``max_limit_w`` (from NVML) rescales it."""
+    gpu, curves = type_of(gpu_model), _curves()
+    chosen = curves[gpu] if gpu in ALIASES else curves["generic"]
+    if gpu in BOARD_LIMIT_W:
+        chosen = replace(chosen.with_max_limit(BOARD_LIMIT_W[gpu]), gpu=gpu)
     return chosen.with_max_limit(max_limit_w) if max_limit_w else chosen
 
 

@@ -2,10 +2,11 @@
 bitmask of buddy-order positions (as ``placement.buddy``) held by the running jobs until
 their expected ends, and by the reservations made so far over their spans.
 
-``Profile.reserve(width, run_s, reservations)`` finds the earliest time from now at which
-``width`` GPUs are free for ``run_s`` (None: for ever) of every holder and reservation,
-and which: a buddy block on the fullest node that has one (as the allocator's best fit),
-or, for a job wider than every node, whole idle nodes, largest first. A reservation holds
+``Profile.reserve(width, run_s, reservations, gpu_type)`` finds the earliest time from now
+at which ``width`` GPUs (on nodes of ``gpu_type``, when given) are free for ``run_s``
+(None: for ever) of every holder and reservation, and which: a buddy block on the fullest
+node that has one (as the allocator's best fit), or, for a job wider than every node (of
+that type), whole idle nodes, largest first. A reservation holds
 the whole buddy block its job is served from (a 3-GPU job needs an aligned block of 4).
 Masks, not an allocator per candidate time: a reservation is a sweep over the holders'
 ends. Pure and in memory.
@@ -32,6 +33,7 @@ class Reservation:
     width: int = 0  # what it was asked for: GPUs, and for how long (None: for ever)
     run_s: float | None = None
     packed: int = 0  # its masks on one integer (``Profile.pack``)
+    gpu_type: str | None = None  # kept to nodes of this type (None: any)
 
     def overlaps(self, masks: Masks, now_s: float, until_s: float | None) -> bool:
         """Would holding ``masks`` from now until ``until_s`` (None: for ever) take any of
@@ -48,6 +50,7 @@ class Profile:
         self.now_s = now_s
         nodes = topology.nodes
         self.sizes = [n.gpus for n in nodes]
+        self.types = [n.gpu for n in nodes]
         self.full = [(1 << n.gpus) - 1 for n in nodes]
         self.where = {
             n.name: (i, {g: p for p, g in enumerate(n.order)}) for i, n in enumerate(nodes)
@@ -145,29 +148,40 @@ class Profile:
         return self._first[width]
 
     def reserve(
-        self, width: int, run_s: float | None, reservations: list[Reservation]
-    ) -> Reservation | None:
+        self, width: int, run_s: float | None, reservations: list[Reservation],
+        gpu_type: str | None = None,
+    ) -> Reservation | None:  # fmt: skip
+        """``gpu_type``: only on nodes of that type (a request wider than that type's
+        nodes together holds nothing: it never starts here)."""
         now = self.now_s
-        if width <= 0:
+        typed = [i for i, t in enumerate(self.types) if t == gpu_type]
+        if width <= 0 or (gpu_type is not None and sum(self.sizes[i] for i in typed) < width):
             return Reservation(now, None if run_s is None else now + run_s, {}, width, run_s)
         step_s, held = self.steps()
         # the profile only fills up as a pass goes on, so a narrower (or as wide) request
-        # for no longer that found its earliest time at t_A means none before t_A fits
+        # of the same type for no longer that found its earliest time at t_A means none
+        # before t_A fits
         from_s = now
-        wide = width > self.max_node
+        max_node = self.max_node if gpu_type is None else max(self.sizes[i] for i in typed)
+        wide = width > max_node
         for r in reservations:
             if (
                 r.width > 0
                 and r.width <= width
-                and (r.width > self.max_node) == wide
+                and r.gpu_type == gpu_type
+                and (r.width > max_node) == wide
                 and (run_s is None or (r.run_s is not None and r.run_s <= run_s))
                 and r.start_s > from_s
             ):
                 from_s = r.start_s
-        first = self.first_step(width)
-        if first is None:
-            return None
-        from_s = max(from_s, step_s[first])
+        other = 0  # positions of other types: held for ever, as far as this request goes
+        if gpu_type is not None:
+            other = self.full_packed & ~self.pack({i: self.full[i] for i in typed})
+        else:
+            first = self.first_step(width)
+            if first is None:
+                return None
+            from_s = max(from_s, step_s[first])
         # candidate times from ``from_s``: the holders' steps and the reservations' ends
         ends = sorted({r.end_s for r in reservations if r.end_s is not None and r.end_s >= from_s})
         full, inf = self.full_packed, float("inf")
@@ -182,7 +196,7 @@ class Profile:
             b = ends[j] if j < len(ends) else inf
             t = min(a, b)
             i, j = i + (a == t), j + (b == t)
-            window = held[bisect_right(step_s, t) - 1]  # what the holders hold at t
+            window = held[bisect_right(step_s, t) - 1] | other  # held at t
             end = inf if run_s is None else t + run_s
             for start, stop, packed in spans:
                 if start < end and stop > t:
@@ -190,12 +204,13 @@ class Profile:
             if wide:
                 if (full & ~window).bit_count() < width:
                     continue  # too few free GPUs, idle nodes or not
-                masks = self._place(width, self.unpack(window))
+                masks = self._place(width, self.unpack(window), whole=True)
             else:
                 masks = self._place_one(width, full & ~window)
             if masks is not None:
                 end_s = None if run_s is None else end
-                return Reservation(t, end_s, masks, width, run_s, self.pack(masks))
+                packed = self.pack(masks)
+                return Reservation(t, end_s, masks, width, run_s, packed, gpu_type)
         return None
 
     def _place_one(self, width: int, free: int) -> Masks | None:
@@ -220,9 +235,9 @@ class Profile:
             best = (f.bit_count(), i, ((1 << size) - 1) << start & self.full[i])
         return None if best is None else {best[1]: best[2]}
 
-    def _place(self, width: int, busy: list[int]) -> Masks | None:
+    def _place(self, width: int, busy: list[int], whole: bool = False) -> Masks | None:
         free = [f & ~b for f, b in zip(self.full, busy, strict=True)]
-        if width <= self.max_node:  # the fullest node with a block
+        if width <= self.max_node and not whole:  # the fullest node with a block
             best = None
             for i, f in enumerate(free):
                 n = self.sizes[i]

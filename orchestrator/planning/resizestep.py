@@ -27,6 +27,7 @@ from orchestrator.planning.resize import (
     resizable,
     wait_s,
 )
+from placement.errors import PlacementError
 
 Pass = Any  # ``onepass.Pass`` (which imports this module): its state, scheduler and steps
 
@@ -95,21 +96,28 @@ def node_wait_s(width: int, alloc, nodes: dict, now_s: float) -> float:
     return best
 
 
-def fits_after(alloc, width: int, moves: dict) -> bool:
+def fits_after(alloc, width: int, moves: dict, gpu_type: str | None = None) -> bool:
     """Whether, with each of ``moves`` (allocation key -> new width) released, a request
-    of ``width`` GPUs (0: none) and then each move at its new width are placed. The
+    of ``width`` GPUs (0: none; of ``gpu_type``, when given) and then each move at its new
+    width (on the type it runs on) are placed. The
     allocator (``placement.cluster.ClusterAllocator``) is left as it was."""
     saved = {key: got for key in moves if (got := alloc.allocation(key)) is not None}
     for key in saved:
         alloc.free(key)
     taken, ok = [], True
     try:
-        asks = [(("resize-probe", None), width)]
-        asks += [(("resize-probe", key), n) for key, n in moves.items()]
-        for key, n in asks:
+        asks = [(("resize-probe", None), width, gpu_type)]
+        for key, n in moves.items():  # each on the type it runs on (one type: it stays)
+            types = {alloc.type_of(node) for node, _ in saved[key].parts} if key in saved else ()
+            asks.append((("resize-probe", key), n, next(iter(types)) if len(types) == 1 else None))
+        for key, n, typed in asks:
             if n <= 0:
                 continue
-            if n > alloc.total_gpus or alloc.allocate(key, n) is None:
+            try:
+                got = n <= alloc.total_gpus and alloc.allocate(key, n, gpu_type=typed)
+            except PlacementError:  # more than that type's GPUs
+                got = None
+            if not got:
                 ok = False
                 break
             taken.append(key)
@@ -156,7 +164,7 @@ class Resizer:
         alloc = state.alloc
         nodes = by_node(alloc, running)
         wait = node_wait_s(width, alloc, nodes, now_s)
-        n = narrow_width(head, width, wait, lambda k: fits_after(alloc, k, {}))
+        n = narrow_width(head, width, wait, lambda k: fits_after(alloc, k, {}, head.gpu_type))
         if n is None:
             self._shrink(p, width, wait, running, nodes, now_s)
             return False
@@ -183,7 +191,9 @@ class Resizer:
         for free, group in groups:
             if not any(resizable(r) for r in group):
                 continue
-            got = plan_shrinks(width, wait, free, group, lambda k, m: fits_after(alloc, k, m))
+            got = plan_shrinks(
+                width, wait, free, group, lambda k, m, t=head.gpu_type: fits_after(alloc, k, m, t)
+            )
             if got and sum(r.gain_s for r in got) > sum(r.gain_s for r in plan):
                 plan = got
         if not plan:

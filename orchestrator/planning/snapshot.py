@@ -104,6 +104,8 @@ def across_servers_width(
 
 
 def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
+    from orchestrator.planning.devices.gputypes import type_of  # numpy: not for the CLI
+
     jobs = []
     left = inp.remaining_s or {}
     for job in inp.queued:
@@ -125,6 +127,7 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
                 model=model_for(job, inp.curve, duration, est),
                 checkpoint_s=_checkpoint_s(job, inp.checkpoint_s),
                 run_known=est is None or est.source in PROMISED_SOURCES,
+                gpu_type=type_of(job.gpu_type),
             )
         )
     committed = []

@@ -219,6 +219,11 @@ class Node(SQLModel, table=True):
     reachable: bool | None = None  # SSH nodes: at the last look (None: never looked)
     last_seen: datetime | None = _utc()
     error: str | None = None  # why it was unreachable at the last look
+    # right-sizing (orchestrator.daemon.energy): on, off, waking, powering off, wake failed
+    power_state: str | None = None  # None: on (never powered by the daemon)
+    power_since: datetime | None = _utc()
+    power_error: str | None = None  # the last power command's failure, escaped and cut
+    idle_until: datetime | None = _utc()  # its idle energy is in the ledger up to here
 
 
 class Gpu(SQLModel, table=True):
@@ -252,3 +257,15 @@ class Calibration(SQLModel, table=True):
     power_w_per_gpu: float | None = None
     samples: int = 0
     updated_at: datetime = _utc(nullable=False)
+
+
+class IdleUsage(SQLModel, table=True):
+    """Idle energy per node and UTC day (idle GPUs, and the server's own draw while on
+    without a job, times the PUE), added to as each stretch is accounted: the stretch and
+    the node's ``idle_until`` move in one transaction, so each is counted once."""
+
+    __tablename__ = "idle_usage"
+    node: str = Field(primary_key=True)
+    day: datetime = Field(sa_column=Column(UTCDateTime(), primary_key=True))
+    energy_j: float = 0.0
+    carbon_g: float | None = 0.0  # None: some stretch had no signal

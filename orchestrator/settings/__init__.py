@@ -97,6 +97,8 @@ class DaemonSettings(BaseModel):
     fallback: Literal["run-now", "deadline-only"] = "deadline-only"
     backfill: Literal["conservative", "easy", "strict"] = "conservative"  # planning.backfill
     power_caps: bool = True
+    pue: float = Field(default=1.0, ge=1.0, le=5.0, description="facility power over IT "
+                       "power, for idle energy (a node's pue wins)")  # fmt: skip
     power_sample: str = Field(default="5s", description="energy samples in each power log")
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_addr: str = Field(

@@ -91,10 +91,62 @@ class NodeConfig(BaseModel):
         "default: /usr/local/sbin, /usr/local/bin, /usr/sbin, /usr/bin, /sbin, /bin",
     )
 
-    @field_validator("connect_timeout", "lost_after", mode="after")
+    # -- idle power and right-sizing (orchestrator.daemon.energy) -------------------------
+    gpu_idle_w: float | None = Field(
+        default=None,
+        ge=0,
+        le=2000,
+        description="a GPU's draw without a job; default: measured while idle, else 50 W",
+    )
+    node_idle_w: float = Field(default=150.0, ge=0, le=100_000, description="the server's own "
+                               "draw while on (CPUs, memory, fans); each idle GPU counts "
+                               "its share")  # fmt: skip
+    pue: float | None = Field(default=None, ge=1.0, le=5.0, description="default: [daemon] pue")
+    idle_off_after: str | None = Field(
+        default=None,
+        description="power the server off once idle this long (needs power_off and power_on)",
+    )
+    power_off: list[str] | None = Field(default=None, description="argv, absolute program path; "
+                                        "e.g. ipmitool ... power soft")  # fmt: skip
+    power_on: list[str] | None = Field(
+        default=None,
+        description="argv, absolute program path; done once it exits 0 and the server answers",
+    )
+    power_timeout: str = Field(default="2m", description="a power command still running "
+                               "after this is killed, and has failed")  # fmt: skip
+    wake: str = Field(
+        default="5m",
+        description="how long the server takes to answer "
+        "once woken (no job needing it within this is powered off)",
+    )
+    wake_timeout: str = Field(default="10m", description="a wake not answered by then has "
+                              "failed (retried later)")  # fmt: skip
+
+    @field_validator(
+        "connect_timeout",
+        "lost_after",
+        "power_timeout",
+        "wake",
+        "wake_timeout",
+        "idle_off_after",
+        mode="after",
+    )
     @classmethod
-    def _durations(cls, value: str) -> str:
+    def _durations(cls, value: str | None) -> str | None:
         return _duration(value)
+
+    @field_validator("power_off", "power_on", mode="after")
+    @classmethod
+    def _command(cls, value: list[str] | None) -> list[str] | None:
+        """A power command is an argument list (no shell) whose program is an absolute
+        path: the daemon's PATH never chooses what runs as root."""
+        if value is None:
+            return None
+        if not value or len(value) > 64 or any(len(a) > 4096 or "\0" in a for a in value):
+            raise ValueError("a power command is a list of 1 to 64 arguments (no NUL bytes)")
+        if not value[0].startswith("/"):
+            raise ValueError(f"{value[0]!r}: a power command's program must be an absolute path")
+        return value
 
     @field_validator("name", mode="after")
     @classmethod
@@ -140,6 +192,24 @@ class NodeConfig(BaseModel):
                 f"node {self.name}: fake_gpus is for local nodes; a server's GPUs are "
                 "found through its nvidia-smi"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _power(self) -> NodeConfig:
+        """Right-sizing: SSH servers only, with both commands (Slurm's own power saving
+        powers Slurm's machines; a local node is the daemon's own host)."""
+        levers = [k for k in ("power_off", "power_on", "idle_off_after") if getattr(self, k)]
+        if levers and self.executor != "ssh":
+            where = (
+                "the daemon's own host"
+                if self.executor == "local"
+                else (
+                    "a Slurm node: Slurm's own power saving (SuspendProgram, SuspendTime) does it"
+                )
+            )
+            raise ValueError(f"node {self.name}: {levers[0]} is for SSH servers, not {where}")
+        if levers and not (self.power_off and self.power_on):
+            raise ValueError(f"node {self.name}: right-sizing needs both power_off and power_on")
         return self
 
     def seconds(self, name: str) -> float:

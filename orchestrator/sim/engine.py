@@ -220,8 +220,8 @@ class SimDaemon(Resizing, Devices):
             pin_resized(self.scheduler, self._resize_to, now)
         return self.scheduler
 
-    def make_room(self, width: int, movable: dict) -> list:
-        return self.alloc.make_room(width, movable) or []
+    def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
+        return self.alloc.make_room(width, movable, gpu_type) or []
 
     def cluster(self, now: float) -> tuple:  # backfill's: the allocator, each attempt's end
         return self.alloc, {a.key: a.end_s for a in self._running.values()}
@@ -249,11 +249,11 @@ class SimDaemon(Resizing, Devices):
             duration_s=self._at_width(i, remaining_s),
             deadline_s=self._deadline[i],
             interruptible=self._interruptible[i],
-            min_gpus=self._min_gpus[i],
-            max_gpus=self._max_gpus[i],
+            min_gpus=self._min_gpus[i], max_gpus=self._max_gpus[i],
             model=self._model(i),
             checkpoint_s=self.inputs.checkpoint_s,
-        )
+            gpu_type=self._wants[i],
+        )  # fmt: skip
 
     def _context(self, now: float) -> dict:
         running = [c for a in self._running.values() for c in held_pieces(a, now)]

@@ -63,6 +63,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     from orchestrator.sim.hardware.devices import (
         job_families,
         keep_typed,
+        note_unknown_types,
         requested_types,
         typed_widest,
     )
@@ -102,6 +103,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
             notes.append(f"{int((kept != largest_fit).sum())} jobs waiting for those too")
         jobs = jobs.take(np.flatnonzero(kept))
     jobs = keep_typed(jobs, topology, notes)
+    note_unknown_types(topology, notes)
     if scenario.jobs.skip_jobs:
         jobs = jobs.take(np.arange(min(scenario.jobs.skip_jobs, len(jobs)), len(jobs)))
     if scenario.jobs.max_jobs:

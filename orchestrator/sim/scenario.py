@@ -95,6 +95,8 @@ class SimNode(BaseModel):
     @model_validator(mode="after")
     def _gpu_type(self) -> SimNode:
         self.gpu = self.gpu or self.gpu_model or None  # a gridshift.toml says gpu_model
+        if self.gpu is not None:
+            _named(self.gpu)
         return self
 
     # idle power and right-sizing (sim.hardware.power); None: the cluster's
@@ -140,6 +142,20 @@ class ClusterConfig(BaseModel):
     @classmethod
     def _durations(cls, value: str | None) -> str | None:
         return check_duration(value)
+
+    @field_validator("gpu")
+    @classmethod
+    def _gpu(cls, value: str) -> str:
+        return _named(value)
+
+
+def _named(gpu: str) -> str:
+    """A GPU type that names one (``"!!!"`` or ``"   "`` names none: refused)."""
+    from orchestrator.planning.devices.typenames import type_of
+
+    if type_of(gpu) is None:
+        raise ValueError(f"GPU type {gpu!r} names no GPU (a name such as v100 or a100)")
+    return gpu
 
 
 class JobsConfig(BaseModel):

@@ -198,7 +198,7 @@ def read_trace(path: str | Path) -> TraceJobs:
     import pandas as pd
 
     try:
-        frame = pd.read_csv(path)
+        frame = pd.read_csv(path, dtype={"gpu_type": object, "name": object})  # "" -> None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
         raise SpecError(f"cannot read job trace {path}: {str(exc).splitlines()[0]}") from None
     cols = set(frame.columns)

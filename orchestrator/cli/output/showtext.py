@@ -47,6 +47,7 @@ def _job(d: dict[str, Any]) -> Pairs:
         ("workdir", d["workdir"]),
         ("user", d["user"]),
         ("gpus", asks),
+        ("gpu type", d.get("gpu_type")),  # checked at submit: letters, digits, . _ -
         ("priority", str(d["priority"]) if d["priority"] else None),
         ("labels", ", ".join(d["labels"]) or None),
         ("after", ", ".join(f"job {a}" for a in d["after"]) or None),

@@ -39,6 +39,9 @@ def type_gpus(topology: ClusterTopology) -> dict[str | None, int]:
 def check_requested(specs, settings, db) -> None:
     """Refuse (one line) a submission whose jobs ask for a type no node has: the nodes as
     configured, and as the daemon last found them (an SSH server's model, discovered)."""
+    for spec in specs:
+        if spec.gpu_type and type_of(spec.gpu_type) is None:
+            raise SpecError(f"GPU type {spec.gpu_type!r} names no GPU (such as v100 or a100)")
     wants = {type_of(spec.gpu_type) for spec in specs} - {None}
     if not wants:
         return

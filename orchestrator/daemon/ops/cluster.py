@@ -87,6 +87,8 @@ def nodes(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
                 "reachable": reachable,
                 "last_seen": last_seen,
                 "error": error,
+                # right-sizing: on, off, waking, powering off, wake failed (with why)
+                **_power(row),
                 "gpu_list": gpus,
             }
         )
@@ -97,3 +99,12 @@ def _gpu_keys() -> tuple[str, ...]:
     from orchestrator.nodes.ssh import LIVE_FIELDS
 
     return ("index", "uuid", "model", "memory_mb", *LIVE_FIELDS)
+
+
+def _power(row) -> dict:
+    since = row.power_since if row is not None else None
+    return {
+        "power": (row.power_state if row is not None else None) or "on",
+        "power_since": since.isoformat() if since else None,
+        "power_error": row.power_error if row is not None else None,
+    }

@@ -61,6 +61,13 @@ def _add_cron(ctx, caller, raw: dict, cron: str, window: str, now, env) -> dict:
     local_zone()  # occurrences are read in it: an unknown TZ is the caller's one line
     if not isinstance(raw.get("workdir"), str) or not os.path.isabs(raw["workdir"]):
         raise SpecError("malformed request: a cron job's workdir must be absolute")
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.energy.gputypes import check_requested
+    from orchestrator.queue.spec import parse_gpu_type
+
+    wants = SimpleNamespace(gpu_type=parse_gpu_type(raw.get("gpu_type")))
+    check_requested([wants], ctx.settings, ctx.db)  # as a plain submit: some node has it
     row = ctx.db.write_retrying(
         lambda session: crons.add(session, raw, cron, window_s, caller.user, now, env)
     )

@@ -15,7 +15,6 @@ type's curve, its duration scaled by the family's speed ratio.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import replace
 from functools import cache
@@ -23,13 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.planning.perfmodel import ALIASES, JobModel, PowerCurve, curve_for
+from orchestrator.planning.devices.typenames import type_of as type_of  # canonical names
+from orchestrator.planning.perfmodel import JobModel, PowerCurve, curve_for
 
 SPEEDS = Path(__file__).with_name("gpu_speeds.json")
 ANY = "any"  # the family of a job whose model is unknown
-# type -> substrings of the names NVML or a config gives it (``NVIDIA A100-SXM4-40GB``)
-TYPE_NAMES = {**ALIASES, "a100": ("a100",), "k80": ("k80",)}
-BOARD_LIMIT_W = {"a100": 400.0, "k80": 150.0}  # types with no fitted curve
 
 
 @cache
@@ -42,23 +39,9 @@ def known_types() -> tuple[str, ...]:
     return tuple(sorted(_speeds()["ratios"][ANY]))
 
 
-def type_of(name: str | None) -> str | None:
-    """The type a GPU model name or a user's ``--gpu-type`` names (``"Tesla V100-SXM2"``
-    -> ``"v100"``); an unknown name is kept as a label (``"Quadro RTX 8000"`` ->
-    ``"quadro-rtx-8000"``); None: none."""
-    text = (name or "").strip().lower()
-    for gpu, keys in TYPE_NAMES.items():
-        if any(k in text for k in keys):
-            return gpu
-    # a label: letters, digits, '.' and '_', the rest one '-' (a model name a server
-    # reports is not trusted: nothing else reaches a message or the plan)
-    return re.sub(r"[^a-z0-9._]+", "-", text).strip("-")[:64] or None
-
-
 def curve(gpu_type: str | None) -> PowerCurve:
-    """The power curve of a type; the generic one for an unknown type."""
-    if gpu_type in BOARD_LIMIT_W:
-        return curve_for(None).with_max_limit(BOARD_LIMIT_W[gpu_type])
+    """The power curve of a type; the generic one for an unknown type (the planner's
+    ``curve_for``: one curve per type, live and simulated)."""
     return curve_for(gpu_type)
 
 

@@ -11,6 +11,10 @@ over its batch sizes, of steps/s on that type over steps/s on the V100; ``any`` 
 geometric mean over all 26 job types (for jobs of no known family). The fit reports the
 median absolute relative error of the predicted steps/s (V100's × the family's ratio)
 against each measured job type, per GPU type, and the same for the one ``any`` ratio.
+Those are in-sample (each job type is one of the points its ratio was fitted on); the
+fit also reports them out of sample, leaving each job type out in turn: its family's
+ratio from the family's other job types (the ``any`` ratio of all the others when it is
+its family's only one, as A3C and CycleGAN are), median and max.
 A100, A40 and RTX 6000 were not measured by Gavel: their ratio is a stated prior, the
 ratio of memory bandwidth to the V100's (900 GB/s), the same for every family.
 """
@@ -55,6 +59,16 @@ def _median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
+def _leave_one_out(each: dict[str, float]) -> dict[str, float]:
+    """Relative errors of each job type's ratio predicted without it (``fit``'s doc)."""
+    errs = []
+    for t, measured in each.items():
+        same = [r for u, r in each.items() if u != t and family_of(u) == family_of(t)]
+        predicted = _gmean(same or [r for u, r in each.items() if u != t])
+        errs.append(abs(predicted / measured - 1))
+    return {"median_rel_err_loo": round(_median(errs), 4), "max_rel_err_loo": round(max(errs), 4)}
+
+
 def fit(data: dict) -> dict:
     ref = single_gpu(data, REFERENCE)
     mix = sorted(ref)
@@ -76,6 +90,7 @@ def fit(data: dict) -> dict:
                 _median([abs(ratios["any"][gpu] / each[t] - 1) for t in both]), 4
             ),
             "job_types": len(both),
+            **_leave_one_out(each),
         }
     for gpu, prior in BANDWIDTH_PRIOR.items():
         for fam in ratios:

@@ -61,6 +61,9 @@ class QueuedJob:
     # Its run time is a promise (--duration, its history); False: a guess (the lab's
     # default): backfill then takes it as unknown (``backfill.hold_until_s``).
     run_known: bool = True
+    # The GPU type it asked for (``submit --gpu-type``, canonical); None: any. Backfill
+    # reserves GPUs of that type for it, and lets others use the rest.
+    gpu_type: str | None = None
 
     def release_s(self, now_s: float) -> float:
         """When it may start at the earliest: now, its arrival or its dependencies' end."""

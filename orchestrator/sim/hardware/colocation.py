@@ -125,10 +125,10 @@ class SharingDaemon(SimDaemon):
         elif self._may[i] and job.min_gpus == job.max_gpus:
             self._open[i] = allocation.gpus
 
-    def make_room(self, width: int, movable: dict) -> list:
+    def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
         """The guard never suspends a job sharing its GPU: that frees no GPU."""
         alone = {k: v for k, v in movable.items() if k[1] not in self._partner}
-        return super().make_room(width, alone)
+        return super().make_room(width, alone, gpu_type)
 
     def cluster(self, now: float) -> tuple:
         alloc, ends = super().cluster(now)

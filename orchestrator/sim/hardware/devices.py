@@ -24,6 +24,7 @@ from orchestrator.planning.devices.gputypes import (
     ANY,
     choose_type,
     family_of,
+    known_types,
     model_mix,
     on_type,
     relative_speed,
@@ -54,7 +55,11 @@ def requested_types(jobs) -> list[str | None] | None:
     """Per job, the GPU type it asked for (a trace spec's ``gpu_type``); None: no job did."""
     if not jobs.gpu_types or not any(jobs.gpu_types):
         return None
-    return [type_of(t) for t in jobs.gpu_types]
+    out = [type_of(t) for t in jobs.gpu_types]
+    for i, (raw, canonical) in enumerate(zip(jobs.gpu_types, out, strict=True)):
+        if raw and canonical is None:
+            raise SpecError(f"{jobs.source} job {i + 1}: GPU type {raw!r} names no GPU")
+    return out
 
 
 def _type_gpus(topology) -> dict[str | None, int]:
@@ -72,6 +77,18 @@ def typed_widest(max_gpus: np.ndarray, wants: list[str | None] | None, topology)
     widest = zip(wants, max_gpus.tolist(), strict=True)
     limit = [have.get(w, 0) if w is not None else hi for w, hi in widest]
     return np.minimum(max_gpus, np.asarray(limit, dtype=max_gpus.dtype))
+
+
+def note_unknown_types(topology, notes: list[str]) -> None:
+    """Say which nodes' types have no measured speed or curve (they run as a V100 would,
+    at the generic curve)."""
+    known = set(known_types())
+    unknown = sorted({str(n.gpu) for n in topology.nodes if n.gpu not in known})
+    if unknown:
+        notes.append(
+            f"GPU type(s) {', '.join(unknown)}: no measured speed or power curve; they run "
+            "at the V100's speed with the generic power curve"
+        )
 
 
 def keep_typed(jobs, topology, notes: list[str]):
@@ -101,7 +118,8 @@ class Devices:
         self._ref = type_of(inputs.cluster.gpu)
         self._families = inputs.families or [ANY] * self.n
         self._wants = inputs.gpu_types or [None] * self.n
-        self._mixed = len(self.alloc.types()) > 1
+        # a job's run is on the reference type: on a cluster of one other type it is moved
+        self._mixed = set(self.alloc.types()) != {self._ref}
         self._per_type = {t: 0 for t in self.alloc.types()}
         for node in inputs.topology.nodes:
             self._per_type[node.gpu] += node.gpus

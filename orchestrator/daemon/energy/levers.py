@@ -1,0 +1,112 @@
+"""The daemon's energy levers, wired into its pass: right-sizing (``rightsizing``) and the
+idle-energy meter (``idle``). ``Daemon`` builds one ``Levers`` and calls ``after_pass``
+as a step after the launches, ``start`` once it serves and ``stop`` when it stops."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from orchestrator.daemon.energy.idle import IdleMeter
+from orchestrator.daemon.energy.rightsizing import WAKE_FAILED, RightSizer
+from orchestrator.errors import GridshiftError
+from orchestrator.planning.devices.rightsizing import OFF, ON
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Levers:
+    power: RightSizer | None
+    idle: IdleMeter
+    _said: str | None = None  # the failure last logged
+
+    @classmethod
+    def build(cls, settings, nodes: list, links: dict, db, carbon=None, caps=None) -> Levers:
+        power = RightSizer.build(settings.nodes, links, db)
+
+        def off(name: str) -> bool:
+            p = power.nodes.get(name) if power is not None else None
+            return p is not None and p.state in (OFF, WAKE_FAILED)
+
+        idle = IdleMeter(
+            db, {n.name: n.executor for n in nodes}, {c.name: c for c in settings.nodes},
+            settings.daemon.pue, carbon=carbon or (lambda _a, _b: None), off=off,
+            local_ctl=next((caps.by_node[n.name].ctl for n in nodes if n.executor == "local"
+                            and caps is not None and n.name in caps.by_node), None),
+        )  # fmt: skip
+        return cls(power, idle)
+
+    def idle_cost(self, nodes: list) -> tuple[float, float | None] | None:
+        """With right-sizing, what the planner counts for keeping a server on while a job
+        waits (as the simulator does, ``sim.power.plan_idle``): the cluster's idle draw
+        per GPU (every GPU idle, servers on, times the PUE) and, when every server may be
+        powered off, the longest idle_off_after plus wake (what a wait costs at most)."""
+        counted = [n for n in nodes if n.executor in ("local", "ssh") and n.gpu_count]
+        if self.power is None or not counted:
+            return None
+        watts = sum(self.idle.draw_w(n.name, n.gpu_count, 0) for n in counted)
+        per_gpu_w = watts / sum(n.gpu_count for n in counted)
+        p = [self.power.nodes.get(n.name) for n in counted]
+        offs = [x.seconds("idle_off_after") + x.seconds("wake") for x in p
+                if x is not None and x.cfg.idle_off_after is not None]  # fmt: skip
+        return per_gpu_w, (max(offs) if len(offs) == len(counted) else None)
+
+    def awake(self, links: dict) -> dict:
+        """The SSH links of servers that are on (discovery leaves the others alone)."""
+        if self.power is None:
+            return links
+        return {n: link for n, link in links.items()
+                if n not in self.power.nodes or self.power.nodes[n].state == ON}  # fmt: skip
+
+    def remember(self) -> dict[str, dict]:
+        """Each node row's power state and idle-energy cursor, read before the daemon
+        replaces the inventory at start (``sync_inventory``), for ``start``."""
+        from sqlmodel import select
+
+        from orchestrator.queue.models import Node
+
+        keys = ("power_state", "power_since", "power_error", "idle_until")
+        with self.idle.db.read() as session:
+            return {row.name: {k: getattr(row, k) for k in keys}
+                    for row in session.exec(select(Node)).all()}  # fmt: skip
+
+    def start(self, now_s: float, kept: dict[str, dict]) -> None:
+        """The daemon serves: the idle-energy cursors back on the new node rows (nothing
+        is counted twice across a restart), and each server's power state."""
+        from orchestrator.queue.models import Node
+
+        with self.idle.db.write() as session:
+            for name, row in kept.items():
+                node = session.get(Node, name)
+                if node is not None and row["idle_until"] is not None:
+                    node.idle_until = row["idle_until"]
+                    session.add(node)
+        if self.power is not None:
+            self.power.restore(now_s, kept)
+
+    def after_pass(self, queue, scheduler, now_s: float) -> None:
+        """Idle energy up to now, then right-sizing on this pass's reading. A failure of
+        either is logged (once per reason) and the daemon goes on: the jobs come first."""
+        try:
+            self.idle.step(queue.alloc, now_s)
+            if self.power is not None:
+                planned = scheduler.planned() if scheduler is not None else []
+                self.power.step(queue.alloc, planned, now_s)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            if why != self._said:
+                log.error("energy levers: %s (the daemon goes on)", why,
+                          exc_info=not isinstance(exc, GridshiftError))  # fmt: skip
+                self._said = why
+        else:
+            self._said = None
+
+    def stop(self, now_s: float) -> None:
+        if self.power is not None:
+            self.power.stop()
+        if self.idle._last_s is not None:
+            try:
+                self.idle.flush(now_s)
+            except GridshiftError as exc:  # the store is gone: the last seconds are lost
+                log.warning("idle energy: the last stretch was not written: %s", exc)

@@ -1,0 +1,289 @@
+"""Right-sizing on the live daemon: SSH servers powered off when idle, woken for a job.
+
+A server with ``power_off`` and ``power_on`` in its ``[[nodes]]`` table is managed here;
+what to do is decided by the pure ``planning.devices.rightsizing.right_size`` (the one
+the simulator takes too), from each node's state, since when it is idle, its wake-up
+time and the plan's next needs (each queued job's planned start and width).
+
+- **Power off.** A server on, idle (no job holds a GPU there) for its ``idle_off_after``,
+  whose GPUs none of the jobs planned within its ``wake`` need, gets ``power_off``
+  (``powercmd``: argv from the root-owned config, a timeout, its output not believed).
+  Exit 0: the server is ``off``; a failure leaves it ``on`` (the error shown by
+  ``nodes``) and idle time counts again from then.
+- **Packing prefers servers on.** A job is placed on servers that are on when it fits
+  there (``allocate``); one that fits only with a server that is off (or whose wake
+  failed, once its retry is due) wakes it and waits: ``power_on``, then the server must
+  answer over SSH; once it does it is ``on`` and the job launches at the next pass. The
+  plan's needs due within a server's wake time wake it ahead of them too.
+- **Never a stalled daemon.** Each command, and the wait for the server to answer, runs
+  on a thread of its own; a pass only looks at how they ended. A wake that fails (the
+  command fails or hangs, or the server does not answer within ``wake_timeout``) marks
+  the server ``wake failed`` with its reason, and it is tried again after a back-off
+  (1 minute, doubling up to 30 minutes) while a job needs it.
+- **Stored.** Each state is written on the node's row (``power_state``, ``power_since``,
+  ``power_error``) for ``nodes``; a daemon that starts finds servers it left off (or
+  powering off, or waking: uncertain) as off, and wakes them when needed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from orchestrator.daemon.energy.powercmd import Outcome, run_power_command
+from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING, Need, NodePower, right_size
+from orchestrator.queue.db import Database
+from orchestrator.settings.nodes import NodeConfig
+
+log = logging.getLogger(__name__)
+POWERING_OFF, WAKE_FAILED = "powering off", "wake failed"
+RETRY_MIN_S, RETRY_MAX_S = 60.0, 1800.0  # a failed wake is tried again after this
+PROBE_EVERY_S = 1.0  # how often a woken server is asked whether it answers
+
+
+@dataclass
+class Power:
+    """One managed server's power, as this daemon knows it."""
+
+    cfg: NodeConfig
+    state: str = ON
+    since_s: float = 0.0
+    idle_since_s: float | None = None
+    error: str | None = None
+    retry_at_s: float = 0.0
+    backoff_s: float = RETRY_MIN_S
+    result: Outcome | None = None  # set by the command's thread when it ends
+    busy: bool = False  # a command's thread is under way
+    stored: bool = False  # the row says what ``state`` says
+
+    def seconds(self, name: str) -> float | None:
+        return self.cfg.seconds(name) if getattr(self.cfg, name) is not None else None
+
+
+@dataclass
+class RightSizer:
+    db: Database
+    nodes: dict[str, Power]
+    probe: Callable[[str], str | None]  # None: the server answers; else why not
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    @classmethod
+    def build(cls, configs: list[NodeConfig], links: dict, db: Database) -> RightSizer | None:
+        managed = {c.name: Power(c) for c in configs if c.power_off and c.power_on}
+        if not managed:
+            return None
+        return cls(db, managed, probe=lambda name: answers(links[name]))
+
+    # -- the pass's two hooks ------------------------------------------------------------
+    def placer(self, alloc, now_s: float) -> Callable:
+        """``allocate`` as ``daemon.energy.gputypes.allocate_typed`` places a job once it
+        chose its GPU type."""
+        return lambda key, width, gpu_type: self.allocate(alloc, key, width, now_s, gpu_type)
+
+    def allocate(self, alloc, key: object, width: int, now_s: float, gpu_type=None):
+        """GPUs for ``key`` on servers that are on; None while it must wait. One that fits
+        only with a server that is off wakes that server (the job waits for it)."""
+        blocked = [n for n, p in self.nodes.items() if p.state != ON and n in alloc.node_names]
+        if not blocked:
+            return alloc.allocate(key, width, gpu_type=gpu_type)
+        down = {n: alloc.allocation(("down", n)) for n in blocked}  # unreachable: it is off
+        down = {n: a for n, a in down.items() if a is not None}
+        for name in down:
+            alloc.free(("down", name))
+        try:  # placement.cluster: servers off only when it fits nowhere else
+            got = alloc.allocate_preferring(key, width, blocked, gpu_type=gpu_type)
+            woken = {node for node, _ in got.parts} & set(blocked) if got is not None else set()
+            if woken:
+                alloc.free(key)
+                for name in sorted(woken):
+                    self.wake(name, now_s, f"for {_job(key)}")
+                got = None
+        finally:
+            for name, held in down.items():
+                alloc.hold(("down", name), name, [g for _, gpus in held.parts for g in gpus])
+        return got
+
+    def step(self, alloc, planned: Iterable[tuple], now_s: float) -> None:
+        """After the launches: how the commands under way ended, since when each server
+        is idle, and what ``right_size`` says to power off and to wake."""
+        for name, p in self.nodes.items():
+            self._settle(name, p, now_s)
+        if alloc is None:
+            return self._store()
+        views, held = [], _job_gpus(alloc)
+        for name in alloc.node_names:
+            total, free = len(alloc.gpus_of(name)), len(alloc.free_on(name))
+            p = self.nodes.get(name)
+            if p is None:  # not managed: capacity that is on
+                views.append(NodePower(name, total, free))
+                continue
+            free = total - held.get(name, 0)  # idle: no job's (unreachable, it is still idle)
+            if p.state == ON:
+                idle = free == total and not p.busy
+                p.idle_since_s = (
+                    (now_s if p.idle_since_s is None else p.idle_since_s) if idle else None
+                )
+            state = {ON: ON, WAKING: WAKING}.get(p.state, OFF)
+            views.append(NodePower(
+                name, total, total if state != ON else free, state,
+                p.idle_since_s if state == ON else None, p.seconds("wake") or 0.0,
+                p.seconds("idle_off_after"),
+            ))  # fmt: skip
+        needs = [Need(d.start_s, d.gpus or job.gpus, job.id) for job, d in planned]
+        actions = right_size(views, needs, now_s)
+        for name in actions.power_off:
+            if name in self.nodes and self.nodes[name].state == ON and not self.nodes[name].busy:
+                self._power_off(name, now_s)
+        for name in actions.wake:
+            if name in self.nodes:
+                self.wake(name, now_s, "for the plan's next jobs")
+        return self._store()
+
+    def stop(self) -> None:
+        """The daemon stops: waits for servers to answer end, commands are killed."""
+        from orchestrator.daemon.energy.powercmd import kill_running
+
+        self._stop.set()
+        kill_running()
+
+    # -- transitions ---------------------------------------------------------------------
+    def wake(self, name: str, now_s: float, why: str) -> None:
+        p = self.nodes[name]
+        if p.busy or p.state in (ON, WAKING, POWERING_OFF):
+            return  # on, on its way, or powering off (woken once off)
+        if p.state == WAKE_FAILED and now_s < p.retry_at_s:
+            return
+        log.info("node %s: waking it (%s)", name, why)
+        self._set(p, WAKING, now_s)
+        self._start(name, p, lambda: self._wake(name, p))
+
+    def _power_off(self, name: str, now_s: float) -> None:
+        p = self.nodes[name]
+        log.info("node %s: idle since %s: powering it off", name, _iso(p.idle_since_s or now_s))
+        self._set(p, POWERING_OFF, now_s)
+        self._start(name, p, lambda: run_power_command(p.cfg.power_off, p.seconds("power_timeout")))
+
+    def _wake(self, name: str, p: Power) -> Outcome:
+        """power_on, then wait for the server to answer (on this thread), within its
+        wake_timeout of power_on's start."""
+        deadline = time.monotonic() + p.seconds("wake_timeout")
+        got = run_power_command(p.cfg.power_on, p.seconds("power_timeout"))
+        if not got.ok:
+            return got
+        why = "no answer yet"
+        while not self._stop.is_set():
+            why = self.probe(name)
+            if why is None:
+                return Outcome(True, "answers")
+            if time.monotonic() >= deadline:
+                break
+            self._stop.wait(PROBE_EVERY_S)
+        return Outcome(False, f"no answer within {p.cfg.wake_timeout} of power_on ({why})")
+
+    def _start(self, name: str, p: Power, fn: Callable[[], Outcome]) -> None:
+        p.busy, p.result = True, None
+
+        def run() -> None:
+            try:
+                p.result = fn()
+            except Exception as exc:  # a bug in a thread: the node's failure, said once
+                log.exception("node %s: power command", name)
+                p.result = Outcome(False, f"{type(exc).__name__}: {exc}"[:200])
+            finally:
+                p.busy = False
+
+        threading.Thread(target=run, name=f"gridshift-power-{name}", daemon=True).start()
+
+    def _settle(self, name: str, p: Power, now_s: float) -> None:
+        """A command that ended: its outcome becomes the node's state."""
+        if p.busy or p.result is None:
+            return
+        got, p.result = p.result, None
+        if p.state == POWERING_OFF:
+            if got.ok:
+                log.info("node %s: powered off", name)
+                self._set(p, OFF, now_s)
+            else:
+                log.warning("node %s: power_off failed: %s; it stays on", name, got.detail)
+                self._set(p, ON, now_s, error=f"power_off: {got.detail}")
+                p.idle_since_s = now_s  # idle time counts again from now
+        elif p.state == WAKING:
+            if got.ok:
+                log.info("node %s: awake and answering", name)
+                self._set(p, ON, now_s)
+                p.idle_since_s, p.backoff_s = now_s, RETRY_MIN_S
+            else:
+                p.retry_at_s = now_s + p.backoff_s
+                log.warning("node %s: wake failed: %s; tried again after %s if still needed",
+                            name, got.detail, _iso(p.retry_at_s))  # fmt: skip
+                self._set(p, WAKE_FAILED, now_s, error=f"power_on: {got.detail}")
+                p.backoff_s = min(RETRY_MAX_S, p.backoff_s * 2)
+
+    def _set(self, p: Power, state: str, now_s: float, error: str | None = None) -> None:
+        p.state, p.since_s, p.stored, p.error = state, now_s, False, error
+        if state != ON:
+            p.idle_since_s = None
+
+    # -- the node rows -------------------------------------------------------------------
+    def restore(self, now_s: float, kept: dict[str, dict]) -> None:
+        """At start, from what the node rows said before the inventory was replaced
+        (``levers.remember``): servers stored off, powering off or waking are off (what a
+        crash left is uncertain: a job that needs one wakes it); a failed wake is retried
+        when needed."""
+        for name, p in self.nodes.items():
+            row = kept.get(name, {})
+            stored = row.get("power_state")
+            state = {None: ON, ON: ON, WAKE_FAILED: WAKE_FAILED}.get(stored, OFF)
+            p.state, p.error, p.stored = state, row.get("power_error"), False
+            since = row.get("power_since")
+            p.since_s = since.timestamp() if since else now_s
+            p.idle_since_s = now_s if state == ON else None
+        self._store()
+
+    def _store(self) -> None:
+        todo = {n: p for n, p in self.nodes.items() if not p.stored}
+        if not todo:
+            return
+        from orchestrator.queue.models import Node
+
+        with self.db.write() as session:
+            for name, p in todo.items():
+                row = session.get(Node, name)
+                if row is not None:
+                    row.power_state, row.power_error = p.state, p.error
+                    row.power_since = datetime.fromtimestamp(p.since_s, UTC)
+                    session.add(row)
+                p.stored = True
+
+
+def _job_gpus(alloc) -> dict[str, int]:
+    """GPUs jobs hold per node (running attempts, and jobs launched in this pass)."""
+    out: dict[str, int] = {}
+    for key, got in alloc.allocations().items():
+        if isinstance(key, tuple) and key and key[0] in ("attempt", "job"):
+            for node, gpus in got.parts:
+                out[node] = out.get(node, 0) + len(gpus)
+    return out
+
+
+def answers(link) -> str | None:
+    """Whether an SSH server answers a command (None) or why not."""
+    from executors.errors import ExecutorError
+
+    try:
+        link.run(["true"], timeout_s=max(5.0, link.target.connect_timeout_s + 5))
+    except ExecutorError as exc:
+        return str(exc)
+    return None
+
+
+def _job(key: object) -> str:
+    return f"job {key[1]}" if isinstance(key, tuple) and len(key) == 2 else str(key)
+
+
+def _iso(t_s: float) -> str:
+    return datetime.fromtimestamp(t_s, UTC).isoformat(timespec="seconds")
