@@ -238,3 +238,28 @@ def zone_info(name: str):
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+# -- power, as people type it (one parser for every option and setting) ------------------
+_POWER_UNITS_W = {"": 1.0, "w": 1.0, "kw": 1e3, "mw": 1e6}
+_POWER = re.compile(r"(\d+(?:\.\d+)?)(w|kw|mw)?", re.ASCII)
+#: The largest site power limit taken: 1 GW (a larger one is a typo, not a site).
+MAX_POWER_W = 1e9
+
+
+def parse_power_w(value: str | float) -> float:
+    """Watts in a power such as ``15kW``, ``15 kW``, ``800W``, ``1.5MW`` or a number of
+    watts (``15000``). Units are case-insensitive (``mw`` is megawatts: nobody caps a
+    site in milliwatts); the power is more than zero and at most ``MAX_POWER_W``."""
+    shown = _shown(value)
+    usage = "use e.g. 15kW, 800W or 1.5MW"
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise SpecError(f"invalid power {shown}: {usage}")
+    if isinstance(value, str):
+        match = _POWER.fullmatch(value.strip().lower().replace(" ", ""))
+        if match is None:
+            raise SpecError(f"invalid power {shown}: {usage}")
+        value = float(match.group(1)) * _POWER_UNITS_W[match.group(2) or ""]
+    if not math.isfinite(value) or not 0 < value <= MAX_POWER_W:
+        raise SpecError(f"invalid power {shown}: it must be more than 0 W and at most 1 GW")
+    return float(value)

@@ -411,7 +411,16 @@ def test_gridshift_plan_shows_each_job_against_running_now(cli):
     cli.submit("--gpus", "0", "--", "true")  # no GPU: no model
     grid = f"synthetic:start={day}&days=3"
     data = cli.json("plan", "--grid", grid)
-    assert set(data) == {"policy", "now", "objective", "budget", "gpus", "running", "jobs"}
+    assert set(data) == {
+        "policy",
+        "now",
+        "objective",
+        "budget",
+        "gpus",
+        "running",
+        "jobs",
+        "power_limit_w",
+    }
     rows = {r["id"]: r for r in data["jobs"]}
     assert len(rows) == 5 and rows[4]["estimated"] and rows[4]["estimate_source"] == "default"
     assert rows[4]["estimate_s"] == 4 * 3600 and rows[1]["estimate_source"] == "duration"

@@ -58,6 +58,9 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
     )
     caps = "on" if data["power_caps"] else f"off ({safe(data['power_caps_reason'])})"
     out.print(f"[bold]power caps[/] {caps}")
+    if site := data.get("power_limit"):
+        out.print(f"[bold]site limit[/] {site['limit_w']:.0f} W over {site['gpus']} GPUs: "
+                  f"{site['in_force_w']:.0f} W of GPU limits in force")  # fmt: skip
     b = data["budget"]
     if b:
         unit = b.get("unit", "kg")

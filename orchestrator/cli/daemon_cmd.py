@@ -38,6 +38,10 @@ def daemon(
         str | None,
         Opt(help="Backfill behind a blocked job: conservative (default), easy or strict."),
     ] = None,
+    power_limit: Annotated[
+        str | None,
+        Opt(help="Site limit on the sum of the GPUs' power limits, e.g. 15kW, 800W, 1.5MW."),
+    ] = None,
     metrics_port: Annotated[
         int | None, Opt(min=1, max=65535, help="Serve Prometheus metrics on this port.")
     ] = None,
@@ -92,6 +96,7 @@ def daemon(
         "suspend": suspend,
         "fallback": fallback,
         "backfill": backfill,
+        "power_limit": power_limit,
         "metrics_port": metrics_port,
         "metrics_addr": metrics_addr,
     }

@@ -24,6 +24,12 @@ def plan(
         str | None, Opt("--budget", help="Carbon budget, e.g. 20kg/day (none spent yet).")
     ] = None,
     objective: Annotated[str, Opt("--objective", help="carbon, cost or mix:W.")] = "carbon",
+    power_limit: Annotated[
+        str | None,
+        Opt(
+            "--power-limit", help="Site limit on the jobs' draw, e.g. 15kW (default: the daemon's)."
+        ),
+    ] = None,
     slot: Annotated[str, Opt("--slot", help="Planning slot, e.g. 15m.")] = "15m",
     at: Annotated[
         str | None,
@@ -46,7 +52,8 @@ def plan(
 
     grid, price, at = absolute_source(grid), absolute_source(price), aware_text(at)
     args = {"policy": policy, "grid": grid, "price": price, "budget": budget,
-            "objective": objective, "slot": slot, "at": at, "submit": submit}  # fmt: skip
+            "objective": objective, "slot": slot, "at": at, "submit": submit,
+            "power_limit": power_limit}  # fmt: skip
     data = context.get(ctx).call("plan", args)
     if as_json:
         print_json(data)
@@ -94,6 +101,8 @@ def _table(data: dict) -> None:
     head = f"{data['policy']} plan at {when(data['now'])} for {data['gpus']} GPUs"
     if data["budget"]:
         head += f", budget {data['budget']} (none spent yet: accounting comes with the daemon)"
+    if data.get("power_limit_w"):
+        head += f", power limit {data['power_limit_w'] / 1000:g} kW"
     say(head, "bold")
     if not data["jobs"]:
         say("no queued jobs")

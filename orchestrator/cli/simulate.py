@@ -68,7 +68,7 @@ def simulate(
         str | None, Opt("--objective", help="carbon, cost or mix:W (W: carbon's weight).")
     ] = None,
     power_limit: Annotated[
-        float | None, Opt("--power-limit", help="Site limit on the jobs' draw, watts.", min=1)
+        str | None, Opt("--power-limit", help="Site limit on the jobs' draw: 15kW, 800W, 1.5MW.")
     ] = None,
     elastic: Annotated[
         float | None,

@@ -59,6 +59,7 @@ class Dispatcher:
     topology: ClusterTopology | None = None
     caps: PowerCaps | None = None
     power_sample_s: float | None = None
+    site: object = None  # daemon.energy.sitelimit.SiteLimit: the site power limit, if any
     # PostgreSQL: raises LeaseLost inside the launch transaction unless this daemon still
     # holds the queue's lease (orchestrator.daemon.lease)
     lease_check: Callable[[Session], None] | None = None
@@ -113,6 +114,17 @@ class Dispatcher:
             if busy and free:
                 alloc.hold(("foreign", name), name, free[:busy])
         return alloc
+
+    def admitted(self, alloc: ClusterAllocator, job_id: int, got, decision, now_s: float):
+        """``got`` (an allocation: node, GPUs[, parts]), if the site power limit lets the
+        job start on it now; else None, its GPUs given back (it waits)."""
+        if self.site is None or got is None:
+            return got
+        cap, _ = piece_cap_until(decision, now_s)
+        if self.site.admits(job_id, got[2] if len(got) > 2 else [got[:2]], cap or 1.0):
+            return got
+        alloc.free(("job", job_id))
+        return None
 
     def _warn_missing(self, att: Attempt, gpus: list[int]) -> None:
         """An attempt holds GPUs this daemon does not have (the config lists fewer, or a
@@ -212,7 +224,9 @@ class Dispatcher:
             power_sample_s=self.power_sample_s, begin_at=begin_at,
         )  # fmt: skip
         try:
-            if not parts and (cap is not None or self.sharing is not None):  # before it draws
+            if self.site is not None:  # under the site limit: its share (admitted)
+                self.site.launch_limits(job.id)
+            elif not parts and (cap is not None or self.sharing is not None):  # before it draws
                 settle(self.caps, self.db, node_name, gpus)  # shared: the lowest cap
             if parts:
                 by_name = {n.name: n for n in self.nodes}
@@ -337,7 +351,7 @@ class Dispatcher:
         cap, until = piece_cap_until(decision, now.timestamp())
         try:
             capped = self.caps is not None and self.caps.enabled_on(att.node) and not att.parts
-            if capped:  # a shared GPU: the lowest of its cap and its partner's
+            if capped and self.site is None:  # under a site limit: the GPUs keep its share
                 settle(self.caps, self.db, att.node, att.gpu_ids, without=att.id, plus=(cap,))
             self.executor.signal(Handle.from_dict(att.handle), signal.SIGCONT)
         except Exception as exc:  # logged; the next pass tries again

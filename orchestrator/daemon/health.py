@@ -59,6 +59,7 @@ class HealthWriter:
             "suspend": daemon.suspender.mode,
             "power_caps": daemon.caps.enabled,
             "power_caps_reason": daemon.caps.reason,
+            "power_limit": _site(getattr(daemon, "site", None)),
             "queued_jobs": int(queued),
             "running_jobs": sum(1 for a in running if a.state == AttemptState.RUNNING),
             "stopped_jobs": sum(1 for a in running if a.state == AttemptState.STOPPED),
@@ -160,3 +161,10 @@ class Metrics:
         budget = data.get("budget") or {}
         if budget.get("remaining_g") is not None:
             self.budget_left.set(budget["remaining_g"])
+
+
+def _site(site) -> dict | None:
+    """The site power limit and the sum of the GPU limits in force (``status``)."""
+    if site is None:
+        return None
+    return {"limit_w": site.limit_w, "in_force_w": site.in_force_w(), "gpus": len(site.gpus)}

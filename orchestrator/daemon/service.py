@@ -16,7 +16,7 @@ its power cap), run the deadline guard, note plans and record the daemon's healt
 returns the seconds until the next thing due (or the interval); a pass is booked then.
 Stopping the daemon (SIGTERM, SIGINT) leaves running jobs running: their monitors record
 how they end, and the next daemon picks them up; every GPU goes back to its default power
-limit until then.
+limit until then (under a site power limit the limits stay: ``daemon.energy.sitelimit``).
 """
 
 from __future__ import annotations
@@ -108,6 +108,12 @@ class Daemon:
         self.caps = backends.cluster_caps(self.settings, nodes, self.links, cfg.power_caps)
         if self.planner is not None and not self.caps.enabled:
             self.planner.without_caps()
+        self.site = None  # the site power limit (daemon.energy.sitelimit)
+        if cfg.power_limit_w is not None:
+            from orchestrator.daemon.energy.sitelimit import SiteLimit
+
+            self.site = SiteLimit(cfg.power_limit_w, self.caps, nodes, self.db)
+            self.site.check()
         feed = self.planner.feed if self.planner else None
         price = self.planner.price if self.planner else None
         sharing = Sharing.for_nodes(self.db, nodes)  # co-location: None where no node shares
@@ -122,6 +128,7 @@ class Daemon:
             log_gid=layout.log_gid,
             caps=self.caps,
             power_sample_s=cfg.seconds("power_sample"),
+            site=self.site,
         )
         self.reaper = Reaper(
             db=self.db,
@@ -158,6 +165,7 @@ class Daemon:
                 ("cancel", lambda _now: self.reaper.stop_cancelled(self.clock.now())),
             ],
             after=[
+                *self._site_step(),
                 ("note", self._note),
                 ("health", self._health),
                 (
@@ -178,6 +186,10 @@ class Daemon:
         self._wake = threading.Event()  # ends the passes: stopped, or the lease lost
         self.health = HealthWriter(self)
         self.metrics = None
+
+    def _site_step(self) -> list:
+        """After the launches: the site power limit split again (decreases first)."""
+        return [("site limit", lambda _now: self.site.rebalance())] if self.site else []
 
     def _discovered(self) -> dict:
         """GPUs per SSH node: as discovered now, else as the last discovery stored them
@@ -269,7 +281,8 @@ class Daemon:
                 server.stop()
             self.levers.stop(self.clock.now().timestamp())
             if self.lease is None or self.lease.epoch is not None:
-                self.reaper.restore_caps()
+                if self.site is None:  # under a site limit, the limits stay: it holds
+                    self.reaper.restore_caps()
                 self.health.write(self.clock.now(), stopped=True)
             self.executor.close()
             for sig, handler in old.items():
@@ -316,7 +329,10 @@ class Daemon:
             sync_inventory(session, self.dispatcher.nodes, now)
             sshnodes.record(session, self.discovery, now)
         self.reaper.recover(now)
-        self.reaper.reconcile_caps()
+        if self.site is not None:
+            self.site.rebalance()  # idle GPUs parked, running jobs' shares, decreases first
+        else:
+            self.reaper.reconcile_caps()
         self.levers.start(now.timestamp(), kept)
         self._announce()
         self._wake.clear()

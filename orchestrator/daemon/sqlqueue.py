@@ -215,10 +215,9 @@ class SqlQueue(RunningViews):
                                     now_s, place=place)  # fmt: skip
         if allocation is None:
             return None
-        (node, gpu_tuple), *more = allocation.parts
-        if not more:
-            return (node, list(gpu_tuple))
-        return self._across_servers(view, allocation.parts, width)
+        (node, gpus), *more = allocation.parts
+        got = self._across_servers(view, allocation.parts, width) if more else (node, list(gpus))
+        return self.dispatcher.admitted(self.alloc, view.id, got, decision, now_s)
 
     def _across_servers(self, view: QueuedJob, held, width: int):
         """A job wider than one server, on whole servers (network packing holds them all):

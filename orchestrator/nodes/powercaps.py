@@ -27,6 +27,7 @@ class PowerCaps:
         self.gpu_count = gpu_count
         self.enabled = False
         self.reason: str | None = None
+        self.park_low = False  # under a site power limit: a GPU left goes to its lowest
         if not wanted:
             self.reason = "power caps are turned off (daemon.power_caps = false)"
         elif ctl is None or gpu_count == 0:
@@ -64,7 +65,10 @@ class PowerCaps:
             return
         for i in gpus:
             try:
-                default = self.ctl.default_power_limit_w(i)
+                if self.park_low:
+                    default = self.ctl.power_limit_range_w(i)[0]
+                else:
+                    default = self.ctl.default_power_limit_w(i)
                 if abs(self.ctl.power_limit_w(i) - default) > 0.5:
                     self.ctl.set_power_limit_w(i, default)
             except ExecutorError as exc:  # logged; the next start tries again

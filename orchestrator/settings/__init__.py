@@ -100,6 +100,9 @@ class DaemonSettings(BaseModel):
     pue: float = Field(default=1.0, ge=1.0, le=5.0, description="facility power over IT "
                        "power, for idle energy (a node's pue wins)")  # fmt: skip
     power_sample: str = Field(default="5s", description="energy samples in each power log")
+    power_limit: str | None = Field(
+        default=None, description="site limit on the sum of the GPUs' power limits, e.g. 15kW"
+    )
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_addr: str = Field(
         default="127.0.0.1",
@@ -161,6 +164,26 @@ class DaemonSettings(BaseModel):
                     "interface)"
                 ) from None
         return value
+
+    @field_validator("power_limit", mode="before")
+    @classmethod
+    def _power_limit(cls, value: object) -> str | None:
+        from orchestrator.errors import SpecError
+        from orchestrator.timeparse import parse_power_w
+
+        if value is None:
+            return None
+        try:
+            parse_power_w(value)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
+        return str(value)
+
+    @property
+    def power_limit_w(self) -> float | None:
+        from orchestrator.timeparse import parse_power_w
+
+        return None if self.power_limit is None else parse_power_w(self.power_limit)
 
     @field_validator("budget", mode="after")
     @classmethod

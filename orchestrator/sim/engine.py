@@ -18,8 +18,9 @@ slots of it); not under the oracle, which plans once and could not place the job
 moves again.
 
 With a budget, a ledger charges what ran to its periods before every plan; with a site
-power limit, running jobs' caps are split under it after every launch (PowerGrad). A
-clairvoyant policy (``oracle``) plans the whole trace once, before the first arrival.
+power limit, a job starts only when it fits at the lowest caps, and running jobs' caps
+are split under it at every launch and pass (``sim.sitelimit``). A clairvoyant policy
+(``oracle``) plans the whole trace once, before the first arrival.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from orchestrator.planning.policies.base import (
     Snapshot,
     recent_load,
 )
-from orchestrator.planning.policies.powersplit import split_power
 from orchestrator.planning.resizestep import pin_resized
 from orchestrator.planning.scheduler import Scheduler
 from orchestrator.sim.elastic import Resizing, resizes
@@ -51,6 +51,7 @@ from orchestrator.sim.hardware.devices import Devices
 from orchestrator.sim.hardware.power import SimPower
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
+from orchestrator.sim.sitelimit import SimSiteLimit
 from placement.cluster import ClusterAllocator
 
 SAMPLE_S = 900.0  # fragmentation is sampled at most this often (simulated seconds)
@@ -131,14 +132,16 @@ class SimDaemon(Resizing, Devices):
         self.ticks = 0
         self.slot_s, self.max_defer_s = inputs.slot_s, inputs.max_defer_s
         after = [("sample", self._sample)]
+        self.limit = None  # the site power limit (``sim.sitelimit``): admission, then caps
         if inputs.power_limit_w is not None:
-            after.insert(0, ("split power", lambda _now: self._split_power()))
+            self.limit = SimSiteLimit(inputs.power_limit_w, self.executor, self._running_model)
+            after.insert(0, ("split power", lambda now: self.limit.split(self._running, now)))
         self.power = SimPower(self)  # idle power, right-sizing: after launch, each pass
         after.insert(0, ("power", self.power.step))
         self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on
         self._restarted: set[int] = set()  # jobs that checkpointed: each start costs
-        self.onepass = Pass(self, guard=not self.clairvoyant, after=after,
-                            resize=resizes(inputs) and not self.clairvoyant)  # fmt: skip
+        resize = resizes(inputs) and not self.clairvoyant and self.limit is None
+        self.onepass = Pass(self, guard=not self.clairvoyant, after=after, resize=resize)
 
     # -- the pass -----------------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -220,6 +223,24 @@ class SimDaemon(Resizing, Devices):
             pin_resized(self.scheduler, self._resize_to, now)
         return self.scheduler
 
+    def allocate(self, job: QueuedJob, decision: Decision, now: float):
+        got = super().allocate(job, decision, now)  # on a type (``sim.hardware.devices``)
+        if (
+            got is not None
+            and self.limit is not None
+            and not self.limit.admits(
+                job.id,
+                width_of(job, decision, now),
+                got.parts[0][0],
+                self._placed_model(job.id, got),
+                self._running,
+                now,
+            )
+        ):  # over the site's power limit even at the lowest caps: it waits for an end
+            self.alloc.free(("job", job.id))
+            return None
+        return got
+
     def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
         return self.alloc.make_room(width, movable, gpu_type) or []
 
@@ -297,6 +318,8 @@ class SimDaemon(Resizing, Devices):
         cap = decision.piece_config(piece)[1]
         width = width_of(job, decision, now)
         model = self._placed_model(i, allocation)  # on the type it was given
+        if self.limit is not None:  # running jobs' caps lowered first, its own share
+            cap = self.limit.launch_cap(i, width, cap, model, self._running, now)
         self._resize_to.pop(i, None)
         if i in self._restarted:  # from a checkpoint: loses checkpoint_s (_requeue adds it)
             self.done[i] -= job.checkpoint_s * model.throughput(width, cap)  # may go below 0
@@ -330,22 +353,6 @@ class SimDaemon(Resizing, Devices):
         attempt = _Attempt(job, ("job", i), handle, decision, event, width, work.power_w(cap), end,
                            now)  # fmt: skip
         self._running[att_id] = attempt
-
-    def _split_power(self) -> None:
-        """Cap running jobs so that together they stay under the site's power limit."""
-        atts = list(self._running.values())
-        if not atts:
-            return
-        caps, _ = split_power(
-            [(self._running_model(a.job.id), a.gpus) for a in atts], self.inputs.power_limit_w
-        )
-        for att, cap in zip(atts, caps, strict=True):
-            planned = att.decision.piece_config(piece_index(att.decision, self.loop.now))[1]
-            cap = min(cap, planned)
-            current = self.executor.cap_of(att.handle)
-            if current is not None and abs(current[0] - cap) > 1e-9:
-                self.executor.set_power_cap(att.handle, cap)
-                att.power_w = self.executor.cap_of(att.handle)[1]
 
     def _suspend(self, att_id: int) -> None:
         att = self._running.get(att_id)

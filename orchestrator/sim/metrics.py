@@ -13,6 +13,7 @@ from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.sim.hardware.power import idle_metrics
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
+from orchestrator.sim.sitelimit import peak_w
 
 
 def metrics(inputs: SimInputs, run: RunResult) -> dict:
@@ -34,6 +35,7 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
     out = {
         "carbon_kg": round(carbon_g / 1000, 3),
         "energy_kwh": round(energy_j / J_PER_KWH, 3),
+        "peak_power_kw": round(peak_w(t0, t1, p) / 1000, 3),  # the largest draw (sim.sitelimit)
         "cost": None if cost is None else round(cost, 2),
         "avg_jct_h": round(float(jct_h.mean()), 3),
         "p50_jct_h": round(float(np.median(jct_h)), 3),

@@ -6,7 +6,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     forecast = "perfect"              # perfect | naive | noise:0.1
     objective = "carbon"              # carbon | cost | mix:0.5 (with a price signal)
     budget = "40kg/day"               # optional: kg per day, week or month, or a total
-    power_limit_w = 20000             # optional: the site's limit on the jobs' draw
+    power_limit_w = "20kW"            # optional: the site's limit on the jobs' draw (W, kW, MW)
     slot = "15m"                      # the planners' slot
     backfill = "conservative"         # conservative | easy | strict (no backfill)
     seed = 0
@@ -214,7 +214,8 @@ class Scenario(BaseModel):
     max_defer: str = "24h"
     objective: str = "carbon"  # carbon | cost | mix:W
     budget: str | None = None  # e.g. 20kg/day, 150kg/week, 500kg (the whole run)
-    power_limit_w: float | None = Field(default=None, gt=0)  # the site's limit on jobs' draw
+    # the site's limit on the jobs' draw: watts, or as people type it ("15kW")
+    power_limit_w: float | None = Field(default=None, gt=0)
     slot: str = "15m"  # the planners' slot
     backfill: str = "conservative"  # conservative | easy | strict (planning.backfill)
     # optimal's wall-clock limit per replan (oracle: 10× this). None: a node limit instead,
@@ -234,6 +235,18 @@ class Scenario(BaseModel):
         except SpecError as exc:
             raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("power_limit_w", mode="before")
+    @classmethod
+    def _power_limit(cls, value: object) -> float | None:
+        from orchestrator.timeparse import parse_power_w
+
+        if value is None:
+            return None
+        try:
+            return parse_power_w(value)
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
 
     @field_validator("backfill")
     @classmethod

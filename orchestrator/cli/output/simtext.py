@@ -47,6 +47,7 @@ METRICS: tuple[tuple[str, Col, Callable[[Any], str]], ...] = (
     ("fragmentation", Col("frag", right=True, drop=13), _f(3)),
     ("job_hours_beyond_signal", Col("h beyond signal", right=True, drop=15), _f(1)),
     ("jobs", Col("jobs", right=True, drop=9), _int),
+    ("peak_power_kw", Col("peak kW", right=True, drop=16), _f(1)),  # under a site limit
 )
 NOT_METRICS = ("budget", "solver", "forecast")  # said below the table, or in the scenario
 

@@ -13,7 +13,7 @@ from orchestrator.errors import SpecError
 HEALTH_KEYS = (
     "policy", "mode", "fallback_reason", "slot_s", "suspend", "power_caps",
     "power_caps_reason", "queued_jobs", "running_jobs", "stopped_jobs", "running_gpus",
-    "power_w", "signal", "budget", "nodes_unreachable", "settings",
+    "power_w", "signal", "budget", "nodes_unreachable", "settings", "power_limit",
 )  # fmt: skip
 
 

@@ -31,6 +31,7 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
     if not 1.0 <= slot_s <= 3600.0:  # as the daemon's (orchestrator.daemon.planner)
         raise SpecError(f"--slot {args.get('slot', str)}: a planning slot is 1s to 1h")
     parsed_budget = Budget.parse(budget) if budget else None
+    power_limit_w = _power_limit_w(args.get("power_limit", str), settings)
     for spec in (grid, price):
         check_source(ctx, caller, spec)
     if submit and ctx.shared and not ctx.privileged(caller):
@@ -82,13 +83,16 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
         objective, slot_s, estimates=known, after=after, expected_load=load,
         checkpoint_s=settings.daemon.seconds("checkpoint_cost"),
     )  # fmt: skip
-    rows = plan_rows(chosen, build_snapshot(inputs, largest), inputs)
+    snapshot = build_snapshot(inputs, largest)
+    snapshot.power_limit_w = power_limit_w
+    rows = plan_rows(chosen, snapshot, inputs)
     data = {
         "policy": chosen.name,
         "now": now.isoformat(),
         "objective": inputs.objective,
         "budget": str(parsed_budget) if parsed_budget else None,
         "gpus": total,
+        "power_limit_w": snapshot.power_limit_w,
         "running": len(running),
         "jobs": rows,
     }
@@ -97,6 +101,19 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
         data["submitted"] = hand_over(settings, ctx.db, rows, now, caller.user)
     return data
+
+
+def _power_limit_w(given: str | None, settings) -> float | None:
+    """--power-limit (15kW, 800W, 1.5MW), else the daemon's: the jobs' modelled draw in
+    each slot stays under it (as in ``simulate``)."""
+    from orchestrator.timeparse import parse_power_w
+
+    if given is None:
+        return settings.daemon.power_limit_w
+    try:
+        return parse_power_w(given)
+    except SpecError as exc:
+        raise SpecError(f"--power-limit: {exc}") from None
 
 
 def _spent(session, budget, now) -> float:

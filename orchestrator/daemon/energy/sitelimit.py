@@ -1,0 +1,260 @@
+"""The site power limit on the live cluster (``daemon --power-limit 15kW``).
+
+What counts: the power limit in force on every GPU of every configured node, whether a
+job runs on it or not. Idle GPUs are parked at their lowest limit (a GPU at rest draws
+its idle power whatever its limit; the limit only bounds what a job may make it draw), so
+the sum of the limits bounds what the GPUs can draw at any moment. Every node with GPUs
+must let the daemon set their limits (else it refuses to start, as it does when the
+GPUs' lowest limits alone add up to more than the limit); the hosts' own draw, PUE and
+GPUs nobody configured are not counted.
+
+How it holds: a job starts only when the split (``planning.policies.powersplit``) of the
+limit over the jobs that hold GPUs and it fits; its admission lowers the others' limits
+first, and its own GPUs are raised from their parked lowest only then, before its process
+starts. After every pass the limit is split again (an end frees power for the others):
+every decrease is made before any increase, and no increase is made while a decrease
+failed (a server that did not answer), so the sum stays under the limit during every
+transition too. A job that does not fit even with every job at its lowest limit waits.
+
+The gradient: each job's progress at each cap it ran under, from its progress reports
+(``GRIDSHIFT_PROGRESS_FILE``) between passes at one cap, measured per watt of limit; a
+job measured at two caps or more is split by what it measured, else by its GPU type's
+model (the Zeus fit). Measurements live in memory: a restarted daemon learns them again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from sqlmodel import col, select
+
+from orchestrator.errors import ConfigError
+from orchestrator.nodes.inventory import ResolvedNode
+from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+from orchestrator.planning.perfmodel import curve_for
+from orchestrator.planning.policies.powersplit import PowerJob, measured_progress, split_site
+from orchestrator.queue import attempts
+from orchestrator.queue.db import Database
+from orchestrator.queue.models import Attempt
+
+log = logging.getLogger(__name__)
+GpuKey = tuple[int, int]  # (id of the node's PowerCaps, GPU index): local nodes share one
+
+
+@dataclass
+class _Gpu:
+    caps: PowerCaps
+    index: int
+    low_w: float
+    high_w: float
+
+    def watts(self, f: float) -> float:
+        return min(self.high_w, max(self.low_w, f * self.high_w))
+
+
+@dataclass
+class _Job:
+    """A job that holds (or is about to hold) GPUs, as the split sees it."""
+
+    key: object  # ("attempt", id) or ("job", id) while admitted and not started yet
+    node: str
+    gpus: list[GpuKey]
+    model: str | None
+    highest: float  # its plan's cap
+    samples: list[tuple[float, float]] = field(default_factory=list)
+
+
+@dataclass
+class SiteLimit:
+    limit_w: float
+    caps: ClusterCaps
+    nodes: list[ResolvedNode]
+    db: Database
+    gpus: dict[GpuKey, _Gpu] = field(default_factory=dict)
+    pending: dict[int, _Job] = field(default_factory=dict)  # job id -> admitted, not started
+    targets: dict[GpuKey, float] = field(default_factory=dict)  # the last split, watts
+    fraction: dict[int, float] = field(default_factory=dict)  # attempt id -> cap in force
+    samples: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    seen: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+
+    # -- start ----------------------------------------------------------------------------
+    def check(self) -> None:
+        """Check that the limit can hold (ConfigError, one line, otherwise); from now on a
+        GPU its job left goes to its lowest limit. ``rebalance`` then parks the idle GPUs
+        and splits the limit over the running jobs (once this daemon serves the queue)."""
+        for node in self.nodes:
+            if node.config is not None and node.config.idle_off_after:
+                raise ConfigError(  # an off server's GPU limits can be neither read nor set
+                    f"invalid --power-limit: node {node.name} is right-sized (idle_off_after); "
+                    "a site limit and right-sizing are not combined yet"
+                )
+            if not node.gpu_count:
+                continue
+            caps = self.caps.by_node.get(node.name)
+            if caps is None or not caps.enabled:
+                why = caps.reason if caps is not None else f"a {node.executor} node"
+                raise ConfigError(
+                    f"invalid --power-limit: node {node.name}'s GPU power limits cannot be "
+                    f"set ({why}), so a site limit cannot hold"
+                )
+            for g in node.gpus:
+                low, high = caps.ctl.power_limit_range_w(g.index)
+                self.gpus[(id(caps), g.index)] = _Gpu(caps, g.index, float(low), float(high))
+            caps.park_low = True  # a GPU its job left goes to its lowest limit
+        lowest = sum(g.low_w for g in self.gpus.values())
+        if lowest > self.limit_w:
+            raise ConfigError(
+                f"invalid --power-limit: {self.limit_w:.0f} W is less than the "
+                f"{len(self.gpus)} GPUs' lowest power limits together ({lowest:.0f} W)"
+            )
+
+    # -- the jobs that hold GPUs --------------------------------------------------------
+    def _key(self, node: str, index: int) -> GpuKey | None:
+        caps = self.caps.by_node.get(node)
+        key = (id(caps), index)
+        return key if caps is not None and key in self.gpus else None
+
+    def _gpu_keys(self, parts: list[tuple[str, list[int]]]) -> list[GpuKey]:
+        keys = [self._key(n, i) for n, gpus in parts for i in gpus]
+        return [k for k in dict.fromkeys(keys) if k is not None]
+
+    def _model(self, node: str) -> str | None:
+        found = next((n for n in self.nodes if n.name == node), None)
+        return found.model_of([g.index for g in found.gpus]) if found else None
+
+    def _holding(self) -> list[_Job]:
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt).where(col(Attempt.state).in_(attempts.values(attempts.HOLDING)))
+            ).all()
+        jobs = []
+        for att in rows:
+            if att.job_id in self.pending:
+                continue
+            parts = [(p["node"], p["gpu_ids"]) for p in att.parts] if att.parts else None
+            keys = self._gpu_keys(parts or [(att.node, att.gpu_ids)])
+            if keys:
+                self._measure(att)
+                jobs.append(_Job(("attempt", att.id), att.node, keys, self._model(att.node),
+                                 att.cap or 1.0, self.samples.get(att.id, [])))  # fmt: skip
+        live = {j.key[1] for j in jobs}
+        for table in (self.fraction, self.samples, self.seen):
+            for gone in [i for i in table if i not in live]:
+                del table[gone]
+        return jobs
+
+    def _measure(self, att: Attempt) -> None:
+        """A progress rate at the cap that held since the last report (the gradient)."""
+        f = self.fraction.get(att.id)
+        if att.progress_done is None or att.progress_at is None or f is None:
+            return
+        at = att.progress_at.timestamp()
+        last = self.seen.get(att.id)
+        self.seen[att.id] = (att.progress_done, at, f)
+        if last is not None and at > last[1] and abs(last[2] - f) < 1e-9:
+            rate = (att.progress_done - last[0]) / (at - last[1])
+            if rate > 0:
+                self.samples.setdefault(att.id, []).append((f, rate))
+                del self.samples[att.id][:-50]  # the latest samples
+
+    def _power_job(self, job: _Job) -> PowerJob:
+        gpus = [self.gpus[k] for k in job.gpus]
+        curve = curve_for(job.model)
+        model = lambda f: curve.throughput_fraction(max(f, curve.min_fraction))  # noqa: E731
+        return PowerJob(
+            key=job.key,
+            node=job.node,
+            watts=lambda f: sum(g.watts(f) for g in gpus),
+            progress=measured_progress(model, job.samples),
+            lowest=max(g.low_w / g.high_w for g in gpus),
+            highest=job.highest,
+        )
+
+    def _split(self, jobs: list[_Job]) -> tuple[dict[GpuKey, float], dict, bool]:
+        """Watts per GPU (idle ones at their lowest), each job's cap, and whether it fits."""
+        held = {k for j in jobs for k in j.gpus}
+        idle_w = sum(g.low_w for k, g in self.gpus.items() if k not in held)
+        caps, fits = split_site([self._power_job(j) for j in jobs], self.limit_w, idle_w)
+        targets = {k: g.low_w for k, g in self.gpus.items()}
+        for j in jobs:
+            for k in j.gpus:
+                targets[k] = self.gpus[k].watts(caps[j.key])
+        return targets, caps, fits
+
+    # -- admission and launch -----------------------------------------------------------
+    def admits(self, job_id: int, parts: list[tuple[str, list[int]]], highest: float) -> bool:
+        """Whether a job may start on ``parts`` ((node, GPUs)): the split with it fits,
+        and the limits it lowers were lowered (its own GPUs are raised at its launch)."""
+        keys = self._gpu_keys(parts)
+        if not keys:
+            return True  # no GPU whose limit counts
+        new = _Job(("job", job_id), parts[0][0], keys, self._model(parts[0][0]), highest)
+        jobs = [*self._holding(), *self.pending.values(), new]
+        targets, _, fits = self._split(jobs)
+        if not fits:
+            log.info("job %s waits: the site power limit (%.0f W) does not fit it even at "
+                     "every job's lowest limit", job_id, self.limit_w)  # fmt: skip
+            return False
+        pending = {k for j in self.pending.values() for k in j.gpus} | set(keys)
+        lowered = {k: w for k, w in targets.items() if k not in pending}
+        if not self._apply(lowered, increases=False):
+            return False
+        self.pending[job_id] = new
+        self.targets = targets
+        return True
+
+    def launch_limits(self, job_id: int) -> None:
+        """Just before an admitted job starts: its GPUs up to their share."""
+        job = self.pending.pop(job_id, None)
+        if job is not None:
+            self._apply({k: self.targets[k] for k in job.gpus if k in self.targets},
+                        increases=True)  # fmt: skip
+
+    def in_force_w(self) -> float:
+        """The sum of the limits in force now (a GPU that cannot be read: its highest)."""
+        total = 0.0
+        for gpu in self.gpus.values():
+            try:
+                total += gpu.caps.ctl.power_limit_w(gpu.index)
+            except Exception:
+                total += gpu.high_w
+        return round(total, 1)
+
+    # -- after every pass ---------------------------------------------------------------
+    def rebalance(self) -> None:
+        """Split the limit again over the jobs that hold GPUs: decreases first."""
+        self.pending.clear()
+        jobs = self._holding()
+        targets, caps, fits = self._split(jobs)
+        if not fits:
+            log.warning("the jobs holding GPUs count more than the site power limit (%.0f W) "
+                        "even at their lowest limits", self.limit_w)  # fmt: skip
+        if self._apply(targets, increases=True):
+            self.targets = targets
+            for j in jobs:
+                self.fraction[j.key[1]] = caps[j.key]
+
+    def _apply(self, targets: dict[GpuKey, float], increases: bool) -> bool:
+        """Set the limits: every decrease, then (``increases``, and only when every
+        decrease was made) every increase. Returns whether all were made."""
+        moves = []
+        for key, want in targets.items():
+            gpu = self.gpus[key]
+            try:
+                now = gpu.caps.ctl.power_limit_w(gpu.index)
+            except Exception:  # unknown: as high as it goes
+                now = gpu.high_w
+            if abs(now - want) > 0.5:
+                moves.append((want - now, gpu, want))
+        ok = True
+        for delta, gpu, want in sorted(moves, key=lambda m: m[0]):
+            if delta > 0 and (not increases or not ok):
+                break
+            try:
+                gpu.caps.ctl.set_power_limit_w(gpu.index, want)
+            except Exception as exc:  # a server that went away: no increase this time
+                log.warning("GPU %s: cannot set its power limit to %.0f W: %s",
+                            gpu.index, want, exc)  # fmt: skip
+                ok = False
+        return ok
