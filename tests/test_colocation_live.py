@@ -95,6 +95,11 @@ def test_bad_share_option_and_node_policy(cli):
     proc = cli.run("nodes", check=False)
     assert proc.returncode == 2 and "share" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    bad_users = NODE.format(share="time-slice") + 'share_users = "everyone"\n'
+    cli.home.joinpath("gridshift.toml").write_text(bad_users)
+    proc = cli.run("nodes", check=False)
+    assert proc.returncode == 2 and "share_users" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
 
 
 @pytest.mark.backends("sqlite")
@@ -107,10 +112,8 @@ def test_submit_share_is_stored_and_shown(cli):
     )
 
 
-def test_progress_reports_refine_the_model_for_that_pair():
-    from types import SimpleNamespace
-
-    from orchestrator.daemon.energy.sharing import Sharing, SpeedTracker
+def test_progress_reports_give_a_speed_next_to_a_partner():
+    from orchestrator.daemon.energy.sharing import SpeedTracker
 
     tracker = SpeedTracker()
     assert tracker.sample(1, 10.0, 0.1, None) is None
@@ -122,29 +125,17 @@ def test_progress_reports_refine_the_model_for_that_pair():
     assert tracker.sample(1, 50.0, 0.2, "LM") is None
     assert tracker.sample(1, 50.0, 0.3, "LM") is None
 
-    sharing = Sharing(db=None, nodes=[])
-    job = SimpleNamespace(name=FIRST)
-    spans = [(100.0, float("inf"), 0.5, SECOND)]
-    for t, done in ((50.0, 10), (90.0, 50), (110.0, 60), (150.0, 90)):
-        att = SimpleNamespace(id=7, progress_done=done, progress_total=1000,
-                              progress_at=datetime.fromtimestamp(t))  # fmt: skip
-        sharing._learn(att, job, spans, "v100")
-    assert sharing.model.speed(FIRST, SECOND, "v100") == pytest.approx(0.75)
-    bad = SimpleNamespace(id=8, progress_done=5000, progress_total=1000,
-                          progress_at=datetime.fromtimestamp(200.0))  # fmt: skip
-    sharing._learn(bad, job, spans, "v100")  # more done than the total: ignored
-    assert sharing.model.speed(FIRST, SECOND, "v100") == pytest.approx(0.75)
 
-
-def _placement(policy: str, host_uid: int = 1000):
+def _placement(policy: str, host_uid: int = 1000, users: str = "same"):
     from types import SimpleNamespace
 
     from orchestrator.daemon.energy.sharing import Sharing
 
-    node = SimpleNamespace(name="box", executor="local", config=SimpleNamespace(share=policy),
+    config = SimpleNamespace(share=policy, share_users=users)
+    node = SimpleNamespace(name="box", executor="local", config=config,
                            model_of=lambda gpus: "Tesla V100-SXM2")  # fmt: skip
     host = SimpleNamespace(name=SECOND, uid=host_uid, share=True, deadline=None, duration_s=None)
-    att = SimpleNamespace(node="box", gpu_ids=[0], started_at=None)
+    att = SimpleNamespace(node="box", gpu_ids=[0], started_at=None, cap=None)
 
     class Stub(Sharing):
         def _alone(self, nodes):
@@ -167,6 +158,10 @@ def test_placement_rules_mps_is_one_users_and_nothing_is_forced():
     assert _placement("mps", host_uid=0).place(_asking(), 1, 0.0) is None  # root's: no
     assert _placement("mps", host_uid=1001).place(_asking(), 1, 0.0) is None
     assert _placement("never").place(_asking(), 1, 0.0) is None
+    # two users' jobs pair only where the node's (root-owned) config says any, time-slice
+    assert _placement("time-slice", host_uid=1001).place(_asking(), 1, 0.0) is None
+    assert _placement("time-slice", 1001, "any").place(_asking(), 1, 0.0) == ("box", [0])
+    assert _placement("mps", host_uid=1001, users="any").place(_asking(), 1, 0.0) is None
     stub = _placement("time-slice")
     for job, width in [
         (_asking(share=False), 1),  # it did not ask

@@ -127,3 +127,33 @@ def test_bad_share_in_a_scenario_file(cli, tmp_path):
     path.write_text('[jobs]\nshare = "half"\n')
     proc = cli.run("simulate", str(path), check=False)
     assert proc.returncode == 2 and "jobs.share" in proc.stderr
+
+
+def test_a_shared_gpu_never_draws_above_its_boards_limit(tmp_path):
+    inputs = prepare(_scenario(tmp_path), ROOT)
+    daemon = SharingDaemon(inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0))
+    alone_w = daemon._model(0).power_w(1, 1.0)
+    limit_w = alone_w * 1.05  # a board whose limit the pair's +10 % would pass
+    daemon._limit_w = lambda job_id: limit_w
+    run = daemon.run()
+    assert daemon.pairs
+    t = inputs.jobs.submit_s[1] + 60.0  # both running
+    during = (run.seg_start_s <= t) & (run.seg_end_s > t)
+    assert during.sum() == 2
+    assert run.seg_power_w[during].sum() == pytest.approx(limit_w)
+
+
+def test_the_benchmarks_runtime_increase_is_the_paired_jobs_own(tmp_path):
+    import sys
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from energy_colocation import runtime_increase
+
+    _, daemon, shared = _run(_scenario(tmp_path))
+    assert shared.pairs == daemon.pairs  # the run keeps its pairs
+    _, _, alone = _run(_scenario(tmp_path, share=0.0))
+    ran = (shared.finish_s - shared.first_start_s).sum()
+    ran_alone = (alone.finish_s - alone.first_start_s).sum()
+    assert runtime_increase(alone, shared) == pytest.approx(ran / ran_alone - 1, abs=1e-4)
+    assert runtime_increase(alone, SimpleNamespace(pairs=[])) is None

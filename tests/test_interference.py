@@ -79,3 +79,21 @@ def test_worth_sharing_needs_speed_and_an_energy_saving():
     assert worth_sharing(0.95, 0.95, 200, 200, min_speed=0.9)
     assert not worth_sharing(0.85, 0.99, 200, 200, min_speed=0.9)  # too slow
     assert not worth_sharing(0.5, 0.55, 200, 200, min_speed=0.0)  # 220 W for 1.05 units
+
+
+#: The README states these for a job the model does not know (it gets the mean job):
+#: median and 90th percentile of the relative error of its paired speed.
+UNKNOWN_ERR = {"k80": (0.12, 0.30), "p100": (0.14, 0.34), "v100": (0.24, 0.80)}
+
+
+@needs_gavel
+@pytest.mark.parametrize("gpu", sorted(UNKNOWN_ERR))
+def test_the_error_for_a_job_the_model_does_not_know(gpu):
+    from orchestrator.planning.devices.interfit import pairs, unknown_job_error
+
+    rows, _ = pairs(json.loads(GAVEL.read_text())[gpu])
+    coef = json.loads(COEFFICIENTS.read_text())["gpus"][gpu]["jobs"]
+    median, p90 = unknown_job_error(coef, rows)
+    assert median <= UNKNOWN_ERR[gpu][0] and p90 <= UNKNOWN_ERR[gpu][1]
+    in_sample = json.loads(COEFFICIENTS.read_text())["gpus"][gpu]["median_rel_err"]
+    assert median > 2 * in_sample  # far worse than in sample: the README says so

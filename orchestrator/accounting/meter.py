@@ -125,8 +125,8 @@ class Accountant:
         lo_s, hi_s = self._bounds(att, started_at, now_s)
         max_w = MAX_GPU_W * len(att.gpu_ids)
         log = run_dir / runfiles.POWER
+        part = self.split(att) if self.split is not None else None  # a shared GPU
         if log.exists():  # the monitor creates it before job.json where GPUs count energy
-            part = self.split(att) if self.split is not None else None
             while True:
                 samples, offset = runfiles.read_power_log(log, meter.offset)
                 for t, e in samples:
@@ -139,7 +139,8 @@ class Accountant:
             t0 = meter.modelled_until_s or lo_s
             t1 = min(end_s if end_s is not None else now_s, hi_s)
             if t1 > t0:
-                self._stretch(meter, t0, t1, self.modelled_power_w(att) * (t1 - t0))
+                share = part(t0, t1) if part is not None else 1.0  # the GPU's, once
+                self._stretch(meter, t0, t1, self.modelled_power_w(att) * (t1 - t0) * share)
                 meter.modelled_until_s = t1
             modelled = True
         energy = sum(v[0] for v in meter.days.values())

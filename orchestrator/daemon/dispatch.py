@@ -23,6 +23,7 @@ from executors.base import Executor, Handle
 from executors.errors import HostUnreachable
 from executors.gang import PartsNotStarted
 from orchestrator.daemon.energy.gputypes import with_types
+from orchestrator.daemon.energy.sharedcaps import settle
 from orchestrator.daemon.launchspec import gpu_list as _gpu_list
 from orchestrator.daemon.launchspec import launch_spec, part_specs
 from orchestrator.daemon.reaper import mark_running
@@ -177,8 +178,6 @@ class Dispatcher:
         width = sum(len(g) for _, g in parts) if parts else len(gpus)
         if self.caps is None or not self.caps.enabled_on(node_name) or not gpus or parts:
             cap = None  # a job across servers runs uncapped
-        if self.sharing is not None and self.sharing.shares(queued.id):
-            cap = None  # the GPU's cap is the job already on it's
         with self.db.write() as session:  # transaction 1: planned + launching attempt
             if self.lease_check is not None:
                 self.lease_check(session)
@@ -227,8 +226,8 @@ class Dispatcher:
         try:
             if self.site is not None:  # under the site limit: its share (admitted)
                 self.site.launch_limits(job.id)
-            elif cap is not None:  # before the job draws: it starts under its cap
-                self.caps.apply(node_name, gpus, cap)
+            elif not parts and (cap is not None or self.sharing is not None):  # before it draws
+                settle(self.caps, self.db, node_name, gpus)  # shared: the lowest cap
             if parts:
                 by_name = {n.name: n for n in self.nodes}
                 specs = part_specs(self.settings, job, att, [by_name[n] for n, _ in parts],
@@ -246,8 +245,7 @@ class Dispatcher:
             return False
         except Exception as exc:
             err = translate(exc) or ExecutorError(str(exc))
-            if self.caps is not None:
-                self.caps.restore(node_name, gpus)
+            settle(self.caps, self.db, node_name, gpus, without=att.id)  # a partner's
             with self.db.write() as session:
                 row, job = session.get(Attempt, att.id), session.get(Job, job.id)
                 attempts.move(
@@ -354,7 +352,7 @@ class Dispatcher:
         try:
             capped = self.caps is not None and self.caps.enabled_on(att.node) and not att.parts
             if capped and self.site is None:  # under a site limit: the GPUs keep its share
-                self.caps.apply(att.node, att.gpu_ids, cap)
+                settle(self.caps, self.db, att.node, att.gpu_ids, without=att.id, plus=(cap,))
             self.executor.signal(Handle.from_dict(att.handle), signal.SIGCONT)
         except Exception as exc:  # logged; the next pass tries again
             log.warning("job %s: cannot resume: %s", att.job_id, exc)

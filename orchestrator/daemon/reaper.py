@@ -21,6 +21,7 @@ from executors.gang import bare_handle
 from orchestrator.accounting.calibration import learn
 from orchestrator.accounting.meter import Accountant
 from orchestrator.daemon.contain import Faults
+from orchestrator.daemon.energy.sharedcaps import held_caps, settle
 from orchestrator.nodes.inventory import ResolvedNode
 from orchestrator.nodes.powercaps import PowerCaps
 from orchestrator.queue import attempts
@@ -188,9 +189,7 @@ class Reaper:
             rows = session.exec(
                 select(Attempt).where(col(Attempt.state).in_(attempts.values(attempts.ON_GPU)))
             ).all()
-        held: dict[str, dict[int, float | None]] = {}
-        for a in rows:
-            held.setdefault(a.node, {}).update(dict.fromkeys(a.gpu_ids, a.cap))
+        held = held_caps(list(rows))  # a shared GPU: the lowest of its attempts' caps
         self.caps.reconcile(held, skip=self.executor.unreachable_nodes())
 
     def restore_caps(self) -> None:
@@ -337,8 +336,7 @@ class Reaper:
                 session.add(job)
             if to is JobState.COMPLETED:
                 learn(session, job, att, now)
-        if self.caps is not None:
-            self.caps.restore(att.node, att.gpu_ids)
+        settle(self.caps, self.db, att.node, att.gpu_ids, without=att.id)  # a partner's cap
         if att.run_dir:  # left where the monitor never read it: it holds the environment
             runfiles.remove(Path(att.run_dir) / runfiles.SPEC)
         log.info("job %s: %s%s", job.id, to, f" ({reason})" if reason else "")

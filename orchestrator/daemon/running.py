@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from sqlmodel import Session, col, func, select
 
+from orchestrator.daemon.energy.pairs import movable_alone, pair_ends
 from orchestrator.daemon.planner import LivePlanner
 from orchestrator.planning.backfill import running_end_s
 from orchestrator.planning.onepass import Running
@@ -148,7 +149,23 @@ class RunningViews:
                 ends[("attempt", att.id)] = running_end_s(
                     now_s, run_s, source, ran, reported, leaves
                 )
+        if (sharing := getattr(self.dispatcher, "sharing", None)) is not None:  # both ends
+            ends = pair_ends(ends, sharing.paired())
         return self.alloc, ends
+
+    # -- co-location (``daemon.energy.sharing``) ---------------------------------------
+    def _shared(self, job, width: int, now_s: float):
+        """The node and GPU a ``--share`` job should share, never on a server that does
+        not answer; None: it is placed as usual."""
+        sharing = getattr(self.dispatcher, "sharing", None)
+        if sharing is None:
+            return None
+        return sharing.place(job, width, now_s, self.dispatcher.executor.unreachable_nodes())
+
+    def _not_paired(self, movable: dict) -> dict:
+        """The deadline guard's candidates less the attempts sharing their GPU."""
+        sharing = getattr(self.dispatcher, "sharing", None)
+        return movable if sharing is None else movable_alone(movable, sharing.paired())
 
 
 def elastic_rate(job: Job, alloc: ClusterAllocator):

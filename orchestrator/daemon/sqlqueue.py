@@ -209,8 +209,7 @@ class SqlQueue(RunningViews):
         if width == 0:  # a CPU-only job: the first node, no GPUs
             return (self.dispatcher.nodes[0].name, [])
         job = self.eligible.get(view.id)
-        sharing = self.dispatcher.sharing  # co-location: a GPU one --share job runs on
-        if sharing and (shared := sharing.place(job, width, now_s)):
+        if shared := self._shared(job, width, now_s):  # co-location: a GPU a --share job runs on
             return shared
         place = self.power.placer(self.alloc, now_s) if self.power else None  # servers on first
         allocation = allocate_typed(self.alloc, ("job", view.id), width, job, view, decision,
@@ -296,6 +295,7 @@ class SqlQueue(RunningViews):
         return out
 
     def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
+        movable = self._not_paired(movable)  # co-location: moving one of a pair frees no GPU
         if width <= self.alloc.max_node_gpus:
             return self.alloc.make_room(width, movable, gpu_type) or []
         # a job across servers runs on SSH servers alone: room made there, by jobs there

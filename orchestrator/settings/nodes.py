@@ -66,6 +66,10 @@ class NodeConfig(BaseModel):
     share: Literal["never", "time-slice", "mps"] = Field(
         default="never", description="co-location: two --share jobs on one GPU (not on Slurm)"
     )
+    share_users: Literal["same", "any"] = Field(
+        default="same", description="co-location: only one user's jobs pair on a GPU "
+        "(same), or any two users' (any; time-slice only: MPS is one user's)",
+    )  # fmt: skip
     connect_timeout: str = Field(default="10s", description="SSH connect timeout")
     lost_after: str = Field(
         default="5m", description="an unreachable server's jobs are lost and requeued after this"

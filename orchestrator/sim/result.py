@@ -30,3 +30,4 @@ class RunResult:
     ledger: Ledger | None = None
     solver: dict | None = None  # what the oracle's solve reported
     idle: IdleAccount | None = None  # idle GPUs and servers on (sim.hardware.power)
+    pairs: list | None = None  # co-location: (job, partner, when) pairs formed

@@ -3,9 +3,10 @@
 A node shares GPUs only where its ``[[nodes]]`` table says ``share = "time-slice"`` (CUDA
 time-slicing: two processes, one ``CUDA_VISIBLE_DEVICES``) or ``share = "mps"`` (the same,
 through the node's CUDA MPS control daemon, which the lab runs: gridshift does not start
-it; MPS serves one user's processes, so only two jobs of the same user pair there). The
-default, ``"never"``, keeps one job per GPU; Slurm nodes never share (Slurm's own GPU
-sharing, ``gres/shard`` or MPS, is Slurm's to configure).
+it). The default, ``"never"``, keeps one job per GPU; Slurm nodes never share (Slurm's
+own GPU sharing, ``gres/shard`` or MPS, is Slurm's to configure). Only one user's jobs
+pair on a GPU unless the node's (root-owned) config says ``share_users = "any"``, and
+never two users' under MPS (it serves one user's processes).
 
 A queued one-GPU job submitted with ``--share`` is placed on a GPU where exactly one
 running one-GPU job that was itself submitted with ``--share`` runs (a job that did not
@@ -17,27 +18,40 @@ combined speed. A job's model is its name where that names one of Gavel's job ty
 families (``--name "ResNet-50 (batch size 64)"``), else the mean job. The newcomer is not
 power-capped: the GPU's cap is its partner's.
 
-Refined online: a sharing job's progress reports give its rate alone and its rate next to
-a partner; their ratio replaces the model's prediction for that pair of job models on that
-GPU type (``SpeedTracker``, ``Interference.observe``), for later placements and splits.
+Measured online, per attempt: a sharing job's progress reports give its rate alone and its
+rate next to a partner; their ratio, clamped to [``MIN_SPEED``, 1], is that attempt's
+measured speed (``SpeedTracker``, ``Sharing.measured``; in memory, lost on a restart). The
+reports are the job's own: they never change the model that places or charges other jobs
+(one daemon-wide table keyed by users' ``--name`` would let one user's reports pair or
+bill another's jobs).
 
 Accounts: each attempt's power log samples the whole GPU, so while two attempts overlap
 on it each is charged its share of the GPU's measured energy (``split_for``): in
 proportion to its predicted speed next to the other (the two draw alike alone: one GPU,
-one cap). The parts sum to what the GPU drew.
+one cap), by the fitted model, never by what a job reports about itself. Time either one
+is stopped (``--suspend stop``) counts as the other alone (``sharesplit``). The parts sum
+to what the GPU drew; where no counter measures it, to its modelled draw.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from sqlmodel import col, select
 
+from orchestrator.daemon.energy.pairs import partners
+from orchestrator.daemon.energy.sharesplit import Span, fraction, stopped_within, stops_of
 from orchestrator.planning.devices.gputypes import ANY, family_of, type_of
-from orchestrator.planning.devices.interference import MIN_SPEED, Interference, worth_sharing
+from orchestrator.planning.devices.interference import (
+    MIN_SPEED,
+    Interference,
+    split,
+    worth_sharing,
+)
+from orchestrator.planning.perfmodel import curve_for
 from orchestrator.queue.attempts import AttemptState
-from orchestrator.queue.models import Attempt, Job
+from orchestrator.queue.models import Attempt, AttemptEvent, Job
 
 POLICIES = ("never", "time-slice", "mps")
 _RUNNING = (AttemptState.RUNNING.value,)
@@ -59,6 +73,7 @@ class Sharing:
     model: Interference = field(default_factory=Interference)
     claimed: dict[int, tuple[str, int, float]] = field(default_factory=dict)  # job -> GPU
     tracker: SpeedTracker = field(default_factory=lambda: SpeedTracker())
+    measured: dict[int, float] = field(default_factory=dict)  # attempt -> speed paired
 
     @classmethod
     def for_nodes(cls, db, nodes: list) -> Sharing | None:
@@ -66,8 +81,12 @@ class Sharing:
         return cls(db, nodes) if any(_policy(n) != "never" for n in nodes) else None
 
     # -- placement ---------------------------------------------------------------------
-    def place(self, job: Job | None, width: int, now_s: float) -> tuple[str, list[int]] | None:
-        """The node and GPU ``job`` should share, or None (it is placed as usual)."""
+    def place(
+        self, job: Job | None, width: int, now_s: float, down: Collection[str] = ()
+    ) -> tuple[str, list[int]] | None:
+        """The node and GPU ``job`` should share, or None (it is placed as usual). Never
+        on a server that does not answer (``down``), nor next to a job backfilled on the
+        promise of giving its GPU back (the newcomer would keep it past that)."""
         self.claimed = {j: c for j, c in self.claimed.items() if c[2] == now_s}  # this pass
         if job is None or not job.share or width != 1 or job.attempts:
             return None  # a job restarting keeps its own GPU: its checkpoint is its own
@@ -81,7 +100,9 @@ class Sharing:
             if node is None:
                 continue
             where = (att.node, att.gpu_ids[0])
-            if where in taken or (_policy(node) == "mps" and host.uid != job.uid):
+            if where in taken or (host.uid != job.uid and not _across_users(node)):
+                continue  # one user's jobs only, unless the node's root-owned config says
+            if att.node in down or getattr(att, "backfilled_until", None) is not None:
                 continue
             gpu = type_of(node.model_of(att.gpu_ids)) or "v100"
             if getattr(job, "gpu_type", None) and job.gpu_type != gpu:
@@ -89,8 +110,10 @@ class Sharing:
             speed_job, speed_host = self.model.speeds(kind_of(job), kind_of(host), gpu)
             if not worth_sharing(speed_job, speed_host, 1.0, 1.0, MIN_SPEED):
                 continue
-            if not (
-                _in_time(job, None, speed_job, now_s) and _in_time(host, att, speed_host, now_s)
+            rate = curve_for(node.model_of(att.gpu_ids)).throughput_fraction(att.cap or 1.0)
+            if not (  # at the GPU's cap, the host's work left from its progress
+                _in_time(job, None, speed_job * rate, now_s)
+                and _in_time(host, att, speed_host * rate, now_s)
             ):
                 continue
             if best is None or speed_job + speed_host > best[0]:
@@ -100,6 +123,11 @@ class Sharing:
         node, gpu = best[1]
         self.claimed[job.id] = (node, gpu, now_s)
         return node, [gpu]
+
+    def paired(self) -> dict[int, list[int]]:
+        """Attempt id -> the others on its GPU, for every GPU two attempts hold."""
+        with self.db.read() as session:
+            return partners(session)
 
     def shares(self, job_id: int) -> bool:
         """Whether ``job_id`` was placed on a GPU another job runs on, in this pass."""
@@ -126,8 +154,9 @@ class Sharing:
 
     # -- accounts ------------------------------------------------------------------------
     def split_for(self, att: Attempt) -> Callable[[float, float], float] | None:
-        """The share of its GPU's measured energy ``att`` is charged over ``[t0, t1)``;
-        None when it never shared."""
+        """The share of its GPU's measured energy ``att`` is charged over ``[t0, t1)``
+        (``sharesplit``: by the fitted model, cut at either one's stops); None when it
+        never shared."""
         if not att.gpu_ids or len(att.gpu_ids) != 1 or att.started_at is None:
             return None
         start = att.started_at.timestamp()
@@ -147,45 +176,46 @@ class Sharing:
                 )
             ).all()
             mine = session.get(Job, att.job_id)
+            rows = [(o, j) for o, j in rows if list(o.gpu_ids or ()) == list(att.gpu_ids)]
+            stops = _stops(session, [att.id] + [o.id for o, _ in rows])
         if mine is None or not mine.share:
             return None
         node = next((n for n in self.nodes if n.name == att.node), None)
         gpu = type_of(node.model_of(att.gpu_ids) if node else None) or "v100"
         spans = []
         for other, job in rows:
-            if list(other.gpu_ids or ()) != list(att.gpu_ids):
-                continue
             mine_speed, other_speed = self.model.speeds(kind_of(mine), kind_of(job), gpu)
-            part = mine_speed / (mine_speed + other_speed) if mine_speed + other_speed else 0.5
+            part, _ = split(1.0, 1.0, 1.0, mine_speed, other_speed)  # one GPU: alike draws
             end = other.finished_at.timestamp() if other.finished_at else float("inf")
-            spans.append((max(start, other.started_at.timestamp()), end, part, kind_of(job)))
-        self._learn(att, mine, spans, gpu)
+            begin = max(start, other.started_at.timestamp())
+            spans.append(Span(begin, end, part, kind_of(job), stops.get(other.id, ())))
+        self._learn(att, spans, stops.get(att.id, ()))
         if not spans:
             return None
+        return fraction(spans, stops.get(att.id, ()))
 
-        def fraction(t0: float, t1: float) -> float:
-            if t1 <= t0:
-                return 1.0
-            charged = t1 - t0
-            for a, b, part, _ in spans:
-                overlap = max(0.0, min(t1, b) - max(t0, a))
-                charged -= overlap * (1.0 - part)
-            return max(0.0, charged / (t1 - t0))
-
-        return fraction
-
-    def _learn(self, att: Attempt, job: Job, spans: list, gpu: str) -> None:
-        """Refine the model from the job's progress reports: its rate next to a partner
-        over its rate alone replaces the prediction for that pair. The reports are the
-        job's own (untrusted): a speed above 1.5 is dropped, one above 1 counts as 1."""
+    def _learn(self, att: Attempt, spans: list[Span], my_stops: tuple = ()) -> None:
+        """The attempt's measured speed next to its partner (its rate there over its rate
+        alone, from its progress reports), kept for that attempt alone (``measured``; in
+        memory: lost on a restart). The reports are the job's own (untrusted): they never
+        change the model other jobs are placed or charged by, and the speed is clamped to
+        [``MIN_SPEED``, 1]. A rate over a stretch where either one was stopped is not a
+        speed: the tracker starts again after it."""
         done, total, at = att.progress_done, att.progress_total, att.progress_at
         if done is None or not total or at is None or not 0 <= done <= total:
             return
         t = at.timestamp()
-        partner = next((kind for a, b, _, kind in spans if a <= t < b), None)
-        speed = self.tracker.sample(att.id, t, done / total, partner)
+        span = next((s for s in spans if s.start_s <= t < s.end_s), None)
+        last = self.tracker.last.get(att.id)
+        since = last[0] if last is not None else t
+        stops = [my_stops, *(s.partner_stops for s in spans)]
+        if any(stopped_within(st, since, t) for st in stops):
+            self.tracker.last.pop(att.id, None)  # a stop in between: no rate across it
+            self.tracker.sample(att.id, t, done / total, span.partner if span else None)
+            return
+        speed = self.tracker.sample(att.id, t, done / total, span.partner if span else None)
         if speed is not None and 0 < speed <= 1.5:
-            self.model.observe(kind_of(job), partner, gpu, speed)
+            self.measured[att.id] = min(1.0, max(MIN_SPEED, speed))
 
 
 @dataclass
@@ -212,6 +242,28 @@ class SpeedTracker:
         return rate / alone if alone and rate > 0 else None
 
 
+def _stops(session, ids: list[int]) -> dict[int, tuple]:
+    """Each attempt's stopped intervals, from its state moves."""
+    rows = session.exec(
+        select(AttemptEvent)
+        .where(col(AttemptEvent.attempt_id).in_(ids))
+        .order_by(col(AttemptEvent.at), col(AttemptEvent.id))
+    ).all()
+    out: dict[int, tuple] = {}
+    for i in ids:
+        moves = [(e.at.timestamp(), e.from_state, e.to_state) for e in rows if e.attempt_id == i]
+        out[i] = stops_of(moves)
+    return out
+
+
+def _across_users(node) -> bool:
+    """Whether two users' jobs may pair on ``node``: only where its config says
+    ``share_users = "any"`` and it time-slices (a job's ``--name`` is its own claim: a
+    misnamed job could slow another user's; MPS serves one user's processes)."""
+    config = getattr(node, "config", None)
+    return _policy(node) == "time-slice" and getattr(config, "share_users", "same") == "any"
+
+
 def _policy(node) -> str:
     config = getattr(node, "config", None)
     if config is None or node.executor == "slurm":
@@ -220,15 +272,20 @@ def _policy(node) -> str:
 
 
 def _in_time(job: Job, att: Attempt | None, speed: float, now_s: float) -> bool:
-    """Whether ``job`` still ends by its deadline at ``speed`` (no deadline: yes)."""
+    """Whether ``job`` still ends by its deadline at ``speed`` (no deadline: yes). Its
+    work left: all of it for a newcomer; for a running host, the share its last progress
+    report leaves (a job over-reporting its progress risks only its own deadline), else
+    its duration less the time this attempt ran.
+    """
     if job.deadline is None:
         return True
     if not job.duration_s:
         return False  # nobody knows when it ends: not slowed
-    ran = 0.0
-    if att is not None and att.started_at is not None:
-        ran = max(0.0, now_s - att.started_at.timestamp())
-    left = max(0.0, job.duration_s - ran)
+    left = job.duration_s
+    if att is not None and att.progress_total and att.progress_done is not None:
+        left = job.duration_s * (1.0 - min(1.0, max(0.0, att.progress_done / att.progress_total)))
+    elif att is not None and att.started_at is not None:
+        left = max(0.0, job.duration_s - max(0.0, now_s - att.started_at.timestamp()))
     return now_s + left / speed <= job.deadline.timestamp()
 
 

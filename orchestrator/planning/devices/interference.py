@@ -9,8 +9,10 @@ job type (``"ResNet-18 (batch size 64)"``) or only its family (``"ResNet-18"``: 
 of the family's coefficients); an unknown name gets the mean job. GPU types without Gavel
 pairs (a40, rtx6000, a100) use V100's coefficients, the newest measured type.
 
-Refined online: ``observe(a, b, gpu, speed_a)`` records a measured relative speed (from
-the jobs' progress reports), which then replaces the prediction for that pair.
+``observe(a, b, gpu, speed_a)`` records a measured relative speed (clamped to
+[``MIN_SPEED``, 1]; never for a pair Gavel measured infeasible), which then replaces the
+prediction for that pair. The daemon keeps the jobs' own measurements per attempt and
+never observes them here: a job's reports are untrusted.
 
 Power: a GPU running two jobs draws the larger of their draws alone plus
 ``SHARED_EXTRA`` (10 %) of it, capped at the board limit: one busy GPU draws a little more
@@ -73,11 +75,11 @@ class Interference:
     def speed(self, a: str, b: str, gpu: str) -> float:
         """Job ``a``'s speed next to ``b`` on ``gpu``, as a share of its speed alone."""
         key = _gpu_key(gpu)
+        if self.infeasible(a, b, gpu):
+            return 0.0  # no measurement makes two jobs fit that Gavel saw not fit
         seen = self.measured.get((key, a, b))
         if seen is not None:
             return seen
-        if self.infeasible(a, b, gpu):
-            return 0.0
         s, _, u, _ = _coef(key, a)
         _, p, _, v = _coef(key, b)
         return min(1.0, math.exp(-(s + p + u * v)))
@@ -90,10 +92,12 @@ class Interference:
         return _infeasible(_gpu_key(gpu), *sorted((a, b)))
 
     def observe(self, a: str, b: str, gpu: str, speed_a: float) -> None:
-        """A measured relative speed of ``a`` next to ``b``; replaces the prediction."""
+        """A measured relative speed of ``a`` next to ``b``, clamped to [``MIN_SPEED``, 1];
+        replaces the prediction (never an infeasible pair's zero). The simulator's: the
+        daemon never feeds a job's own reports into a shared model (``daemon.energy``)."""
         if not (0.0 < speed_a <= 1.5) or not math.isfinite(speed_a):
             raise ValueError(f"a relative speed must be in (0, 1.5], not {speed_a!r}")
-        self.measured[(_gpu_key(gpu), a, b)] = min(1.0, float(speed_a))
+        self.measured[(_gpu_key(gpu), a, b)] = min(1.0, max(MIN_SPEED, float(speed_a)))
 
 
 @lru_cache(maxsize=4096)

@@ -105,6 +105,19 @@ def held_out_error(rows: list, names: list[str], folds: int = 5) -> float:
     return round(float(np.median(errors)), 4)
 
 
+def unknown_job_error(coef: dict, rows: list) -> tuple[float, float]:
+    """The error for a job the model does not know (a ``--name`` that is no Gavel type
+    gets the mean job): each job in turn given the others' mean coefficients, over its
+    measured pairs. Median and 90th percentile of the relative error."""
+    errors: list[float] = []
+    for name in coef:
+        others = [c for n, c in coef.items() if n != name]
+        mean = [float(np.mean([c[k] for c in others])) for k in range(4)]
+        known = {**coef, name: mean}
+        errors += [abs(predict(known, a, b) - r) / r for a, b, r in rows if name in (a, b)]
+    return round(float(np.median(errors)), 4), round(float(np.percentile(errors, 90)), 4)
+
+
 def fit_gpu(table: dict) -> dict:
     rows, infeasible = pairs(table)
     names = sorted({a for a, _, _ in rows} | {b for _, b, _ in rows})

@@ -11,10 +11,11 @@ predicts that
   deadline at that speed (the one already running: its work left; the newcomer: all of
   it), and
 - the energy per unit of work falls: the shared GPU's draw (the larger draw alone plus
-  10 %) over both jobs' combined speed is below their draws alone.
+  10 %, at most the boards' limit) over both jobs' combined speed is below their draws
+  alone.
 
-Among the GPUs that qualify it takes the one where the pair's combined speed is highest;
-otherwise it gets GPUs of its own as usual. From the moment they pair until one of them
+Among the GPUs that qualify it takes the one where the pair's energy per unit of work is
+lowest; otherwise it gets GPUs of its own as usual. From the moment they pair until one of them
 leaves (it ends, or is suspended), each runs at its predicted speed and is charged its
 share of the GPU's draw (``interference.split``: the parts sum to the GPU's); the one left
 runs alone at full speed again, and may take a new partner. The GPU stays held until both
@@ -93,6 +94,11 @@ class SharingDaemon(SimDaemon):
         self._held_by: dict[int, int] = {}  # job -> the job whose allocation holds its GPU
         self.pairs: list[tuple[int, int, float]] = []  # (running job, newcomer, when) formed
 
+    def run(self):
+        result = super().run()
+        result.pairs = list(self.pairs)
+        return result
+
     # -- the pass's steps --------------------------------------------------------------
     def allocate(self, job, decision, now: float):
         i = job.id
@@ -146,7 +152,6 @@ class SharingDaemon(SimDaemon):
         for h, held in self._open.items():
             if held != width or h in claimed:
                 continue
-            att = self._running[self._att_of[h]]
             gpu = self._gpu_type(h)
             if self._wants[i] is not None and gpu != self._wants[i]:
                 continue  # it asked for another GPU type
@@ -154,17 +159,20 @@ class SharingDaemon(SimDaemon):
             if pair not in seen:
                 seen[pair] = self.interference.speeds(kind, pair[0], gpu)
             speed_i, speed_h = seen[pair]
-            if not worth_sharing(speed_i, speed_h, power_i, att.power_w, MIN_SPEED):
+            att = self._running[self._att_of[h]]
+            power_h = att.power_w
+            if not worth_sharing(speed_i, speed_h, power_i, power_h, MIN_SPEED):
                 continue
-            if best is not None and speed_i + speed_h <= best[0]:
-                continue
+            per_work = shared_power_w(power_i, power_h) / (speed_i + speed_h)
+            if best is not None and per_work >= best[0]:
+                continue  # the partner with the least energy per unit of work
             if deadline_i is not None and now + job.duration_s / speed_i > deadline_i:
                 continue
             left = self.executor.remaining_s(att.handle)
             deadline_h = self._deadline[h]
             if left is None or (deadline_h is not None and now + left / speed_h > deadline_h):
                 continue
-            best = (speed_i + speed_h, h, speed_i, speed_h)
+            best = (per_work, h, speed_i, speed_h)
         return None if best is None else best[1:]
 
     def _gpu_type(self, job_id: int) -> str:
@@ -174,7 +182,7 @@ class SharingDaemon(SimDaemon):
     def _pair(self, i: int, host: int, speed_i: float, speed_h: float, now: float) -> None:
         att_i, att_h = self._running[self._att_of[i]], self._running[self._att_of[host]]
         power_i, power_h = att_i.power_w, att_h.power_w
-        total = shared_power_w(power_i, power_h)
+        total = shared_power_w(power_i, power_h, max(self._limit_w(host), power_i, power_h))
         share_i, share_h = split(total, power_i, power_h, speed_i, speed_h)
         self._partner[i], self._partner[host] = host, i
         self._held_by[i] = host
@@ -185,6 +193,13 @@ class SharingDaemon(SimDaemon):
             self.executor.rescale(att.handle, speed, share / power, 0.5)  # half each GPU
             self._expect_end(att, now)
         self.pairs.append((host, i, now))
+
+    def _limit_w(self, job_id: int) -> float:
+        """The facility draw of ``job_id``'s GPUs at their board limit: a shared GPU draws
+        no more (``SHARED_EXTRA`` is capped there)."""
+        m = self._running_model(job_id)
+        n = self._running[self._att_of[job_id]].gpus
+        return n * (m.curve.max_limit_w * m.power_scale + m.host_w_per_gpu) * m.pue
 
     def _released(self, key) -> bool:
         """Job ``key`` leaves its GPU: True when the allocator should free it."""
