@@ -131,8 +131,8 @@ def test_make_room_keeps_to_the_type():
 
 
 def test_across_servers_repack_keeps_the_type():
+    from orchestrator.daemon.energy.across import across_servers
     from orchestrator.daemon.energy.gputypes import allocate_typed, with_types
-    from orchestrator.daemon.sqlqueue import SqlQueue
 
     names = [("vlocal", "V100", "local"), ("p1", "P100", "ssh"), ("p2", "P100", "ssh")]
     names += [("v1", "V100", "ssh"), ("v2", "V100", "ssh")]
@@ -143,8 +143,8 @@ def test_across_servers_repack_keeps_the_type():
     job = SimpleNamespace(gpu_type="v100", name=None, gpus_min=8)
     first = allocate_typed(alloc, ("job", 1), 8, job, view, Decision(0.0), 0.0)
     assert "vlocal" in {node for node, _ in first.parts}  # not an SSH server: packed again
-    stub = SimpleNamespace(alloc=alloc, _ssh_nodes=lambda: {n for n, _, e in names if e == "ssh"})
-    got = SqlQueue._across_servers(stub, view, first.parts, 8)
+    ssh = {n for n, _, e in names if e == "ssh"}
+    got = across_servers(alloc, ssh, ("job", 1), first.parts, 8, view.gpu_type)
     assert sorted(node for node, _ in got[2]) == ["v1", "v2"]  # before: p1, p2
 
 

@@ -315,7 +315,7 @@ def test_a_part_not_started_orphans_the_attempt_until_every_part_is_fenced(tmp_p
 
 
 def test_the_width_is_spread_as_evenly_as_the_servers_allow():
-    from orchestrator.daemon.sqlqueue import spread
+    from orchestrator.daemon.energy.across import spread
 
     assert spread(4, [2, 2]) == [2, 2]
     assert spread(6, [4, 4]) == [3, 3]
@@ -353,8 +353,8 @@ def test_show_names_every_part_of_a_run():
 def test_a_job_across_servers_is_packed_on_ssh_servers_alone():
     from types import SimpleNamespace
 
+    from orchestrator.daemon.energy.across import across_servers
     from orchestrator.daemon.sqlqueue import SqlQueue
-    from orchestrator.planning.policies.base import QueuedJob
     from placement.cluster import ClusterAllocator
     from placement.topology import ClusterTopology, NodeTopology
 
@@ -363,10 +363,9 @@ def test_a_job_across_servers_is_packed_on_ssh_servers_alone():
     nodes = [SimpleNamespace(name=n, executor=kind) for n, kind in names.items()]
     q = SqlQueue(db=None, dispatcher=SimpleNamespace(nodes=nodes), reaper=None,
                  suspender=None, alloc=ClusterAllocator(topo))  # fmt: skip
-    view = QueuedJob(id=1, gpus=8, submitted_s=0.0)
     first = q.alloc.allocate(("job", 1), 8)  # network packing alone takes "here" and "a"
     assert [n for n, _ in first.parts] == ["here", "a"]
-    node, gpus, parts = q._across_servers(view, first.parts, 8)
+    node, gpus, parts = across_servers(q.alloc, q._ssh_nodes(), ("job", 1), first.parts, 8, None)
     assert parts == [("a", [0, 1, 2, 3]), ("b", [0, 1, 2, 3])] and (node, gpus) == (
         "a",
         parts[0][1],

@@ -182,6 +182,8 @@ class Daemon:
 
             self.lease = DaemonLease(self.db, cfg.seconds("lease"))
             self.dispatcher.lease_check = self.lease.check
+            if self.levers.power is not None:  # a power command only while the lease holds
+                self.levers.power.lease_check = self.lease.check
         self._lost = False
         self._wake = threading.Event()  # ends the passes: stopped, or the lease lost
         self.health = HealthWriter(self)
@@ -276,6 +278,8 @@ class Daemon:
                 if self._stop.is_set() or not self._lost:
                     break
                 self._lost = False
+                if self.levers.power is not None:  # another daemon powers servers now
+                    self.levers.power.reset()
         finally:
             if server is not None:
                 server.stop()

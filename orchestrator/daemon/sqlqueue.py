@@ -22,6 +22,7 @@ from sqlmodel import Session, col, select
 
 from orchestrator.daemon.contain import Faults
 from orchestrator.daemon.dispatch import Dispatcher
+from orchestrator.daemon.energy.across import across_servers
 from orchestrator.daemon.energy.gputypes import allocate_typed, type_problem
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
@@ -216,29 +217,20 @@ class SqlQueue(RunningViews):
         if allocation is None:
             return None
         (node, gpus), *more = allocation.parts
-        got = self._across_servers(view, allocation.parts, width) if more else (node, list(gpus))
+        got = (
+            across_servers(
+                self.alloc,
+                self._ssh_nodes(),
+                ("job", view.id),
+                allocation.parts,
+                width,
+                view.gpu_type,
+                place,
+            )
+            if more
+            else (node, list(gpus))
+        )
         return self.dispatcher.admitted(self.alloc, view.id, got, decision, now_s)
-
-    def _across_servers(self, view: QueuedJob, held, width: int):
-        """A job wider than one server, on whole servers (network packing holds them all):
-        SSH servers only; the width spread as evenly as their sizes allow (``spread``),
-        each part on its server's first GPUs."""
-        ssh = self._ssh_nodes()
-        if any(node not in ssh for node, _ in held):  # packed again, on SSH servers alone
-            key, others = ("job", view.id), ("not ssh", view.id)
-            self.alloc.free(key)
-            hidden = [n for n in self.alloc.node_names if n not in ssh and self.alloc.free_on(n)]
-            for name in hidden:
-                self.alloc.hold(others, name, self.alloc.free_on(name))
-            allocation = self.alloc.allocate(key, width, gpu_type=view.gpu_type)
-            if hidden:
-                self.alloc.free(others)
-            if allocation is None:
-                return None  # it waits for enough idle SSH servers
-            held = allocation.parts
-        counts = spread(width, [len(gpus) for _, gpus in held])
-        parts = [(node, list(gpus[:n])) for (node, gpus), n in zip(held, counts, strict=True)]
-        return (parts[0][0], parts[0][1], parts)
 
     def launch(self, view: QueuedJob, decision: Decision, allocation, now_s: float) -> None:
         """Start (or resume) one job. A fault of this job's launch fails the job (while
@@ -424,16 +416,6 @@ def _running_rows(session: Session) -> list:
         .where(Attempt.state == AttemptState.RUNNING)
     ).all()
     return [(job, width_of_attempt(att), att.started_at or job.started_at) for att, job in rows]
-
-
-def spread(width: int, sizes: list[int]) -> list[int]:
-    """GPUs of each server for a job of ``width`` GPUs on servers of ``sizes`` GPUs (at
-    least ``width`` in all): as even as they allow, a small server all it has."""
-    out, left = [0] * len(sizes), width
-    for pos, i in enumerate(sorted(range(len(sizes)), key=lambda i: sizes[i])):
-        out[i] = min(sizes[i], -(-left // (len(sizes) - pos)))
-        left -= out[i]
-    return out
 
 
 def _queued_view(job: Job, largest: int, widest: int | None = None) -> QueuedJob:

@@ -333,7 +333,13 @@ def load_settings(config: Path | None = None) -> Settings:
         data, source = _read_toml(config), config
     token = _FILE_DATA.set(data)
     try:
-        return Settings()
+        settings = Settings()
+        if any(n.power_off or n.power_on for n in settings.nodes) and source.is_file():
+            from orchestrator.settings.trust import untrusted
+
+            if (why := untrusted(source)) is not None:  # it names what root runs
+                raise ConfigError(f"{source} names power commands but {why}")
+        return settings
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "settings"

@@ -210,6 +210,21 @@ class NodeConfig(BaseModel):
             raise ValueError(f"node {self.name}: {levers[0]} is for SSH servers, not {where}")
         if levers and not (self.power_off and self.power_on):
             raise ValueError(f"node {self.name}: right-sizing needs both power_off and power_on")
+        idle = [k for k in ("gpu_idle_w", "node_idle_w", "pue") if k in self.model_fields_set]
+        if idle and self.executor == "slurm":
+            raise ValueError(f"node {self.name}: {idle[0]} is not counted on a Slurm node "
+                             "(its idle machines are Slurm's business)")  # fmt: skip
+        if levers and self.seconds("wake_timeout") < self.seconds("wake"):
+            raise ValueError(f"node {self.name}: wake_timeout {self.wake_timeout} is shorter "
+                             f"than wake {self.wake}: every wake would fail")  # fmt: skip
+        if levers and self.seconds("power_timeout") > self.seconds("wake_timeout"):
+            raise ValueError(f"node {self.name}: power_timeout {self.power_timeout} is longer "
+                             f"than wake_timeout {self.wake_timeout}")  # fmt: skip
+        from orchestrator.settings.trust import untrusted
+
+        for argv in (self.power_off, self.power_on) if levers else ():
+            if (why := untrusted(argv[0])) is not None:
+                raise ValueError(f"node {self.name}: power command {argv[0]!r}: {why}")
         return self
 
     def seconds(self, name: str) -> float:

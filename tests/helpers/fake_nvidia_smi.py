@@ -84,6 +84,8 @@ def main(argv: list[str]) -> int:
             print(f"Power limit for GPU 00000000:{i:02X}:00.0 was set to {watts:.2f} W "
                   f"from {old:.2f} W.")  # fmt: skip
         return 0
+    if any(a.startswith("--query-compute-apps=") for a in args):
+        return 0  # no compute process runs on a fake GPU
     query = next((a for a in args if a.startswith("--query-gpu=")), None)
     if query is None or "--format=csv,noheader,nounits" not in args:
         print(

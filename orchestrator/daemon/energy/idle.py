@@ -10,7 +10,7 @@ energy each attempt's power log measures):
   discovery read on the GPUs no job holds);
 - the server's own draw (``node_idle_w``, default 150 W: CPUs, memory, fans), its
   share for each GPU no job holds (× free GPUs / its GPUs: a powered-on idle server's
-  whole draw; the busy GPUs' share is their jobs');
+  whole draw; the busy GPUs' share is counted nowhere: jobs' energy is their GPUs' alone);
 
 all times the PUE (the node's ``pue``, else ``[daemon] pue``, default 1.0), as the
 simulator counts it (``sim.power``). A server that is off (right-sizing) or whose wake
@@ -143,9 +143,11 @@ class IdleMeter:
 
     def _measure(self, alloc) -> dict[str, float]:
         """Each SSH server's idle GPU draw as its last discovery measured it: the median
-        ``power.draw`` of the GPUs no job holds now (a sanity bound: 0 to 2 kW)."""
+        ``power.draw`` of the GPUs no job holds now and that discovery saw unused (a GPU
+        running work gridshift did not start is not idle; a sanity bound: 0 to 2 kW)."""
         from sqlmodel import col, select
 
+        from orchestrator.nodes.idleask import gpu_use
         from orchestrator.queue.models import Gpu
 
         ssh = [n for n, ex in self.nodes.items() if ex == "ssh" and n in alloc.node_names]
@@ -157,6 +159,7 @@ class IdleMeter:
         for name in ssh:
             free = set(alloc.free_on(name))
             draws = [g.power_draw_w for g in rows if g.node == name and g.index in free
+                     and gpu_use(g.memory_used_mb, g.utilization_pct) is None
                      and g.power_draw_w is not None and 0 <= g.power_draw_w <= 2000]  # fmt: skip
             if draws:
                 out[name] = float(statistics.median(draws))

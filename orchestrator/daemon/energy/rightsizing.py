@@ -5,24 +5,33 @@ what to do is decided by the pure ``planning.devices.rightsizing.right_size`` (t
 the simulator takes too), from each node's state, since when it is idle, its wake-up
 time and the plan's next needs (each queued job's planned start and width).
 
-- **Power off.** A server on, idle (no job holds a GPU there) for its ``idle_off_after``,
-  whose GPUs none of the jobs planned within its ``wake`` need, gets ``power_off``
+- **Power off.** A server on, idle for its ``idle_off_after`` (nothing held there: no
+  job, resize reservation or backfill block; its latest discovery, newer than the start
+  of that stretch, sees no GPU in use: ``idlecheck``), whose GPUs none of the jobs planned
+  within its ``wake`` need, is asked itself (no GPU in use, no compute process, nobody
+  logged in: ``nodes.idleask``; any doubt: it stays on), then gets ``power_off``
   (``powercmd``: argv from the root-owned config, a timeout, its output not believed).
-  Exit 0: the server is ``off``; a failure leaves it ``on`` (the error shown by
+  Exit 0 is not off: the server is ``powering off`` until it does not answer
+  ``OFF_MISSES`` times in a row (then ``off``), or still ``on`` with an error if it
+  answers ``wake_timeout`` later. A failure leaves it ``on`` (the error shown by
   ``nodes``) and idle time counts again from then.
 - **Packing prefers servers on.** A job is placed on servers that are on when it fits
   there (``allocate``); one that fits only with a server that is off (or whose wake
-  failed, once its retry is due) wakes it and waits: ``power_on``, then the server must
-  answer over SSH; once it does it is ``on`` and the job launches at the next pass. The
-  plan's needs due within a server's wake time wake it ahead of them too.
+  failed, once its retry is due; before that it is as if down) wakes it and waits:
+  ``power_on``, then the server must answer over SSH, once seen down or with a new
+  ``boot_id`` (a server still going down answers a while); then it is ``on`` and the job
+  launches at the next pass. A job wider than one server goes the same way (``across``).
+  The plan's needs due within a server's wake time wake it ahead of them too.
 - **Never a stalled daemon.** Each command, and the wait for the server to answer, runs
   on a thread of its own; a pass only looks at how they ended. A wake that fails (the
   command fails or hangs, or the server does not answer within ``wake_timeout``) marks
   the server ``wake failed`` with its reason, and it is tried again after a back-off
   (1 minute, doubling up to 30 minutes) while a job needs it.
 - **Stored.** Each state is written on the node's row (``power_state``, ``power_since``,
-  ``power_error``) for ``nodes``; a daemon that starts finds servers it left off (or
-  powering off, or waking: uncertain) as off, and wakes them when needed.
+  ``power_error``) for ``nodes``; a daemon that starts finds servers it left off as off
+  (woken when needed); those left powering off, waking or with a failed wake may be on:
+  each is asked once, on a thread, and is on if it answers (a failed wake is asked again
+  every ``RECHECK_S``: a power_on that worked late).
 """
 
 from __future__ import annotations
@@ -34,7 +43,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from orchestrator.daemon.energy.powercmd import Outcome, run_power_command
+from orchestrator.daemon.energy.idlecheck import discovered_idle
+from orchestrator.daemon.energy.powercmd import SHOWN_CHARS, Outcome, escape, run_power_command
+from orchestrator.nodes.idleask import asked_idle, boot_id
 from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING, Need, NodePower, right_size
 from orchestrator.queue.db import Database
 from orchestrator.settings.nodes import NodeConfig
@@ -43,6 +54,8 @@ log = logging.getLogger(__name__)
 POWERING_OFF, WAKE_FAILED = "powering off", "wake failed"
 RETRY_MIN_S, RETRY_MAX_S = 60.0, 1800.0  # a failed wake is tried again after this
 PROBE_EVERY_S = 1.0  # how often a woken server is asked whether it answers
+OFF_MISSES = 3  # no answer this many times in a row after power_off: the server is off
+RECHECK_S = 300.0  # how often a server whose wake failed is asked whether it answers
 
 
 @dataclass
@@ -59,6 +72,9 @@ class Power:
     result: Outcome | None = None  # set by the command's thread when it ends
     busy: bool = False  # a command's thread is under way
     stored: bool = False  # the row says what ``state`` says
+    down_seen: bool = False  # seen not answering since it was last on (power_off's end)
+    checking: bool = False  # the thread under way only asks whether it answers
+    check_at_s: float = 0.0  # when a server whose wake failed is asked again
 
     def seconds(self, name: str) -> float | None:
         return self.cfg.seconds(name) if getattr(self.cfg, name) is not None else None
@@ -69,14 +85,20 @@ class RightSizer:
     db: Database
     nodes: dict[str, Power]
     probe: Callable[[str], str | None]  # None: the server answers; else why not
+    ask_idle: Callable[[str], str | None] = lambda _n: "not asked"  # None: idle; else why not
+    boot: Callable[[str], str | None] = lambda _n: None  # the server's boot_id; None: no answer
+    lease_check: Callable | None = None  # raises LeaseLost inside a write transaction
     _stop: threading.Event = field(default_factory=threading.Event)
+    _gen: int = 0  # bumped when the lease is lost: older threads' outcomes are dropped
 
     @classmethod
     def build(cls, configs: list[NodeConfig], links: dict, db: Database) -> RightSizer | None:
         managed = {c.name: Power(c) for c in configs if c.power_off and c.power_on}
         if not managed:
             return None
-        return cls(db, managed, probe=lambda name: answers(links[name]))
+        return cls(db, managed, probe=lambda name: answers(links[name]),
+                   ask_idle=lambda name: asked_idle(links[name]),
+                   boot=lambda name: boot_id(links[name]))  # fmt: skip
 
     # -- the pass's two hooks ------------------------------------------------------------
     def placer(self, alloc, now_s: float) -> Callable:
@@ -87,13 +109,18 @@ class RightSizer:
     def allocate(self, alloc, key: object, width: int, now_s: float, gpu_type=None):
         """GPUs for ``key`` on servers that are on; None while it must wait. One that fits
         only with a server that is off wakes that server (the job waits for it)."""
-        blocked = [n for n, p in self.nodes.items() if p.state != ON and n in alloc.node_names]
-        if not blocked:
+        barred = [n for n in self._barred(now_s) if n in alloc.node_names]  # as if down
+        blocked = [n for n, p in self.nodes.items()
+                   if p.state != ON and n in alloc.node_names and n not in barred]  # fmt: skip
+        if not blocked and not barred:
             return alloc.allocate(key, width, gpu_type=gpu_type)
-        down = {n: alloc.allocation(("down", n)) for n in blocked}  # unreachable: it is off
+        down = {n: alloc.allocation(("down", n)) for n in blocked + barred}  # it is off
         down = {n: a for n, a in down.items() if a is not None}
         for name in down:
             alloc.free(("down", name))
+        for name in barred:  # a wake that failed, its retry not due: no GPU there
+            if alloc.free_on(name):
+                alloc.hold(("barred", name), name, alloc.free_on(name))
         try:  # placement.cluster: servers off only when it fits nowhere else
             got = alloc.allocate_preferring(key, width, blocked, gpu_type=gpu_type)
             woken = {node for node, _ in got.parts} & set(blocked) if got is not None else set()
@@ -103,37 +130,55 @@ class RightSizer:
                     self.wake(name, now_s, f"for {_job(key)}")
                 got = None
         finally:
+            for name in barred:
+                if alloc.allocation(("barred", name)) is not None:
+                    alloc.free(("barred", name))
             for name, held in down.items():
                 alloc.hold(("down", name), name, [g for _, gpus in held.parts for g in gpus])
         return got
+
+    def _barred(self, now_s: float) -> set[str]:
+        """Servers whose wake failed and whose retry is not due: down until then."""
+        return {n for n, p in self.nodes.items() if p.state == WAKE_FAILED and now_s < p.retry_at_s}
 
     def step(self, alloc, planned: Iterable[tuple], now_s: float) -> None:
         """After the launches: how the commands under way ended, since when each server
         is idle, and what ``right_size`` says to power off and to wake."""
         for name, p in self.nodes.items():
             self._settle(name, p, now_s)
+            if p.state == WAKE_FAILED and not p.busy and now_s >= p.check_at_s:
+                p.check_at_s = now_s + RECHECK_S  # on after all (power_on worked late)?
+                self._check(name, p)
         if alloc is None:
             return self._store()
-        views, held = [], _job_gpus(alloc)
+        views, held, barred = [], _held_gpus(alloc), self._barred(now_s)
+        seen = discovered_idle(self.db, [n for n, p in self.nodes.items() if p.state == ON])
         for name in alloc.node_names:
             total, free = len(alloc.gpus_of(name)), len(alloc.free_on(name))
             p = self.nodes.get(name)
-            if p is None:  # not managed: capacity that is on
-                views.append(NodePower(name, total, free))
+            if name in barred:  # its wake failed, its retry not due: as if down
                 continue
-            free = total - held.get(name, 0)  # idle: no job's (unreachable, it is still idle)
-            if p.state == ON:
-                idle = free == total and not p.busy
+            gpu_type = alloc.type_of(name)  # a typed job's need fits only on its type
+            if p is None:  # not managed: capacity that is on
+                views.append(NodePower(name, total, free, gpu_type=gpu_type))
+                continue
+            free = total - held.get(name, 0)  # idle: nothing held (unreachable: still idle)
+            idle_since = None
+            if p.state == ON:  # idle: nothing held, and discovery sees no GPU in use
+                idle = free == total and not p.busy and seen.get(name) is not None
                 p.idle_since_s = (
                     (now_s if p.idle_since_s is None else p.idle_since_s) if idle else None
-                )
+                )  # idle only as of a discovery newer than the idle stretch's start
+                if p.idle_since_s is not None and seen[name] >= p.idle_since_s:
+                    idle_since = p.idle_since_s
             state = {ON: ON, WAKING: WAKING}.get(p.state, OFF)
             views.append(NodePower(
                 name, total, total if state != ON else free, state,
-                p.idle_since_s if state == ON else None, p.seconds("wake") or 0.0,
-                p.seconds("idle_off_after"),
+                idle_since, p.seconds("wake") or 0.0,
+                p.seconds("idle_off_after"), gpu_type,
             ))  # fmt: skip
-        needs = [Need(d.start_s, d.gpus or job.gpus, job.id) for job, d in planned]
+        needs = [Need(d.start_s, d.gpus or job.gpus, job.id, getattr(job, "gpu_type", None))
+                 for job, d in planned]  # fmt: skip
         actions = right_size(views, needs, now_s)
         for name in actions.power_off:
             if name in self.nodes and self.nodes[name].state == ON and not self.nodes[name].busy:
@@ -150,6 +195,15 @@ class RightSizer:
         self._stop.set()
         kill_running()
 
+    def reset(self) -> None:
+        """The lease is lost: commands and waits under way end, what ended is dropped,
+        and the states are read again from the rows when this daemon serves again."""
+        self.stop()
+        self._stop = threading.Event()  # for the next serving; the old threads saw theirs
+        self._gen += 1
+        for p in self.nodes.values():
+            p.result, p.checking, p.stored = None, False, True
+
     # -- transitions ---------------------------------------------------------------------
     def wake(self, name: str, now_s: float, why: str) -> None:
         p = self.nodes[name]
@@ -159,42 +213,88 @@ class RightSizer:
             return
         log.info("node %s: waking it (%s)", name, why)
         self._set(p, WAKING, now_s)
+        self._store()  # with the lease checked: a daemon that lost it runs no command
         self._start(name, p, lambda: self._wake(name, p))
 
     def _power_off(self, name: str, now_s: float) -> None:
         p = self.nodes[name]
         log.info("node %s: idle since %s: powering it off", name, _iso(p.idle_since_s or now_s))
         self._set(p, POWERING_OFF, now_s)
-        self._start(name, p, lambda: run_power_command(p.cfg.power_off, p.seconds("power_timeout")))
+        self._store()  # with the lease checked: a daemon that lost it runs no command
+        self._start(name, p, lambda: self._off(name, p))
+
+    def _off(self, name: str, p: Power) -> Outcome:
+        """power_off, once the server itself says it is idle (on this thread)."""
+        why = self.ask_idle(name)
+        if why is not None:
+            return Outcome(False, f"not idle: {why}")
+        got = run_power_command(p.cfg.power_off, p.seconds("power_timeout"))
+        return self._until_down(name, p) if got.ok else got
+
+    def _until_down(self, name: str, p: Power) -> Outcome:
+        """Exit 0 from power_off is not off (ipmitool power soft, systemctl suspend end at
+        once): off once the server does not answer OFF_MISSES times in a row, within its
+        wake_timeout; else it is still on."""
+        deadline, misses, stop = time.monotonic() + p.seconds("wake_timeout"), 0, self._stop
+        while not stop.is_set():
+            misses = misses + 1 if self.probe(name) is not None else 0
+            if misses >= OFF_MISSES:
+                p.down_seen = True
+                return Outcome(True, "no answer")
+            if time.monotonic() >= deadline:
+                break
+            stop.wait(PROBE_EVERY_S)
+        return Outcome(False, f"still answers {p.cfg.wake_timeout} after power_off (exit 0)")
 
     def _wake(self, name: str, p: Power) -> Outcome:
         """power_on, then wait for the server to answer (on this thread), within its
         wake_timeout of power_on's start."""
-        deadline = time.monotonic() + p.seconds("wake_timeout")
+        deadline, stop = time.monotonic() + p.seconds("wake_timeout"), self._stop
+        # an answer counts once the server was seen down, or booted again (a server
+        # still going down answers for a while)
+        before = None if p.down_seen else self.boot(name)
+        down_seen = before is None
         got = run_power_command(p.cfg.power_on, p.seconds("power_timeout"))
         if not got.ok:
             return got
         why = "no answer yet"
-        while not self._stop.is_set():
-            why = self.probe(name)
-            if why is None:
+        while not stop.is_set():
+            now_id = self.boot(name)
+            if now_id is None:
+                down_seen, why = True, "no answer"
+            elif down_seen or now_id != before:
                 return Outcome(True, "answers")
+            else:
+                why = "it answers but did not boot again (same boot_id)"
             if time.monotonic() >= deadline:
                 break
-            self._stop.wait(PROBE_EVERY_S)
+            stop.wait(PROBE_EVERY_S)
         return Outcome(False, f"no answer within {p.cfg.wake_timeout} of power_on ({why})")
 
+    def _check(self, name: str, p: Power) -> None:
+        """Ask (on a thread) whether a server whose state is uncertain answers: on if so."""
+        p.checking = True
+
+        def ask() -> Outcome:
+            why = self.probe(name)
+            return Outcome(why is None, why or "answers")
+
+        self._start(name, p, ask)
+
     def _start(self, name: str, p: Power, fn: Callable[[], Outcome]) -> None:
-        p.busy, p.result = True, None
+        p.busy, p.result, gen = True, None, self._gen
 
         def run() -> None:
             try:
-                p.result = fn()
+                got = fn()
             except Exception as exc:  # a bug in a thread: the node's failure, said once
                 log.exception("node %s: power command", name)
-                p.result = Outcome(False, f"{type(exc).__name__}: {exc}"[:200])
+                got = Outcome(False, f"{type(exc).__name__}: {exc}")
             finally:
                 p.busy = False
+            if gen == self._gen:  # else the lease was lost meanwhile: not ours to say
+                # what commands and servers said: one line, cut, for the log and the row
+                p.result = Outcome(got.ok, escape(got.detail)[:SHOWN_CHARS])
 
         threading.Thread(target=run, name=f"gridshift-power-{name}", daemon=True).start()
 
@@ -203,7 +303,13 @@ class RightSizer:
         if p.busy or p.result is None:
             return
         got, p.result = p.result, None
-        if p.state == POWERING_OFF:
+        if p.checking:  # uncertain: on if it answers, else as it was
+            p.checking = False
+            if got.ok:
+                log.info("node %s: answers: it is on", name)
+                self._set(p, ON, now_s)
+                p.idle_since_s, p.backoff_s = now_s, RETRY_MIN_S
+        elif p.state == POWERING_OFF:
             if got.ok:
                 log.info("node %s: powered off", name)
                 self._set(p, OFF, now_s)
@@ -215,7 +321,7 @@ class RightSizer:
             if got.ok:
                 log.info("node %s: awake and answering", name)
                 self._set(p, ON, now_s)
-                p.idle_since_s, p.backoff_s = now_s, RETRY_MIN_S
+                p.idle_since_s, p.backoff_s, p.down_seen = now_s, RETRY_MIN_S, False
             else:
                 p.retry_at_s = now_s + p.backoff_s
                 log.warning("node %s: wake failed: %s; tried again after %s if still needed",
@@ -231,9 +337,9 @@ class RightSizer:
     # -- the node rows -------------------------------------------------------------------
     def restore(self, now_s: float, kept: dict[str, dict]) -> None:
         """At start, from what the node rows said before the inventory was replaced
-        (``levers.remember``): servers stored off, powering off or waking are off (what a
-        crash left is uncertain: a job that needs one wakes it); a failed wake is retried
-        when needed."""
+        (``levers.remember``): servers stored on are on, off are off; those a daemon left
+        powering off, waking or with a failed wake may be on: each is asked once (on a
+        thread) and is on if it answers (off meanwhile; a failed wake stays so)."""
         for name, p in self.nodes.items():
             row = kept.get(name, {})
             stored = row.get("power_state")
@@ -242,6 +348,9 @@ class RightSizer:
             since = row.get("power_since")
             p.since_s = since.timestamp() if since else now_s
             p.idle_since_s = now_s if state == ON else None
+            if stored in (POWERING_OFF, WAKING, WAKE_FAILED):
+                p.check_at_s = now_s + RECHECK_S
+                self._check(name, p)
         self._store()
 
     def _store(self) -> None:
@@ -251,6 +360,8 @@ class RightSizer:
         from orchestrator.queue.models import Node
 
         with self.db.write() as session:
+            if self.lease_check is not None:
+                self.lease_check(session)
             for name, p in todo.items():
                 row = session.get(Node, name)
                 if row is not None:
@@ -260,11 +371,12 @@ class RightSizer:
                 p.stored = True
 
 
-def _job_gpus(alloc) -> dict[str, int]:
-    """GPUs jobs hold per node (running attempts, and jobs launched in this pass)."""
+def _held_gpus(alloc) -> dict[str, int]:
+    """GPUs held per node: by jobs (running attempts, jobs launched in this pass), resize
+    reservations, backfill blocks, anything but ``down`` (a server unreachable is idle)."""
     out: dict[str, int] = {}
     for key, got in alloc.allocations().items():
-        if isinstance(key, tuple) and key and key[0] in ("attempt", "job"):
+        if not (isinstance(key, tuple) and key and key[0] == "down"):
             for node, gpus in got.parts:
                 out[node] = out.get(node, 0) + len(gpus)
     return out
