@@ -172,8 +172,11 @@ def _run(policy: str, limit: float | None, count: int = 40, seed: int = 0, elast
 
 
 def _widest_lowest_w(daemon) -> float:
-    """The largest draw of one job alone at its lowest cap, at its widest."""
-    return max(
+    """The largest draw of one job alone at its lowest cap, at its widest, with the
+    cluster's idle draw (every server on: what counts besides the jobs)."""
+    power = daemon.power
+    idle_w = sum(n.idle_w for n in power.nodes) * power.pue
+    return idle_w + max(
         daemon._model(i).power_w(n, daemon._model(i).curve.min_fraction)
         for i, n in enumerate(daemon._max_gpus)
     )
@@ -183,14 +186,14 @@ def _widest_lowest_w(daemon) -> float:
 @given(st.sampled_from(["fifo", "budget", "lowest-slots"]), st.floats(0.0, 1.0),
        st.integers(0, 3))  # fmt: skip
 def test_a_what_if_run_never_draws_more_than_the_site_limit(policy, share, seed):
-    from orchestrator.sim.sitelimit import peak_w
+    from orchestrator.sim.sitelimit import site_peak_w
 
     daemon, free = _run(policy, None, seed=seed)
-    free_peak = peak_w(free.seg_start_s, free.seg_end_s, free.seg_power_w)
+    free_peak = site_peak_w(free)  # the jobs' draw and the idle GPUs' and servers'
     floor = _widest_lowest_w(daemon)
     limit = floor + share * max(0.0, free_peak - floor)
     _, run = _run(policy, limit, seed=seed)
-    assert peak_w(run.seg_start_s, run.seg_end_s, run.seg_power_w) <= limit * (1 + 1e-9) + 1e-6
+    assert site_peak_w(run) <= limit * (1 + 1e-9) + 1e-6
     assert not np.isnan(run.finish_s).any()  # every job finished: nobody waits forever
 
 
@@ -206,12 +209,42 @@ def test_simulate_json_has_the_peak_power_per_policy_and_the_limit_holds():
         "policies": ["fifo", "lowest-slots"],
     }
     free = simulate(Scenario.model_validate(base), ROOT).results
-    limit_kw = 0.6 * free["fifo"]["peak_power_kw"]
+    limit_kw = 0.8 * free["fifo"]["peak_power_kw"]
     held = simulate(Scenario.model_validate({**base, "power_limit_w": limit_kw * 1000}), ROOT)
     for name, m in held.results.items():
         assert 0 < m["peak_power_kw"] <= limit_kw + 1e-3, name
         assert free[name]["peak_power_kw"] > limit_kw  # without it, the limit was crossed
-        assert m["jobs"] == 60
+        assert m["jobs"] == 60 and m["limit_exceeded"] is False
+    assert "limit_exceeded" not in free["fifo"]
+
+
+def test_the_limit_counts_idle_power_and_one_that_cannot_hold_is_refused(tmp_path):
+    """What counts in a what-if run is what the site draws: the jobs and the idle GPUs and
+    servers (review: jobs' peak 15.0 kW under 15 kW while the site drew 30.1 kW). A limit
+    below the idle draw alone cannot hold: one line, exit 2, nothing written (review:
+    500 W on 32 A40s ran and reported a 1.2 kW peak)."""
+    import subprocess
+    import sys
+
+    from orchestrator.sim.sitelimit import peak_w, site_peak_w
+    from tests.conftest import base_env
+
+    daemon, _ = _run("fifo", None, count=30)
+    floor = _widest_lowest_w(daemon)
+    _, run = _run("fifo", floor * 1.05, count=30)
+    jobs_w = peak_w(run.seg_start_s, run.seg_end_s, run.seg_power_w)
+    assert jobs_w < site_peak_w(run) <= floor * 1.05 + 1e-6  # idle counted, and held
+    with pytest.raises(SpecError, match="less than the cluster's idle draw") as err:
+        _run("fifo", 500.0, count=5)
+    assert "\n" not in str(err.value)
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "simulate", "--jobs", "synthetic:count=5&days=1",
+         "--grid", "synthetic:days=3", "--gpus", "32", "--power-limit", "500W", "--json"],
+        env=base_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 2 and "idle draw" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not proc.stdout
+    assert not any(tmp_path.iterdir())
 
 
 def test_the_daemon_measures_each_jobs_progress_at_the_cap_in_force():
