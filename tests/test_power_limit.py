@@ -100,6 +100,34 @@ def test_a_measured_gradient_replaces_the_model_between_the_caps_it_ran_at():
     assert caps["s"] < 1.0 and caps["t"] < 1.0
 
 
+def test_a_job_lying_in_its_progress_reports_takes_at_most_the_bounded_surplus():
+    """Review: a 4-GPU job writing [(1.0, 100/s), (0.95, 1/s)] claimed a cliff and pushed
+    every other user's job to its lowest limit. Each job keeps its share of the model's
+    split less 10 % of its GPUs' maximum limit; the liar gains at most that from each."""
+    from orchestrator.planning.policies.powersplit import SURPLUS, split_fair
+
+    curve = curve_for(None)
+    model = lambda f: curve.throughput_fraction(max(f, curve.min_fraction))  # noqa: E731
+
+    def job(key, node, samples, gpus=1):
+        watts = lambda f: gpus * min(300.0, max(100.0, f * 300.0))  # noqa: E731
+        return PowerJob(key, node, watts, measured_progress(model, samples), 1 / 3, 1.0, model)
+
+    honest = [job(f"h{i}", "A" if i < 2 else "B", []) for i in range(4)]
+    fair, _ = split_fair([*honest, job("bad", "A", [], 4)], 1500.0)
+    for lie in ([(1.0, 100.0), (0.95, 1.0)], [(1.0, 1e9), (0.34, 1e-9)], [(0.4, 5.0), (1.0, 1.0)]):
+        bad = job("bad", "A", lie, 4)
+        caps, fits = split_fair([*honest, bad], 1500.0)
+        assert fits and sum(j.watts(caps[j.key]) for j in [*honest, bad]) <= 1500.0 + 1e-6
+        for h in honest:
+            assert caps[h.key] >= fair[h.key] - SURPLUS - 1e-9, (lie, caps)
+        gained_w = bad.watts(caps["bad"]) - bad.watts(fair["bad"])
+        assert gained_w <= len(honest) * SURPLUS * 300.0 + 1e-6
+    # a measured shape is held monotone and within 15 % of the model's curve
+    lied = measured_progress(model, [(1.0, 100.0), (0.95, 1.0)])
+    assert lied(0.95) >= 0.85 * model(0.95) and lied(0.95) <= lied(1.0)
+
+
 @pytest.mark.parametrize(
     ("text", "watts"),
     [
@@ -276,7 +304,11 @@ def test_the_daemon_measures_each_jobs_progress_at_the_cap_in_force():
     site.gpus[(id(caps), 0)] = _Gpu(caps, 0, 100.0, 300.0)
     job = _Job(("attempt", 7), "n", [(id(caps), 0)], "v100", 1.0, site.samples[7])
     measured = site._power_job(job)
-    assert measured.progress(0.75) == pytest.approx(0.75)  # linear between its rates
+    # linear between its rates; the half-speed one (steeper than the V100's fit) is held
+    # within 15 % of the model's share at that cap (what a job writes is untrusted)
+    v100 = curve_for("v100")
+    low = 0.85 * v100.throughput_fraction(0.5)
+    assert measured.progress(0.75) == pytest.approx(low + (1 - low) * 0.5)
     assert measured.watts(0.2) == 100.0 and measured.lowest == pytest.approx(1 / 3)
     modelled = site._power_job(_Job(("attempt", 8), "n", [(id(caps), 0)], "v100", 1.0))
     assert modelled.progress(0.75) > 0.9  # the V100's fit: little lost at 75 %

@@ -19,7 +19,9 @@ transition too. A job that does not fit even with every job at its lowest limit 
 The gradient: each job's progress at each cap it ran under, from its progress reports
 (``GRIDSHIFT_PROGRESS_FILE``) between passes at one cap, measured per watt of limit; a
 job measured at two caps or more is split by what it measured, else by its GPU type's
-model (the Zeus fit). Measurements live in memory: a restarted daemon learns them again.
+model (the Zeus fit). What a job writes is untrusted: a measured gradient moves a job at
+most 10 % of its GPUs' maximum limits below its share of the model's split
+(``powersplit.split_fair``). Measurements live in memory: a restarted daemon learns them again.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from orchestrator.errors import ConfigError
 from orchestrator.nodes.inventory import ResolvedNode
 from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
 from orchestrator.planning.perfmodel import curve_for
-from orchestrator.planning.policies.powersplit import PowerJob, measured_progress, split_site
+from orchestrator.planning.policies.powersplit import PowerJob, measured_progress, split_fair
 from orchestrator.queue import attempts
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt
@@ -169,13 +171,14 @@ class SiteLimit:
             progress=measured_progress(model, job.samples),
             lowest=max(g.low_w / g.high_w for g in gpus),
             highest=job.highest,
+            model=model,  # the floor a measured gradient (what the job wrote) cannot go under
         )
 
     def _split(self, jobs: list[_Job]) -> tuple[dict[GpuKey, float], dict, bool]:
         """Watts per GPU (idle ones at their lowest), each job's cap, and whether it fits."""
         held = {k for j in jobs for k in j.gpus}
         idle_w = sum(g.low_w for k, g in self.gpus.items() if k not in held)
-        caps, fits = split_site([self._power_job(j) for j in jobs], self.limit_w, idle_w)
+        caps, fits = split_fair([self._power_job(j) for j in jobs], self.limit_w, idle_w)
         targets = {k: g.low_w for k, g in self.gpus.items()}
         for j in jobs:
             for k in j.gpus:
