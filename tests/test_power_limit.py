@@ -380,3 +380,72 @@ def test_a_site_limit_is_refused_beside_right_sizing():
     node = ResolvedNode(name="a", executor="ssh", gpus=(), gpu_source="config", config=cfg)
     with pytest.raises(ConfigError, match="right-sized"):
         SiteLimit(15_000.0, caps=None, nodes=[node], db=None).check()
+
+
+class _Server:
+    """A server's GPU control: 2 GPUs, 100-300 W; ``down``: it does not answer."""
+
+    def __init__(self, limit_w: float = 300.0) -> None:
+        self.lim, self.down = {0: limit_w, 1: limit_w}, False
+
+    def _check(self) -> None:
+        if self.down:
+            from executors.errors import HostUnreachable
+
+            raise HostUnreachable("ssh: no route to host")
+
+    def supports_power_limit(self, index: int) -> bool:
+        self._check()
+        return True
+
+    def power_limit_w(self, index: int) -> float:
+        self._check()
+        return self.lim[index]
+
+    def set_power_limit_w(self, index: int, limit_w: float) -> None:
+        self._check()
+        self.lim[index] = limit_w
+
+    def power_limit_range_w(self, index: int) -> tuple[float, float]:
+        self._check()
+        return (100.0, 300.0)
+
+
+def test_an_unreachable_server_blocks_no_admission_elsewhere_and_is_lowered_when_back():
+    """Review: with server B down and A idle, no job could start anywhere (B's GPUs were
+    'lowered', which failed), and the daemon would not start. Now B's GPUs count at their
+    highest, untouched; admissions on A need only A's decreases; B back: lowered first."""
+    from executors.gpu.base import GpuInfo
+    from orchestrator.daemon.energy.sitelimit import SiteLimit
+    from orchestrator.errors import ConfigError
+    from orchestrator.nodes.inventory import ResolvedNode
+    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+
+    def build(limit_w: float) -> tuple[SiteLimit, _Server, _Server]:
+        a, b = _Server(), _Server()
+        b.down = True  # down at start: its probe failed
+        caps = ClusterCaps({"A": PowerCaps(a, 2), "B": PowerCaps(b, 2)})
+        gpus = tuple(GpuInfo(i, f"u{i}", "NVIDIA A40") for i in (0, 1))
+        nodes = [ResolvedNode(n, "ssh", gpus, "config") for n in ("A", "B")]
+        site = SiteLimit(limit_w, caps, nodes, db=None)
+        site.check()
+        site._holding = lambda: []
+        return site, a, b
+
+    with pytest.raises(ConfigError, match="unreachable servers' GPUs at their highest"):
+        build(700.0)  # A's lowest (200) + B's at the A40's highest (600): cannot hold
+    site, a, b = build(1000.0)  # starts, B unreachable
+    assert site.admits(1, [("A", [0])], 1.0)  # A: GPU 1 parked at 100 W, B left alone
+    assert a.lim[1] == 100.0 and b.lim == {0: 300.0, 1: 300.0}
+    assert site.targets[(id(site.caps.by_node["A"]), 0)] == 300.0  # 600 + 100 + 300
+    assert not site.admits(2, [("B", [0])], 1.0)  # nothing starts on a server down
+    site.launch_limits(1)
+    assert site.in_force_w() == 300.0 + 100.0 + 600.0  # B counted at its highest
+    b.down = False  # back, its limits at their defaults (300 W): lowered before any start
+    site.pending.clear()
+    site._holding = lambda: []
+    assert site.admits(3, [("B", [0])], 1.0)
+    assert b.lim[1] == 100.0 and site.in_force_w() <= 1000.0
+    b.down = True  # down again while running: admissions on A go on
+    site.pending.clear()
+    assert site.admits(4, [("A", [1])], 1.0) and b.lim == {0: 300.0, 1: 100.0}  # untouched
