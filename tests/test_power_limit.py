@@ -449,3 +449,24 @@ def test_an_unreachable_server_blocks_no_admission_elsewhere_and_is_lowered_when
     b.down = True  # down again while running: admissions on A go on
     site.pending.clear()
     assert site.admits(4, [("A", [1])], 1.0) and b.lim == {0: 300.0, 1: 100.0}  # untouched
+
+
+def test_a_shared_gpu_counts_once():
+    """Review: a job co-located on GPU 0 beside job A was refused, though GPU 0's limit
+    (one for both) would not change: each GPU counts once."""
+    from orchestrator.daemon.energy.sitelimit import SiteLimit, _Gpu, _Job
+    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+
+    server = _Server(100.0)
+    caps = PowerCaps(server, 2)
+    site = SiteLimit(250.0, ClusterCaps({"A": caps}), [], db=None)
+    for i in (0, 1):
+        site.gpus[(id(caps), i)] = _Gpu(caps, i, 100.0, 300.0)
+    site._model = lambda node: None
+    running = _Job(("attempt", 7), "A", [(id(caps), 0)], None, 1.0)
+    site._holding = lambda: [running]
+    assert site.admits(2, [("A", [0])], 1.0)  # sharing GPU 0: 150 + 100 for GPU 1
+    targets, caps_by_job, fits = site._split([running, site.pending[2]])
+    assert fits and sum(targets.values()) <= 250.0 and ("job", 2) not in caps_by_job
+    site.launch_limits(2)
+    assert server.lim == {0: pytest.approx(150.0), 1: 100.0}

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlmodel import col, select
 
@@ -232,6 +232,14 @@ class SiteLimit:
         """Watts per GPU of the servers that answer (idle ones at their lowest), each
         job's cap, and whether it fits; an unreachable server's GPUs count at their highest."""
         jobs = [j for j in jobs if not any(k[0] in self.down for k in j.gpus)]
+        owned: set[GpuKey] = set()  # a shared GPU (co-location) counts once: its first job's
+        mine = []
+        for j in jobs:
+            own = [k for k in j.gpus if k not in owned]
+            owned.update(own)
+            if own:  # a job all of whose GPUs another holds runs under that one's limits
+                mine.append(j if len(own) == len(j.gpus) else replace(j, gpus=own))
+        jobs = mine
         held = {k for j in jobs for k in j.gpus}
         fixed_w = sum(
             g.high_w if k[0] in self.down else g.low_w
