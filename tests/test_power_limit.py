@@ -470,3 +470,21 @@ def test_a_shared_gpu_counts_once():
     assert fits and sum(targets.values()) <= 250.0 and ("job", 2) not in caps_by_job
     site.launch_limits(2)
     assert server.lim == {0: pytest.approx(150.0), 1: 100.0}
+
+
+def test_the_daemons_planner_plans_under_the_site_limit_as_plan_does():
+    """Review: ``plan`` applied the daemon's limit, the daemon's own planner never did."""
+    from datetime import UTC, datetime
+
+    from orchestrator.daemon.planner import LivePlanner
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.queue.models import Job
+
+    t0 = datetime(2026, 1, 5, tzinfo=UTC)
+    planner = LivePlanner(resolve_policy("fifo"), 900.0, curve_for("a40"), power_limit_w=9e3)
+    seen = []
+    planner._make_plan = lambda policy, snap, after: (seen.append(snap.power_limit_w), ({}, {}))[1]
+    job = Job(id=1, state="queued", user="a", uid=1000, command=["x"], workdir="/",
+              gpus_min=1, gpus_max=1, submitted_at=t0, duration_s=3600.0)  # fmt: skip
+    planner.schedule(t0, [job], {}, [], 8, 8, 0)
+    assert seen == [9e3]
