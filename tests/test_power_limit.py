@@ -488,3 +488,36 @@ def test_the_daemons_planner_plans_under_the_site_limit_as_plan_does():
               gpus_min=1, gpus_max=1, submitted_at=t0, duration_s=3600.0)  # fmt: skip
     planner.schedule(t0, [job], {}, [], 8, 8, 0)
     assert seen == [9e3]
+
+
+def test_a_stopped_job_is_parked_and_its_resume_is_an_admission():
+    """Review: a SIGSTOPped job kept its share of the limit. Its GPUs go to their lowest
+    while it is stopped; resuming it lowers the others first, then raises its GPUs."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace as NS
+
+    from orchestrator.daemon.energy.sitelimit import SiteLimit, _Gpu
+    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+    from orchestrator.queue.attempts import AttemptState
+
+    def attempt(i: int, state: str, gpu: int) -> NS:
+        return NS(id=i, job_id=i, state=state, parts=None, node="A", gpu_ids=[gpu], cap=None,
+                  progress_done=None, progress_at=None)  # fmt: skip
+
+    rows = [attempt(1, AttemptState.RUNNING, 0), attempt(2, AttemptState.STOPPED, 1)]
+
+    @contextmanager
+    def read():
+        yield NS(exec=lambda query: NS(all=lambda: rows))
+
+    server = _Server()
+    caps = PowerCaps(server, 2)
+    site = SiteLimit(400.0, ClusterCaps({"A": caps}), [], db=NS(read=read))
+    for i in (0, 1):
+        site.gpus[(id(caps), i)] = _Gpu(caps, i, 100.0, 300.0)
+    site.rebalance()
+    assert server.lim == {0: 300.0, 1: 100.0}  # the stopped one parked, the running one full
+    assert site.admits(2, [("A", [1])], 1.0)  # its resume: others lowered first
+    assert server.lim[0] < 300.0 and server.lim[1] == 100.0
+    site.launch_limits(2)
+    assert sum(server.lim.values()) <= 400.0 + 1e-6 and server.lim[1] > 100.0

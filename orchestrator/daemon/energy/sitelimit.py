@@ -11,7 +11,8 @@ later) has its GPUs counted at their highest limit, neither read nor set, and bl
 admission elsewhere; when it answers again, the next split lowers its limits (back at
 their defaults after a reboot) before any job starts there.
 
-How it holds: a job starts only when the split (``planning.policies.powersplit``) of the
+How it holds: a stopped job (SIGSTOP) counts as idle, its GPUs parked at their lowest; its
+resume is an admission. A job starts only when the split (``planning.policies.powersplit``) of the
 limit over the jobs that hold GPUs and it fits; its admission lowers the others' limits
 first, and its own GPUs are raised from their parked lowest only then, before its process
 starts. After every pass the limit is split again (an end frees power for the others):
@@ -41,6 +42,7 @@ from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
 from orchestrator.planning.perfmodel import curve_for
 from orchestrator.planning.policies.powersplit import PowerJob, measured_progress, split_fair
 from orchestrator.queue import attempts
+from orchestrator.queue.attempts import AttemptState
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt
 
@@ -186,8 +188,8 @@ class SiteLimit:
             ).all()
         jobs = []
         for att in rows:
-            if att.job_id in self.pending:
-                continue
+            if att.job_id in self.pending or att.state == AttemptState.STOPPED:
+                continue  # a stopped job's GPUs are parked at their lowest (idle)
             parts = [(p["node"], p["gpu_ids"]) for p in att.parts] if att.parts else None
             keys = self._gpu_keys(parts or [(att.node, att.gpu_ids)])
             if keys:
