@@ -521,3 +521,30 @@ def test_a_stopped_job_is_parked_and_its_resume_is_an_admission():
     assert server.lim[0] < 300.0 and server.lim[1] == 100.0
     site.launch_limits(2)
     assert sum(server.lim.values()) <= 400.0 + 1e-6 and server.lim[1] > 100.0
+
+
+def test_an_admission_that_lowers_a_running_job_drops_its_gradient_sample_across_it():
+    """Review: ``admits`` lowered running jobs' limits without noting their new cap, so a
+    progress report across the change was credited to the old cap."""
+    from datetime import UTC, datetime
+    from types import SimpleNamespace as NS
+
+    from orchestrator.daemon.energy.sitelimit import SiteLimit, _Gpu, _Job
+    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+
+    server = _Server()
+    caps = PowerCaps(server, 2)
+    site = SiteLimit(400.0, ClusterCaps({"A": caps}), [], db=None)
+    for i in (0, 1):
+        site.gpus[(id(caps), i)] = _Gpu(caps, i, 100.0, 300.0)
+    server.lim[1] = 100.0
+    site._model = lambda node: None
+    site._holding = lambda: [_Job(("attempt", 7), "A", [(id(caps), 0)], None, 1.0)]
+    site.fraction[7] = 1.0
+    att = NS(id=7, progress_done=0.0, progress_at=datetime.fromtimestamp(100, UTC))
+    site._measure(att)  # at full power
+    assert site.admits(2, [("A", [1])], 1.0) and server.lim[0] < 300.0
+    assert site.fraction[7] == pytest.approx(server.lim[0] / 300.0)
+    att.progress_done, att.progress_at = 10.0, datetime.fromtimestamp(110, UTC)
+    site._measure(att)  # across the change: not a rate at either cap
+    assert 7 not in site.samples

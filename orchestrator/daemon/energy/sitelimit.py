@@ -267,7 +267,7 @@ class SiteLimit:
         if any(k[0] in self.down for k in keys):
             return False  # on a server that does not answer
         jobs = [*self._holding(), *self.pending.values(), new]
-        targets, _, fits = self._split(jobs)
+        targets, caps, fits = self._split(jobs)
         if not fits:
             log.info("job %s waits: the site power limit (%.0f W) does not fit it even at "
                      "every job's lowest limit", job_id, self.limit_w)  # fmt: skip
@@ -278,6 +278,9 @@ class SiteLimit:
             return False
         self.pending[job_id] = new
         self.targets = targets
+        for j in jobs:  # the caps lowered now: a progress report across them measures nothing
+            if j.key[0] == "attempt" and caps.get(j.key, 1.0) < self.fraction.get(j.key[1], 1.0):
+                self.fraction[j.key[1]] = caps[j.key]
         return True
 
     def launch_limits(self, job_id: int) -> None:
