@@ -68,7 +68,8 @@ def simulate(
         str | None, Opt("--objective", help="carbon, cost or mix:W (W: carbon's weight).")
     ] = None,
     power_limit: Annotated[
-        str | None, Opt("--power-limit", help="Site limit on the jobs' draw: 15kW, 800W, 1.5MW.")
+        str | None,
+        Opt("--power-limit", help="Site limit, jobs and idle: 15kW, 800W, 1.5MW."),
     ] = None,
     elastic: Annotated[
         float | None,

@@ -349,6 +349,12 @@ class Dispatcher:
     def resume(self, att: Attempt, decision: Decision, now: datetime) -> int:
         """SIGCONT a stopped job on the GPUs it kept, under its new piece's cap."""
         cap, until = piece_cap_until(decision, now.timestamp())
+        if self.site is not None:  # parked while stopped: a resume is an admission
+            parts = [(p["node"], p["gpu_ids"]) for p in att.parts or ()]
+            parts = parts or [(att.node, att.gpu_ids)]
+            if not self.site.admits(att.job_id, parts, cap or 1.0):
+                return 0  # it stays stopped; the next pass tries again
+            self.site.launch_limits(att.job_id)  # others lowered first, then its GPUs up
         try:
             capped = self.caps is not None and self.caps.enabled_on(att.node) and not att.parts
             if capped and self.site is None:  # under a site limit: the GPUs keep its share

@@ -85,6 +85,10 @@ class LivePlanner:
     # what keeping a server on costs a waiting job: (idle W per GPU, longest wait counted)
     # (``Snapshot.idle_w_per_gpu``); set with right-sizing (``daemon.energy.levers``)
     idle_cost: tuple[float, float | None] | None = None
+    # the site power limit (``daemon --power-limit``): the plan keeps the jobs' modelled
+    # draw in each slot under it, as ``plan`` does; the admission (daemon.energy.sitelimit)
+    # is what makes it hold
+    power_limit_w: float | None = None
 
     def without_caps(self) -> None:
         """Plan at full power only (this daemon cannot set power limits)."""
@@ -161,6 +165,7 @@ class LivePlanner:
         inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
         inputs.estimates, inputs.expected_load, inputs.widest_gpus = known, load, widest
         snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
+        snap.power_limit_w = self.power_limit_w
         if self.idle_cost is not None:
             snap.idle_w_per_gpu, snap.idle_wait_s = self.idle_cost
         self._left = self._budget_left(snap, state)
@@ -335,5 +340,6 @@ def build_live(settings, nodes) -> tuple[LivePlanner | None, str | None]:
         fallback=cfg.fallback,
         default_run_s=cfg.seconds("default_duration"),
         checkpoint_s=cfg.seconds("checkpoint_cost"),
+        power_limit_w=cfg.power_limit_w,
     )
     return planner, name

@@ -113,6 +113,7 @@ class Daemon:
             from orchestrator.daemon.energy.sitelimit import SiteLimit
 
             self.site = SiteLimit(cfg.power_limit_w, self.caps, nodes, self.db)
+            self.site.unreachable = self.executor.unreachable_nodes  # not read, not set
             self.site.check()
         feed = self.planner.feed if self.planner else None
         price = self.planner.price if self.planner else None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 
-from executors.errors import ExecutorError
+from executors.errors import ExecutorError, HostUnreachable
 from executors.gpu import GpuControl
 
 log = logging.getLogger(__name__)
@@ -28,6 +28,7 @@ class PowerCaps:
         self.enabled = False
         self.reason: str | None = None
         self.park_low = False  # under a site power limit: a GPU left goes to its lowest
+        self.unreachable = False  # the server did not answer the probe (site limit: later)
         if not wanted:
             self.reason = "power caps are turned off (daemon.power_caps = false)"
         elif ctl is None or gpu_count == 0:
@@ -37,6 +38,7 @@ class PowerCaps:
                 self.enabled = ctl.supports_power_limit(0)
             except ExecutorError as exc:
                 self.reason = str(exc)
+                self.unreachable = isinstance(exc, HostUnreachable)
             if not self.enabled and self.reason is None:
                 self.reason = (
                     "setting GPU power limits needs privileges this daemon lacks (run it as "

@@ -132,11 +132,12 @@ class SimDaemon(Resizing, Devices):
         self.ticks = 0
         self.slot_s, self.max_defer_s = inputs.slot_s, inputs.max_defer_s
         after = [("sample", self._sample)]
+        self.power = SimPower(self)  # idle power, right-sizing: after launch, each pass
         self.limit = None  # the site power limit (``sim.sitelimit``): admission, then caps
         if inputs.power_limit_w is not None:
-            self.limit = SimSiteLimit(inputs.power_limit_w, self.executor, self._running_model)
+            self.limit = SimSiteLimit(inputs.power_limit_w, self.executor, self._running_model,
+                                      self.power)  # fmt: skip
             after.insert(0, ("split power", lambda now: self.limit.split(self._running, now)))
-        self.power = SimPower(self)  # idle power, right-sizing: after launch, each pass
         after.insert(0, ("power", self.power.step))
         self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on
         self._restarted: set[int] = set()  # jobs that checkpointed: each start costs

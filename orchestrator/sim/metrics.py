@@ -13,7 +13,7 @@ from orchestrator.planning.budgets import J_PER_KWH, Ledger
 from orchestrator.sim.hardware.power import idle_metrics
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.result import RunResult
-from orchestrator.sim.sitelimit import peak_w
+from orchestrator.sim.sitelimit import site_peak_w
 
 
 def metrics(inputs: SimInputs, run: RunResult) -> dict:
@@ -32,10 +32,11 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
     makespan_s = float(run.finish_s.max()) - first
     busy = float(np.sum(run.seg_gpus * (t1 - t0)))
     beyond = np.clip(t1, inputs.carbon_end_s, None) - np.clip(t0, inputs.carbon_end_s, None)
+    peak = site_peak_w(run)
     out = {
         "carbon_kg": round(carbon_g / 1000, 3),
         "energy_kwh": round(energy_j / J_PER_KWH, 3),
-        "peak_power_kw": round(peak_w(t0, t1, p) / 1000, 3),  # the largest draw (sim.sitelimit)
+        "peak_power_kw": round(peak / 1000, 3),  # jobs + idle (sim.sitelimit)
         "cost": None if cost is None else round(cost, 2),
         "avg_jct_h": round(float(jct_h.mean()), 3),
         "p50_jct_h": round(float(np.median(jct_h)), 3),
@@ -57,6 +58,8 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
         "solver": {k: v for k, v in (run.solver or {}).items() if k != "solve_s"} or None,
     }
     out.update(idle_metrics(inputs, run.idle))
+    if inputs.power_limit_w is not None:  # a job too wide for the limit even alone
+        out["limit_exceeded"] = peak > inputs.power_limit_w * (1 + 1e-9) + 1e-6
     if run.ledger is not None:
         out["budget"] = budget_block(run.ledger)
     return out

@@ -6,7 +6,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     forecast = "perfect"              # perfect | naive | noise:0.1
     objective = "carbon"              # carbon | cost | mix:0.5 (with a price signal)
     budget = "40kg/day"               # optional: kg per day, week or month, or a total
-    power_limit_w = "20kW"            # optional: the site's limit on the jobs' draw (W, kW, MW)
+    power_limit_w = "20kW"            # optional: the site's limit, jobs and idle (W, kW, MW)
     slot = "15m"                      # the planners' slot
     backfill = "conservative"         # conservative | easy | strict (no backfill)
     seed = 0

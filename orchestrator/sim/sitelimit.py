@@ -1,15 +1,19 @@
 """The site power limit in what-if runs: admission at launch, then caps (PowerGrad).
 
-What counts is the jobs' modelled draw (GPUs at their cap, the host's share, × PUE: the
-power segments the simulated executor records). A job starts only when every running
-job and it, each at its lowest cap, fit the limit (else it waits for an end); at its
+What counts is the site's modelled draw: the jobs' (GPUs at their cap, the host's share,
+× PUE: the power segments the simulated executor records) and the idle draw (idle GPUs at
+their idle draw and the idle servers' share, × PUE: ``sim.hardware.power``), the measure
+``peak_power_kw`` reports. A limit below the cluster's idle draw (every server on, nothing
+running) cannot hold and is refused, as the daemon refuses one below its GPUs' lowest
+limits. A job starts only when every running job and it, each at its lowest cap, and the
+idle draw fit the limit (else it waits for an end); at its
 launch the running jobs' caps are lowered first and it starts under its own share; after
 every pass the caps are split again (``planning.policies.powersplit``: by each job's
 gradient, within each node, then across nodes), lowered before any is raised. A job
 that does not fit the limit even alone at its lowest cap starts only when nothing else
-runs (a run never deadlocks; ``peak_power_kw`` then shows the limit exceeded).
+runs (a run never deadlocks; ``limit_exceeded`` then says so).
 
-``peak_w``: the largest draw a run saw, from its power segments.
+``peak_w``: the largest draw over power segments; ``site_peak_w``: a run's, idle included.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from orchestrator.errors import SpecError
+from orchestrator.planning.devices.rightsizing import ON
 from orchestrator.planning.perfmodel import JobModel
 from orchestrator.planning.pieces import piece_index
 from orchestrator.planning.policies.powersplit import PowerJob, lowest_w, model_job, split_site
@@ -26,8 +32,16 @@ from orchestrator.planning.policies.powersplit import PowerJob, lowest_w, model_
 class SimSiteLimit:
     """The simulator's side of the site limit, over ``SimDaemon``'s running attempts."""
 
-    def __init__(self, limit_w: float, executor, model_of: Callable[[int], JobModel]) -> None:
+    def __init__(self, limit_w: float, executor, model_of: Callable[[int], JobModel],
+                 power) -> None:  # fmt: skip
         self.limit_w = float(limit_w)
+        self.power = power  # sim.hardware.power.SimPower: the idle draw
+        floor_w = sum(n.idle_w for n in power.nodes) * power.pue
+        if floor_w > self.limit_w:
+            raise SpecError(
+                f"invalid power_limit_w: {self.limit_w:.0f} W is less than the cluster's "
+                f"idle draw ({floor_w:.0f} W: every server on, nothing running), so it cannot hold"
+            )
         self.executor = executor
         self.model_of = model_of
         self.node_of: dict[int, str] = {}  # job id -> its (first) node
@@ -61,7 +75,7 @@ class SimSiteLimit:
         key = (now_s, tuple(running))  # the running jobs' lowest draw, once per pass
         if self._lowest is None or self._lowest[0] != key:
             self._lowest = (key, lowest_w(self._running(running, now_s)))
-        others_w = self._lowest[1] + lowest_w(list(self.pending.values()))
+        others_w = self._lowest[1] + lowest_w(list(self.pending.values())) + self.idle_w()
         if not (running or self.pending) or others_w + lowest_w([new]) <= self.limit_w + 1e-6:
             self.pending[job_id] = new
             return True
@@ -85,7 +99,7 @@ class SimSiteLimit:
         self._split(self._running(running, now_s), running, lower_only=False)
 
     def _split(self, jobs: list[PowerJob], running: dict, lower_only: bool) -> dict:
-        caps, _ = split_site(jobs, self.limit_w)
+        caps, _ = split_site(jobs, self.limit_w, self.idle_w())
         by_job = {a.job.id: a for a in running.values()}
         moves = []
         for job in jobs:
@@ -99,6 +113,30 @@ class SimSiteLimit:
             self.executor.set_power_cap(att.handle, cap)
             att.power_w = self.executor.cap_of(att.handle)[1]
         return caps
+
+    def idle_w(self) -> float:
+        """The idle draw now (× PUE): the free GPUs' and the idle servers' share (GPUs an
+        admitted job holds are not free); a node off draws nothing, one waking all."""
+        power = self.power
+        if power._uniform_w is not None:
+            return power._uniform_w * power.daemon.alloc.free_gpus * power.pue
+        free = power.daemon.alloc.free_per_node()
+        watts = 0.0
+        for i, n in enumerate(power.nodes):
+            watts += n.idle_w * free[i] / n.gpus if n.state == ON else power._node_w[i]
+        return watts * power.pue
+
+
+def site_peak_w(run) -> float:
+    """The largest draw of a run (a ``RunResult``): its jobs' and its idle draw."""
+    idle = run.idle
+    if idle is None:
+        return peak_w(run.seg_start_s, run.seg_end_s, run.seg_power_w)
+    return peak_w(
+        np.concatenate((run.seg_start_s, idle.start_s)),
+        np.concatenate((run.seg_end_s, idle.end_s)),
+        np.concatenate((run.seg_power_w, idle.power_w)),
+    )
 
 
 def peak_w(seg_start_s: np.ndarray, seg_end_s: np.ndarray, seg_power_w: np.ndarray) -> float:

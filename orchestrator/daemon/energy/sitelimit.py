@@ -6,9 +6,13 @@ its idle power whatever its limit; the limit only bounds what a job may make it 
 the sum of the limits bounds what the GPUs can draw at any moment. Every node with GPUs
 must let the daemon set their limits (else it refuses to start, as it does when the
 GPUs' lowest limits alone add up to more than the limit); the hosts' own draw, PUE and
-GPUs nobody configured are not counted.
+GPUs nobody configured are not counted. A server that does not answer (at start or
+later) has its GPUs counted at their highest limit, neither read nor set, and blocks no
+admission elsewhere; when it answers again, the next split lowers its limits (back at
+their defaults after a reboot) before any job starts there.
 
-How it holds: a job starts only when the split (``planning.policies.powersplit``) of the
+How it holds: a stopped job (SIGSTOP) counts as idle, its GPUs parked at their lowest; its
+resume is an admission. A job starts only when the split (``planning.policies.powersplit``) of the
 limit over the jobs that hold GPUs and it fits; its admission lowers the others' limits
 first, and its own GPUs are raised from their parked lowest only then, before its process
 starts. After every pass the limit is split again (an end frees power for the others):
@@ -19,13 +23,16 @@ transition too. A job that does not fit even with every job at its lowest limit 
 The gradient: each job's progress at each cap it ran under, from its progress reports
 (``GRIDSHIFT_PROGRESS_FILE``) between passes at one cap, measured per watt of limit; a
 job measured at two caps or more is split by what it measured, else by its GPU type's
-model (the Zeus fit). Measurements live in memory: a restarted daemon learns them again.
+model (the Zeus fit). What a job writes is untrusted: a measured gradient moves a job at
+most 10 % of its GPUs' maximum limits below its share of the model's split
+(``powersplit.split_fair``). Measurements live in memory: a restarted daemon learns them again.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 from sqlmodel import col, select
 
@@ -33,8 +40,9 @@ from orchestrator.errors import ConfigError
 from orchestrator.nodes.inventory import ResolvedNode
 from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
 from orchestrator.planning.perfmodel import curve_for
-from orchestrator.planning.policies.powersplit import PowerJob, measured_progress, split_site
+from orchestrator.planning.policies.powersplit import PowerJob, measured_progress, split_fair
 from orchestrator.queue import attempts
+from orchestrator.queue.attempts import AttemptState
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt
 
@@ -77,6 +85,8 @@ class SiteLimit:
     fraction: dict[int, float] = field(default_factory=dict)  # attempt id -> cap in force
     samples: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
     seen: dict[int, tuple[float, float, float]] = field(default_factory=dict)
+    unreachable: Callable[[], dict] = dict  # the executor's unreachable nodes (name -> since)
+    down: set[int] = field(default_factory=set)  # PowerCaps ids that did not answer
 
     # -- start ----------------------------------------------------------------------------
     def check(self) -> None:
@@ -92,6 +102,9 @@ class SiteLimit:
             if not node.gpu_count:
                 continue
             caps = self.caps.by_node.get(node.name)
+            if caps is not None and not caps.enabled and self._is_down(node.name, caps):
+                self._budget_down(node, caps)  # counted at its highest until it answers
+                continue
             if caps is None or not caps.enabled:
                 why = caps.reason if caps is not None else f"a {node.executor} node"
                 raise ConfigError(
@@ -102,12 +115,57 @@ class SiteLimit:
                 low, high = caps.ctl.power_limit_range_w(g.index)
                 self.gpus[(id(caps), g.index)] = _Gpu(caps, g.index, float(low), float(high))
             caps.park_low = True  # a GPU its job left goes to its lowest limit
-        lowest = sum(g.low_w for g in self.gpus.values())
+        lowest = sum(g.high_w if k[0] in self.down else g.low_w for k, g in self.gpus.items())
         if lowest > self.limit_w:
             raise ConfigError(
                 f"invalid --power-limit: {self.limit_w:.0f} W is less than the "
                 f"{len(self.gpus)} GPUs' lowest power limits together ({lowest:.0f} W)"
+                + (", unreachable servers' GPUs at their highest" if self.down else "")
             )
+
+    # -- unreachable servers ------------------------------------------------------------
+    def _is_down(self, name: str, caps: PowerCaps) -> bool:
+        return caps.ctl is not None and (caps.unreachable or name in self.unreachable())
+
+    def _budget_down(self, node: ResolvedNode, caps: PowerCaps) -> None:
+        """A server down at start: its GPUs at the highest limit of their type's curve
+        (their range cannot be read), not set, until it answers."""
+        curve = curve_for(node.model_of([g.index for g in node.gpus]))
+        for g in node.gpus:
+            high = float(curve.max_limit_w)
+            self.gpus[(id(caps), g.index)] = _Gpu(caps, g.index, curve.min_fraction * high, high)
+        self.down.add(id(caps))
+        log.warning("node %s is unreachable: its GPUs count at their highest limit (%.0f W "
+                    "each) until it answers", node.name, curve.max_limit_w)  # fmt: skip
+
+    def _read(self) -> dict[GpuKey, float]:
+        """The limit in force on every GPU of the servers that answer; a server that does
+        not (the executor says so, or a read fails) is down: its GPUs count at their
+        highest and are not set. A server back is set up again (its limits may have gone
+        back to their defaults: the next split lowers them before any admission there)."""
+        gone = {id(c) for n, c in self.caps.by_node.items() if n in self.unreachable()}
+        now: dict[GpuKey, float] = {}
+        for key, gpu in self.gpus.items():
+            if key[0] in gone:
+                continue
+            try:
+                if not gpu.caps.enabled and not gpu.caps.ctl.supports_power_limit(gpu.index):
+                    raise ConfigError("cannot set its power limits")
+                now[key] = gpu.caps.ctl.power_limit_w(gpu.index)
+                if key[0] in self.down and key[0] not in gone:  # back: its real range
+                    low, high = gpu.caps.ctl.power_limit_range_w(gpu.index)
+                    gpu.low_w, gpu.high_w = float(low), float(high)
+            except Exception as exc:
+                if key[0] not in gone:
+                    log.warning("GPU %s: cannot read its power limit: %s", gpu.index, exc)
+                gone.add(key[0])
+        now = {k: w for k, w in now.items() if k[0] not in gone}
+        for back in self.down - gone:
+            caps = next(g.caps for k, g in self.gpus.items() if k[0] == back)
+            caps.enabled, caps.park_low = True, True
+            log.info("a server's GPUs answer again: the site limit is split over them")
+        self.down = gone
+        return now
 
     # -- the jobs that hold GPUs --------------------------------------------------------
     def _key(self, node: str, index: int) -> GpuKey | None:
@@ -130,8 +188,8 @@ class SiteLimit:
             ).all()
         jobs = []
         for att in rows:
-            if att.job_id in self.pending:
-                continue
+            if att.job_id in self.pending or att.state == AttemptState.STOPPED:
+                continue  # a stopped job's GPUs are parked at their lowest (idle)
             parts = [(p["node"], p["gpu_ids"]) for p in att.parts] if att.parts else None
             keys = self._gpu_keys(parts or [(att.node, att.gpu_ids)])
             if keys:
@@ -169,14 +227,29 @@ class SiteLimit:
             progress=measured_progress(model, job.samples),
             lowest=max(g.low_w / g.high_w for g in gpus),
             highest=job.highest,
+            model=model,  # the floor a measured gradient (what the job wrote) cannot go under
         )
 
     def _split(self, jobs: list[_Job]) -> tuple[dict[GpuKey, float], dict, bool]:
-        """Watts per GPU (idle ones at their lowest), each job's cap, and whether it fits."""
+        """Watts per GPU of the servers that answer (idle ones at their lowest), each
+        job's cap, and whether it fits; an unreachable server's GPUs count at their highest."""
+        jobs = [j for j in jobs if not any(k[0] in self.down for k in j.gpus)]
+        owned: set[GpuKey] = set()  # a shared GPU (co-location) counts once: its first job's
+        mine = []
+        for j in jobs:
+            own = [k for k in j.gpus if k not in owned]
+            owned.update(own)
+            if own:  # a job all of whose GPUs another holds runs under that one's limits
+                mine.append(j if len(own) == len(j.gpus) else replace(j, gpus=own))
+        jobs = mine
         held = {k for j in jobs for k in j.gpus}
-        idle_w = sum(g.low_w for k, g in self.gpus.items() if k not in held)
-        caps, fits = split_site([self._power_job(j) for j in jobs], self.limit_w, idle_w)
-        targets = {k: g.low_w for k, g in self.gpus.items()}
+        fixed_w = sum(
+            g.high_w if k[0] in self.down else g.low_w
+            for k, g in self.gpus.items()
+            if k not in held
+        )
+        caps, fits = split_fair([self._power_job(j) for j in jobs], self.limit_w, fixed_w)
+        targets = {k: g.low_w for k, g in self.gpus.items() if k[0] not in self.down}
         for j in jobs:
             for k in j.gpus:
                 targets[k] = self.gpus[k].watts(caps[j.key])
@@ -190,61 +263,67 @@ class SiteLimit:
         if not keys:
             return True  # no GPU whose limit counts
         new = _Job(("job", job_id), parts[0][0], keys, self._model(parts[0][0]), highest)
+        now_w = self._read()
+        if any(k[0] in self.down for k in keys):
+            return False  # on a server that does not answer
         jobs = [*self._holding(), *self.pending.values(), new]
-        targets, _, fits = self._split(jobs)
+        targets, caps, fits = self._split(jobs)
         if not fits:
             log.info("job %s waits: the site power limit (%.0f W) does not fit it even at "
                      "every job's lowest limit", job_id, self.limit_w)  # fmt: skip
             return False
         pending = {k for j in self.pending.values() for k in j.gpus} | set(keys)
         lowered = {k: w for k, w in targets.items() if k not in pending}
-        if not self._apply(lowered, increases=False):
+        if not self._apply(lowered, increases=False, now_w=now_w):
             return False
         self.pending[job_id] = new
         self.targets = targets
+        for j in jobs:  # the caps lowered now: a progress report across them measures nothing
+            if j.key[0] == "attempt" and caps.get(j.key, 1.0) < self.fraction.get(j.key[1], 1.0):
+                self.fraction[j.key[1]] = caps[j.key]
         return True
 
     def launch_limits(self, job_id: int) -> None:
         """Just before an admitted job starts: its GPUs up to their share."""
         job = self.pending.pop(job_id, None)
         if job is not None:
+            now_w = self._read()
             self._apply({k: self.targets[k] for k in job.gpus if k in self.targets},
-                        increases=True)  # fmt: skip
+                        increases=True, now_w=now_w)  # fmt: skip
 
     def in_force_w(self) -> float:
-        """The sum of the limits in force now (a GPU that cannot be read: its highest)."""
-        total = 0.0
-        for gpu in self.gpus.values():
-            try:
-                total += gpu.caps.ctl.power_limit_w(gpu.index)
-            except Exception:
-                total += gpu.high_w
-        return round(total, 1)
+        """The sum of the limits in force now (an unreachable server's GPUs: their highest)."""
+        now_w = self._read()
+        return round(sum(now_w.get(k, g.high_w) for k, g in self.gpus.items()), 1)
 
     # -- after every pass ---------------------------------------------------------------
     def rebalance(self) -> None:
         """Split the limit again over the jobs that hold GPUs: decreases first."""
         self.pending.clear()
+        now_w = self._read()
         jobs = self._holding()
         targets, caps, fits = self._split(jobs)
         if not fits:
             log.warning("the jobs holding GPUs count more than the site power limit (%.0f W) "
                         "even at their lowest limits", self.limit_w)  # fmt: skip
-        if self._apply(targets, increases=True):
+        if self._apply(targets, increases=True, now_w=now_w):
             self.targets = targets
             for j in jobs:
-                self.fraction[j.key[1]] = caps[j.key]
+                if j.key in caps:
+                    self.fraction[j.key[1]] = caps[j.key]
 
-    def _apply(self, targets: dict[GpuKey, float], increases: bool) -> bool:
-        """Set the limits: every decrease, then (``increases``, and only when every
-        decrease was made) every increase. Returns whether all were made."""
+    def _apply(self, targets: dict[GpuKey, float], increases: bool,
+               now_w: dict[GpuKey, float] | None = None) -> bool:  # fmt: skip
+        """Set the limits (``now_w``: those in force, from ``_read``; a GPU not there is
+        on a server that does not answer: left alone): every decrease, then
+        (``increases``, and only when every decrease was made) every increase. Returns
+        whether all were made."""
+        now_w = self._read() if now_w is None else now_w
         moves = []
         for key, want in targets.items():
-            gpu = self.gpus[key]
-            try:
-                now = gpu.caps.ctl.power_limit_w(gpu.index)
-            except Exception:  # unknown: as high as it goes
-                now = gpu.high_w
+            gpu, now = self.gpus[key], now_w.get(key)
+            if now is None:
+                continue
             if abs(now - want) > 0.5:
                 moves.append((want - now, gpu, want))
         ok = True

@@ -10,16 +10,25 @@ more (``measured_progress``: its progress reports at each cap), else the static 
 
 What a job counts against the limit is the caller's (``PowerJob.watts``): the simulator
 counts the model's draw, the daemon the GPU power limits it sets. Pure: no clock, no I/O.
+
+Measured gradients come from what jobs write (untrusted): ``split_fair`` first splits by
+the static model alone, then lets the measured gradients move each job at most ``SURPLUS``
+(10 % of its GPUs' maximum limit) below its cap in that split, and ``measured_progress``
+keeps a measured shape monotone and within ``MEASURED_BAND`` (±15 %) of the model's curve.
+A job that lies in its reports can so take from each other job at most 10 % of that job's
+GPUs' maximum limits, and no job goes below its model share minus that.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 STEP = 0.05
 EPS_W = 1e-6
+SURPLUS = 0.10  # how far (cap fraction) a measured gradient may move a job below its model share
+MEASURED_BAND = 0.15  # a measured share stays within ±15 % of the model's at that cap
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +41,8 @@ class PowerJob:
     progress: Callable[[float], float]  # its speed at cap f, a share of its full speed
     lowest: float  # its lowest cap fraction (the board's minimum limit)
     highest: float = 1.0  # its highest (its plan's cap)
+    model: Callable[[float], float] | None = None  # its static model's speed (progress's
+    # when None): ``split_fair``'s floor
 
 
 def split_site(jobs: Sequence[PowerJob], limit_w: float,
@@ -78,6 +89,19 @@ def split_site(jobs: Sequence[PowerJob], limit_w: float,
     return caps, total <= limit_w + EPS_W
 
 
+def split_fair(jobs: Sequence[PowerJob], limit_w: float,
+               fixed_w: float = 0.0) -> tuple[dict[Hashable, float], bool]:  # fmt: skip
+    """``split_site`` where measured gradients (untrusted) move only a bounded surplus:
+    each job keeps at least its cap in the static model's split less ``SURPLUS``."""
+    if all(j.model is None for j in jobs):
+        return split_site(jobs, limit_w, fixed_w)
+    static = [replace(j, progress=j.model or j.progress) for j in jobs]
+    base, fits = split_site(static, limit_w, fixed_w)
+    floored = [replace(j, lowest=max(j.lowest, base[j.key] - SURPLUS)) for j in jobs]
+    caps, fair = split_site(floored, limit_w, fixed_w)
+    return (caps, True) if fair else (base, fits)
+
+
 def lowest_w(jobs: Sequence[PowerJob]) -> float:
     """What ``jobs`` count at their lowest caps: a job starts only if this, with the
     running ones and the fixed part, fits the limit (else it waits)."""
@@ -102,7 +126,11 @@ def measured_progress(
     mean = [sum(rates[c]) / len(rates[c]) for c in caps]
     top = caps[-1]
     full = mean[-1] / max(model(top), 1e-9)  # the rate at full speed, by the model's shape
-    shares = [r / full for r in mean]
+    shares, floor = [], 0.0  # untrusted: monotone, and within the band about the model's
+    for c, r in zip(caps, mean, strict=True):
+        lo, hi = model(c) * (1 - MEASURED_BAND), model(c) * (1 + MEASURED_BAND)
+        floor = max(floor, min(hi, max(lo, r / full)))
+        shares.append(floor)
 
     def progress(f: float) -> float:
         if f <= caps[0] or f >= top:
