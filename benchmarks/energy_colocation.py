@@ -43,22 +43,16 @@ CLUSTER = {
 
 
 def scenario(jobs: int, share: float, right_size: bool = True) -> dict:
-    from planner import SKIP, data_dir
+    """The planner benchmark's stretch on DE-LU (``planner.scenario``), on the mixed
+    cluster, with that share of the jobs allowed to share."""
+    from planner import SKIP
+    from planner import scenario as planner_scenario
 
-    data = data_dir()
-    grid = data / "grid" / "carbon" / "DE-LU" / "DE-LU_2023_hourly.csv"
-    return {
+    base = planner_scenario("DE-LU", jobs, POLICIES[0], "perfect", None)
+    return base | {
         "name": f"Philly {SKIP}+{jobs}, co-location {share:g}",
         "policies": list(POLICIES),
-        "jobs": {
-            "source": str(data / "jobs" / "philly.csv"),
-            "skip_jobs": SKIP,
-            "max_jobs": jobs,
-            "deadline_rule": "within:24h",
-            "interruptible": 0.5,
-            "share": share,
-        },
-        "grid": {"source": f"csv:{grid}"},
+        "jobs": base["jobs"] | {"share": share},
         "cluster": dict(CLUSTER) | (RIGHT_SIZING if right_size else {}),
     }
 
