@@ -31,3 +31,4 @@ class RunResult:
     solver: dict | None = None  # what the oracle's solve reported
     idle: IdleAccount | None = None  # idle GPUs and servers on (sim.hardware.power)
     pairs: list | None = None  # co-location: (job, partner, when) pairs formed
+    moves: int = 0  # co-location: jobs checkpointed to join another (sim.hardware.colocation)

@@ -20,6 +20,12 @@ than with one job (EaCO measured 5-15 % on V100s). The GPU's energy is split bet
 two in proportion to each one's draw alone times its relative speed (``split``): the job
 that does more of the work at more watts pays more; the parts always sum to the GPU's.
 
+Moving a job to pair it (``move_gain_j``): a job that may share, can be checkpointed and
+runs alone may be stopped and restarted next to another that runs alone, when what the
+pair is predicted to save while both run is more than ``MOVE_MARGIN`` times what the
+checkpoint costs (the run time lost, at the job's draw alone): twice, since the saving is
+a prediction (the model's median error, above) and the cost is certain.
+
 Pure: no clock, no I/O beyond reading the committed coefficients once.
 """
 
@@ -35,6 +41,7 @@ COEFFICIENTS = Path(__file__).with_name("interference.json")
 FALLBACK_GPU = "v100"
 SHARED_EXTRA = 0.10  # a GPU with two jobs draws this much above the larger draw alone
 MIN_SPEED = 0.5  # co-location: each job of a pair keeps at least this share of its speed
+MOVE_MARGIN = 2.0  # a move must be predicted to save this many times what its checkpoint costs
 
 
 @lru_cache(maxsize=1)
@@ -132,3 +139,32 @@ def worth_sharing(
     alone = power_a_w + power_b_w  # two GPUs, each a job at full speed: 2 units of work
     together = shared_power_w(power_a_w, power_b_w) * 2 / (speed_a + speed_b)
     return together < alone
+
+
+def pair_saving_j(
+    power_a_w: float, power_b_w: float, speed_a: float, speed_b: float, overlap_s: float
+) -> float:
+    """The energy two jobs sharing one GPU for ``overlap_s`` save against doing the same work
+    each alone on its own GPU (negative: sharing costs more)."""
+    alone_w = power_a_w * speed_a + power_b_w * speed_b
+    return (alone_w - shared_power_w(power_a_w, power_b_w)) * max(0.0, overlap_s)
+
+
+def move_gain_j(
+    power_x_w: float,
+    power_h_w: float,
+    speed_x: float,
+    speed_h: float,
+    left_x_s: float,
+    left_h_s: float,
+    checkpoint_s: float,
+) -> float:
+    """The net energy of checkpointing job ``x`` (``left_x_s`` of work left at full speed,
+    drawing ``power_x_w`` alone) and restarting it next to ``h`` (``left_h_s`` left): the
+    pair's saving while both run, less ``MOVE_MARGIN`` times the checkpoint's cost (the
+    run time it loses, at its draw alone). Positive: worth moving."""
+    if min(speed_x, speed_h) <= 0:
+        return -math.inf
+    overlap_s = min((left_x_s + checkpoint_s) / speed_x, left_h_s / speed_h)
+    saved = pair_saving_j(power_x_w, power_h_w, speed_x, speed_h, overlap_s)
+    return saved - MOVE_MARGIN * checkpoint_s * power_x_w

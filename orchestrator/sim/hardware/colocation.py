@@ -15,7 +15,14 @@ predicts that
   alone.
 
 Among the GPUs that qualify it takes the one where the pair's energy per unit of work is
-lowest; otherwise it gets GPUs of its own as usual. From the moment they pair until one of them
+lowest; otherwise it gets GPUs of its own as usual.
+
+A job alone that may share and be interrupted is moved to pair (``_regroup``, before each
+pass): when another job runs alone that it may join by the rule above and
+``interference.move_gain_j`` says the pair saves more than twice what the checkpoint costs,
+it is checkpointed and restarts next to that job in the same pass (it loses
+``checkpoint_cost`` of run time, as any restart does). Jobs on the emptiest servers move
+first, so a server a move empties can be powered off. From the moment they pair until one of them
 leaves (it ends, or is suspended), each runs at its predicted speed and is charged its
 share of the GPU's draw (``interference.split``: the parts sum to the GPU's); the one left
 runs alone at full speed again, and may take a new partner. The GPU stays held until both
@@ -28,17 +35,21 @@ Each job's model (its Gavel job type or family) is the one the simulator's GPU t
 
 from __future__ import annotations
 
+import signal
+
 import numpy as np
 
 from orchestrator.planning.devices.interference import (
     MIN_SPEED,
     Interference,
     job_types,
+    move_gain_j,
     shared_power_w,
     split,
     worth_sharing,
 )
 from orchestrator.planning.pieces import piece_index, width_of
+from orchestrator.planning.policies.base import Decision
 from orchestrator.sim.engine import SimDaemon
 from orchestrator.sim.inputs import SimInputs
 from placement.cluster import Allocation, ClusterAllocator
@@ -93,10 +104,14 @@ class SharingDaemon(SimDaemon):
         self._partner: dict[int, int] = {}
         self._held_by: dict[int, int] = {}  # job -> the job whose allocation holds its GPU
         self.pairs: list[tuple[int, int, float]] = []  # (running job, newcomer, when) formed
+        self._moving: dict[int, tuple] = {}  # checkpointed to join a host: host, speeds
+        self._reserved: set[int] = set()  # hosts a moving job will join in this pass
+        self.moves = 0
 
     def run(self):
         result = super().run()
         result.pairs = list(self.pairs)
+        result.moves = self.moves
         return result
 
     # -- the pass's steps --------------------------------------------------------------
@@ -104,7 +119,12 @@ class SharingDaemon(SimDaemon):
         i = job.id
         if self._may[i] and not self.clairvoyant and job.min_gpus == job.max_gpus:
             cap = decision.piece_config(piece_index(decision, now))[1]
-            host = self._host_for(job, width_of(job, decision, now), cap, now)
+            host = self._moving.pop(i, None)
+            if host is not None:  # moved to join it: still alone?
+                self._reserved.discard(host[0])
+                host = host if host[0] in self._open else None
+            if host is None:
+                host = self._host_for(job, width_of(job, decision, now), cap, now)
             if host is not None:  # claimed until the next pass (backfill may not start it)
                 self._pending[i] = host
                 parts = self.alloc.allocation(("job", host[0])).parts
@@ -113,7 +133,18 @@ class SharingDaemon(SimDaemon):
 
     def tick(self, now: float) -> None:
         self._pending.clear()
+        self._regroup(now)
         super().tick(now)
+        self._moving.clear()  # a moved job the pass did not start plans again as any other
+        self._reserved.clear()
+
+    def _requeue(self, att, now: float) -> None:
+        """A job checkpointed to move restarts now (next to its host, ``allocate``)."""
+        i = att.job.id
+        if i not in self._moving:
+            return super()._requeue(att, now)
+        left = self._duration[i] * (1.0 - self.done[i]) + self.inputs.checkpoint_s
+        self.scheduler.add_planned(self._queued(i, left), Decision(now, gpus=att.gpus))
 
     def launch(self, job, decision, allocation, now: float) -> None:
         super().launch(job, decision, allocation, now)
@@ -139,18 +170,54 @@ class SharingDaemon(SimDaemon):
         return alloc, ends
 
     # -- pairs ---------------------------------------------------------------------------
+    def _regroup(self, now: float) -> None:
+        """Move jobs alone that may share and be interrupted next to another job alone, where
+        that pays (``move_gain_j``): each is checkpointed now and restarts in this pass."""
+        ckpt = self.inputs.checkpoint_s
+        movers = [x for x in self._open if self._interruptible[x]]
+        if not movers or len(self._open) < 2:
+            return
+        alloc = self.alloc
+        free = {name: len(alloc.free_on(name)) for name in alloc.node_names}
+        movers.sort(key=lambda x: -free.get(alloc.node_of(("job", x)), 0))  # emptiest first
+        for x in movers:
+            att = self._running.get(self._att_of.get(x, -1))
+            if x not in self._open or x in self._reserved or att is None:
+                continue
+            left, done = self.executor.remaining_s(att.handle), self.executor.done_now(att.handle)
+            if left is None or done is None or att.suspend_event is not None:
+                continue  # ending, or stopping at its piece's end anyway
+            job = self._queued(x, self._duration[x] * (1.0 - done) + ckpt)
+            best = None
+            for _, h, speed_x, speed_h, left_h in self._hosts(job, att.gpus, 1.0, now):
+                power_h = self._running[self._att_of[h]].power_w
+                gain = move_gain_j(att.power_w, power_h, speed_x, speed_h, left, left_h, ckpt)
+                if gain > 0 and (best is None or gain > best[0]):
+                    best = (gain, h, speed_x, speed_h)
+            if best is not None:
+                self._moving[x] = best[1:]
+                self._reserved.add(best[1])
+                self.moves += 1
+                self.executor.signal(att.handle, signal.SIGTERM)
+
     def _host_for(self, job, width: int, cap: float, now: float) -> tuple | None:
         """The job running alone on ``width`` GPUs that ``job`` should join (and their
-        speeds), or None."""
+        speeds), or None: the one where the pair's energy per unit of work is lowest."""
+        best = min(self._hosts(job, width, cap, now), default=None)
+        return None if best is None else best[1:4]
+
+    def _hosts(self, job, width: int, cap: float, now: float):
+        """Each job running alone on ``width`` GPUs that ``job`` may join by the rule, as
+        (the pair's energy per unit of work, that job, the two speeds, its time left)."""
         if not self._open:
-            return None
+            return
         i, kind = job.id, self._kinds[job.id]
         power_i = self._model(i).power_w(width, cap)
         deadline_i = self._deadline[i]
-        best, seen = None, {}
-        claimed = {host for host, _, _ in self._pending.values()}
+        seen = {}
+        claimed = {host for host, _, _ in self._pending.values()} | self._reserved
         for h, held in self._open.items():
-            if held != width or h in claimed:
+            if held != width or h in claimed or h == i:
                 continue
             gpu = self._gpu_type(h)
             if self._wants[i] is not None and gpu != self._wants[i]:
@@ -163,17 +230,13 @@ class SharingDaemon(SimDaemon):
             power_h = att.power_w
             if not worth_sharing(speed_i, speed_h, power_i, power_h, MIN_SPEED):
                 continue
-            per_work = shared_power_w(power_i, power_h) / (speed_i + speed_h)
-            if best is not None and per_work >= best[0]:
-                continue  # the partner with the least energy per unit of work
             if deadline_i is not None and now + job.duration_s / speed_i > deadline_i:
                 continue
             left = self.executor.remaining_s(att.handle)
             deadline_h = self._deadline[h]
             if left is None or (deadline_h is not None and now + left / speed_h > deadline_h):
                 continue
-            best = (per_work, h, speed_i, speed_h)
-        return None if best is None else best[1:]
+            yield shared_power_w(power_i, power_h) / (speed_i + speed_h), h, speed_i, speed_h, left
 
     def _gpu_type(self, job_id: int) -> str:
         node = self.alloc.node_of(("job", self._held_by.get(job_id, job_id)))

@@ -1,0 +1,113 @@
+"""Co-location moves in what-if runs: a job alone that may share and be interrupted is
+checkpointed and restarted next to another job alone when the pair saves more than twice
+what the checkpoint costs; never a job that may not be interrupted, never past a
+deadline, never for a pair that ends too soon to pay."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from orchestrator.planning.devices.interference import (
+    MOVE_MARGIN,
+    move_gain_j,
+    pair_saving_j,
+    shared_power_w,
+)
+from orchestrator.planning.policies import resolve_policy
+from orchestrator.sim.hardware.colocation import daemon_class
+from orchestrator.sim.inputs import prepare
+from orchestrator.sim.runner import make_forecaster
+from orchestrator.sim.scenario import Scenario
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.backends("sqlite")
+A, B = "Recommendation (batch size 4096)", "LM (batch size 20)"  # V100: 0.89, 0.85 paired
+OTHER = "A3C"
+H = 3600.0
+
+
+def _scenario(tmp_path, rows, interruptible=1.0, checkpoint="5m") -> Scenario:
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    return Scenario.model_validate(
+        {
+            "policies": ["fifo"],
+            "jobs": {
+                "source": str(trace), "deadline_rule": "none", "share": 1.0,
+                "interruptible": interruptible, "checkpoint_cost": checkpoint, "elastic": 0.0,
+            },
+            "grid": {"source": "synthetic:days=14&start=2023-04-28"},
+            "cluster": {"gpus": 3, "gpus_per_node": 3, "gpu": "v100"},
+        }
+    )  # fmt: skip
+
+
+def _rows(duration="4h", a_within=None, late="10m"):
+    """A and B start at once, each alone (a pair forms only with a job already running);
+    a short third job arrives at 10:30: the pass where the move is due."""
+    rows = [
+        {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": A},
+        {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": B},
+        {"submit": "2023-05-01T10:30:00", "duration": late, "gpus": 1, "name": OTHER},
+    ]
+    if a_within:
+        rows[0]["within"] = a_within
+        rows[1]["within"] = a_within
+    return rows
+
+
+def _run(scenario: Scenario):
+    inputs = prepare(scenario, ROOT)
+    daemon = daemon_class(inputs)(
+        inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0)
+    )
+    return inputs, daemon, daemon.run()
+
+
+def _energy_j(run) -> float:
+    return float(np.sum(run.seg_power_w * (run.seg_end_s - run.seg_start_s)))
+
+
+def test_move_gain_is_the_pairs_saving_less_twice_the_checkpoint():
+    # equal draws, speeds 0.8 each: the pair draws 1.1 x 300 W for 1.6 units of work
+    saving = pair_saving_j(300.0, 300.0, 0.8, 0.8, 3600.0)
+    assert saving == pytest.approx((480.0 - shared_power_w(300.0, 300.0)) * 3600.0)
+    gain = move_gain_j(300.0, 300.0, 0.8, 0.8, 4 * H, 2 * H, 300.0)
+    overlap = min((4 * H + 300.0) / 0.8, 2 * H / 0.8)
+    assert gain == pytest.approx(
+        pair_saving_j(300.0, 300.0, 0.8, 0.8, overlap) - MOVE_MARGIN * 300 * 300
+    )
+    assert move_gain_j(300.0, 300.0, 0.8, 0.8, 4 * H, 60.0, 300.0) < 0  # the host ends soon
+    assert move_gain_j(300.0, 300.0, 0.5, 0.55, 4 * H, 4 * H, 300.0) < 0  # sharing costs more
+    assert move_gain_j(300.0, 300.0, 0.0, 0.9, 4 * H, 4 * H, 300.0) == -np.inf  # do not fit
+
+
+def test_a_job_alone_moves_next_to_another_and_the_pair_saves_energy(tmp_path):
+    inputs, daemon, run = _run(_scenario(tmp_path, _rows()))
+    assert daemon.moves == 1 and run.moves == 1
+    assert run.suspensions == 1  # a move is a checkpoint and a restart
+    half_past = inputs.jobs.submit_s[2]
+    assert [sorted(p[:2]) for p in daemon.pairs] == [[0, 1]]
+    assert daemon.pairs[0][2] == pytest.approx(half_past)  # paired in the pass it moved
+    _, still, alone = _run(_scenario(tmp_path, _rows(), interruptible=0.0))
+    assert still.moves == 0  # neither may be interrupted: no move
+    assert all(sorted(p[:2]) != [0, 1] for p in still.pairs)
+    assert _energy_j(run) < 0.85 * _energy_j(alone)  # the checkpoint included
+
+
+def test_no_move_for_a_pair_that_ends_too_soon_to_pay(tmp_path):
+    # 40 min each: at 10:30 ten minutes are left, less than twice the checkpoint's worth
+    _, daemon, run = _run(_scenario(tmp_path, _rows(duration="40m")))
+    assert daemon.moves == 0 and run.suspensions == 0
+    assert all(sorted(p[:2]) != [0, 1] for p in daemon.pairs)  # the third may join one
+
+
+def test_no_move_that_would_break_a_deadline(tmp_path):
+    # due by 14:20: alone they end at 14:00; paired from 10:30 at 0.85-0.89, well after
+    inputs, daemon, run = _run(_scenario(tmp_path, _rows(a_within="4h20m")))
+    assert daemon.moves == 0
+    assert all(sorted(p[:2]) != [0, 1] for p in daemon.pairs)
+    assert (run.finish_s[:2] <= inputs.deadline_s[:2]).all()
