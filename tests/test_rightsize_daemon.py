@@ -405,3 +405,26 @@ def test_a_restarted_daemon_keeps_power_states_and_idle_cursors(tmp_path):
         rows = {n: session.get(Node, n) for n in ("a", "b")}
         assert rows["a"].power_state == "off" and rows["a"].idle_until == cursor
         assert rows["b"].idle_until == cursor and rows["b"].power_state is None
+
+
+def test_nodes_refresh_does_not_ask_a_server_right_sizing_powered_off(cli):
+    import json
+    from datetime import UTC, datetime
+
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Node
+    from tests.test_rightsize_live import write_config
+
+    down = {"executor": "ssh", "host": "127.0.0.1", "port": 1, "gpus": 2,
+            "connect_timeout": "1s"}  # fmt: skip
+    write_config(cli.home, [{"name": "off1", **down}, {"name": "on1", **down}])
+    cli.run("status", check=False)  # the store exists
+    db = Database(cli.db_url)
+    db.ensure_schema()
+    with db.write() as session:
+        for name, state in (("off1", "off"), ("on1", None)):
+            session.add(Node(name=name, executor="ssh", gpus=2, gpu_source="config",
+                             updated_at=datetime.now(UTC), power_state=state))  # fmt: skip
+    rows = {r["name"]: r for r in json.loads(cli.run("nodes", "--refresh", "--json").stdout)}
+    assert rows["on1"]["reachable"] is False and rows["on1"]["error"], rows["on1"]  # asked
+    assert rows["off1"]["power"] == "off" and rows["off1"]["error"] is None, rows["off1"]

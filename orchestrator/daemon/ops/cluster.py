@@ -17,14 +17,6 @@ def nodes(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
 
     refresh = bool(args.get("refresh", bool, False))
     resolved = resolve_nodes(ctx.settings)
-    live: dict = {}
-    if refresh:
-        links = sshnodes.build_links(ctx.settings.nodes, home=ctx.settings.home)
-        try:
-            live = sshnodes.discover(links)
-        finally:
-            for link in links.values():
-                link.close()
     holders: dict[tuple[str, int], int] = {}
     with ctx.db.read() as session:
         for att in session.exec(
@@ -37,6 +29,15 @@ def nodes(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
         stored_gpus: dict[str, list[Gpu]] = {}
         for g in session.exec(select(Gpu).order_by(Gpu.node, Gpu.index)).all():
             stored_gpus.setdefault(g.node, []).append(g)
+    live: dict = {}
+    if refresh:  # a server right-sizing powered off is not asked (it cannot answer)
+        asked = [c for c in ctx.settings.nodes if _answers(stored.get(c.name))]
+        links = sshnodes.build_links(asked, home=ctx.settings.home)
+        try:
+            live = sshnodes.discover(links)
+        finally:
+            for link in links.values():
+                link.close()
     keys = _gpu_keys()
     configs = {cfg.name: cfg for cfg in ctx.settings.nodes}
     data = []
@@ -99,6 +100,14 @@ def _gpu_keys() -> tuple[str, ...]:
     from orchestrator.nodes.ssh import LIVE_FIELDS
 
     return ("index", "uuid", "model", "memory_mb", *LIVE_FIELDS)
+
+
+def _answers(row) -> bool:
+    """Whether a server may answer: not powered off (or being) by right-sizing."""
+    from orchestrator.daemon.energy.rightsizing import POWERING_OFF
+    from orchestrator.planning.devices.rightsizing import OFF
+
+    return row is None or row.power_state not in (OFF, POWERING_OFF)
 
 
 def _power(row) -> dict:
