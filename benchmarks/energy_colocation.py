@@ -69,7 +69,7 @@ def measure(jobs: int | None = None) -> dict:
     alone = simulate(Scenario.model_validate(scenario(jobs, 0.0)), ROOT)
     shared = simulate(Scenario.model_validate(scenario(jobs, 1.0)), ROOT)
     per_policy = {name: compare(alone, shared, name) for name in POLICIES}
-    fifo, aware = per_policy["fifo"], per_policy["lowest-window"]
+    fifo, aware = per_policy[POLICIES[0]], per_policy[POLICIES[-1]]
     return {
         "colocation_energy_saving": fifo["energy_saving"],
         "colocation_jct_increase": fifo["jct_increase"],
@@ -98,6 +98,7 @@ def compare(alone, shared, name: str) -> dict:
         "jct_increase": round(s["avg_jct_h"] / a["avg_jct_h"] - 1, 4),
         "runtime_increase": runtime_increase(alone.runs[name], shared.runs[name]),
         "pairs": len(shared.runs[name].pairs or ()),
+        "moves": shared.runs[name].moves,  # jobs checkpointed to join another
         "energy_kwh": [a["energy_kwh"], s["energy_kwh"]],
         "idle_energy_kwh": [a.get("idle_energy_kwh"), s.get("idle_energy_kwh")],
         "avg_jct_h": [a["avg_jct_h"], s["avg_jct_h"]],

@@ -1,7 +1,8 @@
-"""Co-location moves in what-if runs: a job alone that may share and be interrupted is
-checkpointed and restarted next to another job alone when the pair saves more than twice
-what the checkpoint costs; never a job that may not be interrupted, never past a
-deadline, never for a pair that ends too soon to pay."""
+"""Co-location moves in what-if runs: while a job waits for GPUs, a job alone that may
+share and be interrupted is checkpointed and restarted next to another job alone when the
+pair saves more than twice what the checkpoint costs; never a job that may not be
+interrupted, never past a deadline, never for a pair that ends too soon to pay, never
+while nothing waits."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from orchestrator.planning.devices.interference import (
     MOVE_MARGIN,
     move_gain_j,
+    pair_end_s,
     pair_saving_j,
     shared_power_w,
 )
@@ -40,19 +42,23 @@ def _scenario(tmp_path, rows, interruptible=1.0, checkpoint="5m") -> Scenario:
                 "interruptible": interruptible, "checkpoint_cost": checkpoint, "elastic": 0.0,
             },
             "grid": {"source": "synthetic:days=14&start=2023-04-28"},
-            "cluster": {"gpus": 3, "gpus_per_node": 3, "gpu": "v100"},
+            "cluster": {"gpus": 2, "gpus_per_node": 2, "gpu": "v100"},
         }
     )  # fmt: skip
 
 
-def _rows(duration="4h", a_within=None, late="10m"):
-    """A and B start at once, each alone (a pair forms only with a job already running);
-    a short third job arrives at 10:30: the pass where the move is due."""
+def _rows(duration="4h", a_within=None, waiting=True):
+    """A and B start at once on the two GPUs, each alone (a pair forms only with a job
+    already running). A job needing both GPUs arrives at 10:15 and waits; one more at
+    10:30: the pass where the move is due."""
     rows = [
         {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": A},
         {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": B},
-        {"submit": "2023-05-01T10:30:00", "duration": late, "gpus": 1, "name": OTHER},
+        {"submit": "2023-05-01T10:15:00", "duration": "10m", "gpus": 2, "name": OTHER},
+        {"submit": "2023-05-01T10:30:00", "duration": "10m", "gpus": 1, "name": OTHER},
     ]
+    if not waiting:
+        del rows[2]
     if a_within:
         rows[0]["within"] = a_within
         rows[1]["within"] = a_within
@@ -85,12 +91,20 @@ def test_move_gain_is_the_pairs_saving_less_twice_the_checkpoint():
     assert move_gain_j(300.0, 300.0, 0.0, 0.9, 4 * H, 4 * H, 300.0) == -np.inf  # do not fit
 
 
+def test_a_pair_holds_its_gpu_until_both_have_ended():
+    # 2 h and 1 h left, at 0.5 each: the second ends after 2 h, having done 1 h of the
+    # first's work; the first's other hour runs alone at full speed
+    assert pair_end_s(2 * H, 1 * H, 0.5, 0.5) == pytest.approx(3 * H)
+    assert pair_end_s(1 * H, 2 * H, 0.5, 0.5) == pytest.approx(3 * H)
+    assert pair_end_s(1 * H, 1 * H, 0.8, 0.8) == pytest.approx(1.25 * H)  # both at once
+
+
 def test_a_job_alone_moves_next_to_another_and_the_pair_saves_energy(tmp_path):
     inputs, daemon, run = _run(_scenario(tmp_path, _rows()))
     assert daemon.moves == 1 and run.moves == 1
     assert run.suspensions == 1  # a move is a checkpoint and a restart
-    half_past = inputs.jobs.submit_s[2]
-    assert [sorted(p[:2]) for p in daemon.pairs] == [[0, 1]]
+    half_past = inputs.jobs.submit_s[3]
+    assert sorted(daemon.pairs[0][:2]) == [0, 1]
     assert daemon.pairs[0][2] == pytest.approx(half_past)  # paired in the pass it moved
     _, still, alone = _run(_scenario(tmp_path, _rows(), interruptible=0.0))
     assert still.moves == 0  # neither may be interrupted: no move
@@ -111,3 +125,10 @@ def test_no_move_that_would_break_a_deadline(tmp_path):
     assert daemon.moves == 0
     assert all(sorted(p[:2]) != [0, 1] for p in daemon.pairs)
     assert (run.finish_s[:2] <= inputs.deadline_s[:2]).all()
+
+
+def test_no_move_while_no_job_waits_for_gpus(tmp_path):
+    # the same two jobs alone, but nothing waits: a move would only slow both down
+    _, daemon, run = _run(_scenario(tmp_path, _rows(waiting=False)))
+    assert daemon.moves == 0 and run.suspensions == 0
+    assert all(sorted(p[:2]) != [0, 1] for p in daemon.pairs)
