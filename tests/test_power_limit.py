@@ -548,3 +548,40 @@ def test_an_admission_that_lowers_a_running_job_drops_its_gradient_sample_across
     att.progress_done, att.progress_at = 10.0, datetime.fromtimestamp(110, UTC)
     site._measure(att)  # across the change: not a rate at either cap
     assert 7 not in site.samples
+
+
+def test_a_job_the_site_limit_keeps_waiting_says_so_in_ls_and_show():
+    """It said so only in the daemon's log: now its plan note, ``wait_reason`` "power"
+    and ``ls``'s PLAN say why, and an admission forgets the refusal."""
+    from types import SimpleNamespace as NS
+
+    from orchestrator.cli.output.jobtext import plan
+    from orchestrator.daemon.energy.sitelimit import SiteLimit, _Gpu, _Job
+    from orchestrator.daemon.guard import _why
+    from orchestrator.daemon.ops.views import wait_reason
+    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+    from orchestrator.planning.policies.base import Decision
+
+    server = _Server(100.0)
+    caps = PowerCaps(server, 2)
+    site = SiteLimit(250.0, ClusterCaps({"A": caps}), [], db=None)
+    for i in (0, 1):
+        site.gpus[(id(caps), i)] = _Gpu(caps, i, 100.0, 300.0)
+    site._model = lambda node: None
+    running = _Job(("attempt", 7), "A", [(id(caps), 0)], None, 1.0)
+    site._holding = lambda: [running, _Job(("attempt", 8), "A", [(id(caps), 1)], None, 1.0)]
+    site.limit_w = 150.0  # two GPUs at their lowest draw 200 W: nothing more fits
+    assert not site.admits(4, [("A", [1])], 1.0)
+    assert "site power limit (0.15 kW) does not fit it" in site.refused[4]
+    view = NS(id=4)
+    planner = NS(mode="plan", mode_reason=None, policy=NS(name="fifo"))
+    note = _why(planner, None, view, Decision(start_s=0.0), None, view, site.refused)
+    assert note.startswith("due; waiting for power: the site power limit")
+    job = NS(state="queued", plan_note=note, planned_start=None)
+    assert wait_reason(job, []) == "power"
+    assert plan({"wait_reason": "power", "state": "queued"}) == "site power limit"
+    assert _why(planner, None, view, Decision(start_s=0.0), None, view, {}) == (
+        "due; waiting for GPUs"  # refused for GPUs only
+    )
+    site.limit_w = 1000.0
+    assert site.admits(4, [("A", [1])], 1.0) and 4 not in site.refused

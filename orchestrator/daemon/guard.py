@@ -172,11 +172,12 @@ class Suspender:
 
 def note_plans(
     db: Database, planner: LivePlanner, scheduler: Scheduler, eligible: dict[int, Job],
-    now: datetime, waiting: dict[int, Job] | None = None,
+    now: datetime, waiting: dict[int, Job] | None = None, power: dict[int, str] | None = None,
 ) -> None:  # fmt: skip
     """Write each waiting job's planned start and, in words, why it waits (only what
     changed); a job waiting for a dependency (``waiting``) is planned ahead from its
-    dependencies' expected ends (``planner.ahead``)."""
+    dependencies' expected ends (``planner.ahead``); ``power``: jobs the site power limit
+    kept waiting, and why (``SiteLimit.refused``)."""
     blocked = scheduler.blocked()
     feed = planner.feed
     changes = {}
@@ -191,7 +192,7 @@ def note_plans(
             waits = _ids(planner.after.get(view.id))
             note = f"after job {waits}: planned for {at}, once it has ended"
         else:
-            note = _why(planner, feed, view, decision, now, blocked)
+            note = _why(planner, feed, view, decision, now, blocked, power)
         old = job.planned_start
         moved = old is None or abs((old - start).total_seconds()) >= 1.0
         if moved or job.plan_note != note:
@@ -210,8 +211,10 @@ def _ids(ids) -> str:
     return ", ".join(str(i) for i in sorted(ids or ())) or "?"
 
 
-def _why(planner, feed, view, decision, now: datetime, blocked) -> str:
+def _why(planner, feed, view, decision, now: datetime, blocked, power=None) -> str:
     if blocked is not None and blocked.id == view.id:
+        if power and view.id in power:
+            return f"due; waiting for power: {power[view.id]}"
         return "due; waiting for GPUs"
     if planner.mode != "plan":
         return f"{planner.mode} fallback: {planner.mode_reason}"

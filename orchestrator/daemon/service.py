@@ -218,9 +218,12 @@ class Daemon:
         return left
 
     def _note(self, _now_s: float) -> None:
+        power = self.site.refused if self.site is not None else None
         if self.planner is not None and self.onepass.scheduler is not None:
             note_plans(self.db, self.planner, self.onepass.scheduler, self.queue.eligible,
-                       self.clock.now(), self.queue.waiting)  # fmt: skip
+                       self.clock.now(), self.queue.waiting, power)  # fmt: skip
+        if power:
+            power.clear()  # this pass's refusals: the next pass admits afresh
 
     def _health(self, _now_s: float) -> None:
         self.health.write(self.clock.now())

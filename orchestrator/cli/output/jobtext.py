@@ -84,6 +84,8 @@ def plan(j: dict[str, Any]) -> str:
         return f"after job{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
     if reason == "capacity":
         return "GPUs busy"
+    if reason == "power":
+        return "site power limit"
     if reason in ("low carbon", "budget", "fallback"):
         return f"{reason} {short_time(start)}" if start else reason
     if reason == "due":

@@ -87,6 +87,7 @@ class SiteLimit:
     seen: dict[int, tuple[float, float, float]] = field(default_factory=dict)
     unreachable: Callable[[], dict] = dict  # the executor's unreachable nodes (name -> since)
     down: set[int] = field(default_factory=set)  # PowerCaps ids that did not answer
+    refused: dict[int, str] = field(default_factory=dict)  # job id -> why it waits for power
 
     # -- start ----------------------------------------------------------------------------
     def check(self) -> None:
@@ -265,17 +266,24 @@ class SiteLimit:
         new = _Job(("job", job_id), parts[0][0], keys, self._model(parts[0][0]), highest)
         now_w = self._read()
         if any(k[0] in self.down for k in keys):
-            return False  # on a server that does not answer
+            self.refused[job_id] = "its server does not answer, so its GPUs' limits cannot be set"
+            return False
         jobs = [*self._holding(), *self.pending.values(), new]
         targets, caps, fits = self._split(jobs)
         if not fits:
             log.info("job %s waits: the site power limit (%.0f W) does not fit it even at "
                      "every job's lowest limit", job_id, self.limit_w)  # fmt: skip
+            self.refused[job_id] = (
+                f"the site power limit ({self.limit_w / 1000:g} kW) does not fit it even at "
+                "every job's lowest limit"
+            )
             return False
         pending = {k for j in self.pending.values() for k in j.gpus} | set(keys)
         lowered = {k: w for k, w in targets.items() if k not in pending}
         if not self._apply(lowered, increases=False, now_w=now_w):
+            self.refused[job_id] = "the other jobs' power limits could not be lowered yet"
             return False
+        self.refused.pop(job_id, None)
         self.pending[job_id] = new
         self.targets = targets
         for j in jobs:  # the caps lowered now: a progress report across them measures nothing

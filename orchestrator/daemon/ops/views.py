@@ -50,7 +50,8 @@ JOB_KEYS = (
 )
 #: Why a waiting job waits (``wait_reason``), from the most to the least binding.
 WAIT_REASONS = (
-    "held", "dependency", "capacity", "low carbon", "budget", "fallback", "due", "planned",
+    "held", "dependency", "capacity", "power", "low carbon", "budget", "fallback", "due",
+    "planned",
 )  # fmt: skip
 
 
@@ -145,6 +146,8 @@ def wait_reason(job, waits_for: list[int], budgeted: bool = False) -> str | None
     note = job.plan_note or ""
     if note.startswith("due; waiting for GPUs"):
         return "capacity"
+    if note.startswith("due; waiting for power"):
+        return "power"
     if note.startswith("waiting for lower carbon"):
         return "low carbon"
     if " fallback: " in note:
