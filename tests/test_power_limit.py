@@ -451,18 +451,26 @@ def test_an_unreachable_server_blocks_no_admission_elsewhere_and_is_lowered_when
     assert site.admits(4, [("A", [1])], 1.0) and b.lim == {0: 300.0, 1: 100.0}  # untouched
 
 
-def test_a_shared_gpu_counts_once():
-    """Review: a job co-located on GPU 0 beside job A was refused, though GPU 0's limit
-    (one for both) would not change: each GPU counts once."""
-    from orchestrator.daemon.energy.sitelimit import SiteLimit, _Gpu, _Job
+def _one_server(limit_w: float):
+    """A site limit over one server ``A`` of two GPUs (100 to 300 W each)."""
+    from orchestrator.daemon.energy.sitelimit import SiteLimit, _Gpu
     from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
 
     server = _Server(100.0)
     caps = PowerCaps(server, 2)
-    site = SiteLimit(250.0, ClusterCaps({"A": caps}), [], db=None)
+    site = SiteLimit(limit_w, ClusterCaps({"A": caps}), [], db=None)
     for i in (0, 1):
         site.gpus[(id(caps), i)] = _Gpu(caps, i, 100.0, 300.0)
     site._model = lambda node: None
+    return server, caps, site
+
+
+def test_a_shared_gpu_counts_once():
+    """Review: a job co-located on GPU 0 beside job A was refused, though GPU 0's limit
+    (one for both) would not change: each GPU counts once."""
+    from orchestrator.daemon.energy.sitelimit import _Job
+
+    server, caps, site = _one_server(250.0)
     running = _Job(("attempt", 7), "A", [(id(caps), 0)], None, 1.0)
     site._holding = lambda: [running]
     assert site.admits(2, [("A", [0])], 1.0)  # sharing GPU 0: 150 + 100 for GPU 1
@@ -556,18 +564,12 @@ def test_a_job_the_site_limit_keeps_waiting_says_so_in_ls_and_show():
     from types import SimpleNamespace as NS
 
     from orchestrator.cli.output.jobtext import plan
-    from orchestrator.daemon.energy.sitelimit import SiteLimit, _Gpu, _Job
+    from orchestrator.daemon.energy.sitelimit import _Job
     from orchestrator.daemon.guard import _why
     from orchestrator.daemon.ops.views import wait_reason
-    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
     from orchestrator.planning.policies.base import Decision
 
-    server = _Server(100.0)
-    caps = PowerCaps(server, 2)
-    site = SiteLimit(250.0, ClusterCaps({"A": caps}), [], db=None)
-    for i in (0, 1):
-        site.gpus[(id(caps), i)] = _Gpu(caps, i, 100.0, 300.0)
-    site._model = lambda node: None
+    _, caps, site = _one_server(250.0)
     running = _Job(("attempt", 7), "A", [(id(caps), 0)], None, 1.0)
     site._holding = lambda: [running, _Job(("attempt", 8), "A", [(id(caps), 1)], None, 1.0)]
     site.limit_w = 150.0  # two GPUs at their lowest draw 200 W: nothing more fits
