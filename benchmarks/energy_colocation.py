@@ -4,8 +4,10 @@ The planner benchmark's stretch of Philly (``benchmarks/planner.py``: 2,000 jobs
 69,000th in arrival order, deadlines within 24 h, half interruptible) on DE-LU 2023, each
 job given a Gavel job type by seed (``gputypes.model_mix``: Philly names no models), on
 ``CLUSTER``: 128 V100s and 128 P100s (each job runs at its model's Gavel speed on each).
-Every job may share (``share = 1``); the baseline is the same run with none sharing. For
-each policy in ``POLICIES``:
+Every job may share (``share = 1``); the baseline is the same run with none sharing. A
+pair runs at the speeds Gavel measured for it (``pair_speeds = "measured"``), while the
+fitted interference model decides which pairs form (refined online by what each pair ran
+at). For each policy in ``POLICIES``:
 
 - ``colocation_energy_saving``: 1 − energy with co-location / energy without;
 - ``colocation_jct_increase``: mean JCT with co-location / without − 1 (negative: faster,
@@ -52,7 +54,7 @@ def scenario(jobs: int, share: float, right_size: bool = True) -> dict:
     return base | {
         "name": f"Philly {SKIP}+{jobs}, co-location {share:g}",
         "policies": list(POLICIES),
-        "jobs": base["jobs"] | {"share": share},
+        "jobs": base["jobs"] | {"share": share, "pair_speeds": "measured"},
         "cluster": dict(CLUSTER) | (RIGHT_SIZING if right_size else {}),
     }
 
@@ -80,6 +82,7 @@ def measure(jobs: int | None = None) -> dict:
         "colocation": {
             "jobs": jobs,
             "cluster": "16 x 8 V100 + 16 x 8 P100, right-sizing on (30m, wake 5m) in both runs",
+            "pair_speeds": "Gavel's measured; the model decides, refined online",
             "policies": per_policy,
             "note": "[without, with] co-location; energy_saving: the cluster's (jobs + idle "
             "GPUs and servers on); energy_saving_jobs_only: the jobs' alone",

@@ -157,3 +157,52 @@ def test_the_benchmarks_runtime_increase_is_the_paired_jobs_own(tmp_path):
     ran_alone = (alone.finish_s - alone.first_start_s).sum()
     assert runtime_increase(alone, shared) == pytest.approx(ran / ran_alone - 1, abs=1e-4)
     assert runtime_increase(alone, SimpleNamespace(pairs=[])) is None
+
+
+def _gavel(tmp_path, host_speed: float, guest_speed: float):
+    """A throughputs file in Gavel's shape: HOST and GUEST alone and next to each other."""
+    h, g = f"('{HOST}', 1)", f"('{GUEST}', 1)"
+    table = {
+        "v100": {h: {"null": 10.0, g: [10.0 * host_speed, 8.0 * guest_speed]},
+                 g: {"null": 8.0, h: [8.0 * guest_speed, 10.0 * host_speed]}},
+        "p100": {}, "k80": {},
+    }  # fmt: skip
+    path = tmp_path / "gavel.json"
+    path.write_text(json.dumps(table))
+    return path
+
+
+def test_pairs_run_at_gavels_measured_speeds_and_the_model_learns_them(tmp_path):
+    # the model predicts 0.89 / 0.85 and pairs them; Gavel (here) measured 0.7 / 0.6
+    path = _gavel(tmp_path, 0.7, 0.6)
+    inputs, daemon, run = _run(_scenario(tmp_path, pair_speeds=str(path)))
+    assert [p[:2] for p in daemon.pairs] == [(0, 1)]
+    submit = inputs.jobs.submit_s
+    host_end = submit[1] + 1.5 * H / 0.7
+    assert run.finish_s[0] == pytest.approx(host_end)
+    assert run.finish_s[1] == pytest.approx(host_end + 2 * H - (host_end - submit[1]) * 0.6)
+    assert daemon.interference.speeds(GUEST, HOST, "v100") == (0.6, 0.7)  # refined online
+    assert any("measured speeds" in note for note in inputs.notes)
+    _, model, _ = _run(_scenario(tmp_path))  # the default: as the model predicts
+    assert model.interference.speeds(GUEST, HOST, "v100") == Interference().speeds(
+        GUEST, HOST, "v100"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("missing.json", "cannot read"),
+        ("garbage", "is not Gavel's throughputs JSON"),
+        ("list", "is not Gavel's throughputs JSON"),
+    ],
+)
+def test_bad_pair_speeds_are_one_clear_error(tmp_path, text, why):
+    from orchestrator.errors import SpecError
+
+    if text == "garbage":
+        (tmp_path / "garbage").write_text("{not json")
+    if text == "list":
+        (tmp_path / "list").write_text("[1, 2]")
+    with pytest.raises(SpecError, match=why):
+        prepare(_scenario(tmp_path, pair_speeds=str(tmp_path / text)), ROOT)

@@ -50,6 +50,7 @@ class SimInputs:
     backfill: str = DEFAULT_BACKFILL  # conservative | easy | strict (planning.backfill)
     families: list[str] | None = None  # per job: its model's Gavel job type or family
     gpu_types: list[str | None] | None = None  # per job: the GPU type it asked for
+    pair_speeds: dict | None = None  # (GPU type, job, partner) -> measured relative speed
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -135,6 +136,10 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         tables = scaling_tables(jobs.names, folder)
         known = sum(t is not None for t in tables)
         notes.append(f"{known} of {len(jobs)} jobs scale by the ElasticFlow tables")
+    pair_speeds = None
+    if scenario.jobs.share > 0 and scenario.jobs.pair_speeds != "model":
+        pair_speeds = _pair_speeds(scenario.jobs.pair_speeds, base)
+        notes.append(f"pairs run at Gavel's measured speeds ({len(pair_speeds)} measured)")
     return SimInputs(
         scenario=scenario,
         carbon=carbon,
@@ -153,6 +158,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         max_gpus=max_gpus,
         tables=tables,
         families=families,
+        pair_speeds=pair_speeds,
         gpu_types=requested_types(jobs),
         notes=notes,
         **planning,
@@ -175,6 +181,30 @@ def _planning(scenario: Scenario, has_price: bool) -> dict:
             parse_duration_s(scenario.time_limit) if scenario.time_limit is not None else None
         ),
     }
+
+
+def _pair_speeds(text: str, base: Path) -> dict:
+    """``[jobs] pair_speeds``: Gavel's measured pairs, from its throughputs JSON."""
+    import json
+    import os
+
+    from orchestrator.planning.devices.interfit import measured_speeds
+
+    if text == "measured":
+        root = Path(os.environ.get("GRIDSHIFT_SHARED_DATA", "../shared/data"))
+        path = root / "perf" / "gavel_simulation_throughputs.json"
+    else:
+        path = Path(os.path.expandvars(os.path.expanduser(text)))
+        path = path if path.is_absolute() else base / path
+    try:
+        return measured_speeds(json.loads(path.read_text()))
+    except OSError as exc:
+        raise SpecError(f"jobs.pair_speeds: cannot read {path}: {exc.strerror}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, SyntaxError) as exc:
+        raise SpecError(
+            f"jobs.pair_speeds: {path} is not Gavel's throughputs JSON "
+            f"(model | measured | a path to one): {type(exc).__name__}"
+        ) from None
 
 
 def _scaling_folder(text: str | None, base: Path) -> Path | None:

@@ -22,6 +22,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     elastic = 0.2                     # share that may run on half to double their GPUs
     models = "gavel"                  # model families of unnamed jobs: gavel (drawn) | none
     share = 0.5                       # share that may run two to a GPU (sim/hardware/colocation.py)
+    pair_speeds = "model"             # a pair runs at: model | measured (Gavel's) | PATH.json
 
     [grid]
     source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
@@ -174,6 +175,9 @@ class JobsConfig(BaseModel):
     # gavel: unnamed jobs' model families drawn from Gavel's mix (sim.devices); none
     models: Literal["gavel", "none"] = "gavel"
     share: float = Field(default=0.0, ge=0.0, le=1.0)  # share that may run two to a GPU
+    # what a pair runs at: the model's prediction, or Gavel's measured speeds (a path to
+    # its throughputs JSON, or "measured": the shared data's); the model decides either way
+    pair_speeds: str = "model"
 
     @field_validator("checkpoint_cost")
     @classmethod

@@ -10,7 +10,7 @@ of the family's coefficients); an unknown name gets the mean job. GPU types with
 pairs (a40, rtx6000, a100) use V100's coefficients, the newest measured type.
 
 ``observe(a, b, gpu, speed_a)`` records a measured relative speed (clamped to
-[``MIN_SPEED``, 1]; never for a pair Gavel measured infeasible), which then replaces the
+[``FLOOR``, 1]; never for a pair Gavel measured infeasible), which then replaces the
 prediction for that pair. The daemon keeps the jobs' own measurements per attempt and
 never observes them here: a job's reports are untrusted.
 
@@ -41,6 +41,7 @@ COEFFICIENTS = Path(__file__).with_name("interference.json")
 FALLBACK_GPU = "v100"
 SHARED_EXTRA = 0.10  # a GPU with two jobs draws this much above the larger draw alone
 MIN_SPEED = 0.5  # co-location: each job of a pair keeps at least this share of its speed
+FLOOR = 0.01  # the least relative speed a measurement records
 MOVE_MARGIN = 2.0  # a move must be predicted to save this many times what its checkpoint costs
 
 
@@ -99,12 +100,13 @@ class Interference:
         return _infeasible(_gpu_key(gpu), *sorted((a, b)))
 
     def observe(self, a: str, b: str, gpu: str, speed_a: float) -> None:
-        """A measured relative speed of ``a`` next to ``b``, clamped to [``MIN_SPEED``, 1];
-        replaces the prediction (never an infeasible pair's zero). The simulator's: the
-        daemon never feeds a job's own reports into a shared model (``daemon.energy``)."""
+        """A measured relative speed of ``a`` next to ``b``, clamped to [``FLOOR``, 1];
+        replaces the prediction (never an infeasible pair's zero). One below ``MIN_SPEED``
+        stays below it: that pair no longer qualifies. The simulator's: the daemon never
+        feeds a job's own reports into a shared model (``daemon.energy``)."""
         if not (0.0 < speed_a <= 1.5) or not math.isfinite(speed_a):
             raise ValueError(f"a relative speed must be in (0, 1.5], not {speed_a!r}")
-        self.measured[(_gpu_key(gpu), a, b)] = min(1.0, max(MIN_SPEED, float(speed_a)))
+        self.measured[(_gpu_key(gpu), a, b)] = min(1.0, max(FLOOR, float(speed_a)))
 
 
 @lru_cache(maxsize=4096)

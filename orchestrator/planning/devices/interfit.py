@@ -118,6 +118,16 @@ def unknown_job_error(coef: dict, rows: list) -> tuple[float, float]:
     return round(float(np.median(errors)), 4), round(float(np.percentile(errors, 90)), 4)
 
 
+def measured_speeds(data: dict) -> dict[tuple[str, str, str], float]:
+    """Gavel's measured relative speeds, (GPU type, job, partner) -> speed: what the
+    simulator runs a pair at when told to (``[jobs] pair_speeds``)."""
+    out = {}
+    for gpu in GPUS:
+        rows, _ = pairs(data[gpu])
+        out.update({(gpu, a, b): min(1.0, r) for a, b, r in rows if 0 < r < float("inf")})
+    return out
+
+
 def fit_gpu(table: dict) -> dict:
     rows, infeasible = pairs(table)
     names = sorted({a for a, _, _ in rows} | {b for _, b, _ in rows})

@@ -286,6 +286,8 @@ class SharingDaemon(SimDaemon):
 
     def _pair(self, i: int, host: int, speed_i: float, speed_h: float, now: float) -> None:
         att_i, att_h = self._running[self._att_of[i]], self._running[self._att_of[host]]
+        if self.inputs.pair_speeds is not None:  # they run at what Gavel measured; the
+            speed_i, speed_h = self._measured(i, host, speed_i, speed_h)  # model learns it
         power_i, power_h = att_i.power_w, att_h.power_w
         total = shared_power_w(power_i, power_h, max(self._limit_w(host), power_i, power_h))
         share_i, share_h = split(total, power_i, power_h, speed_i, speed_h)
@@ -298,6 +300,20 @@ class SharingDaemon(SimDaemon):
             self.executor.rescale(att.handle, speed, share / power, 0.5)  # half each GPU
             self._expect_end(att, now)
         self.pairs.append((host, i, now))
+
+    def _measured(self, i: int, h: int, speed_i: float, speed_h: float) -> tuple[float, float]:
+        """The pair's speeds as Gavel measured them (the prediction where it did not),
+        each then put in place of the model's prediction for that pair (refined online)."""
+        gpu = self._gpu_type(h)
+        key = (gpu or "").lower()
+        kinds = self._kinds[i], self._kinds[h]
+        got = []
+        for (a, b), predicted in ((kinds, speed_i), (kinds[::-1], speed_h)):
+            speed = self.inputs.pair_speeds.get((key, a, b), predicted)
+            if (key, a, b) in self.inputs.pair_speeds:
+                self.interference.observe(a, b, gpu, speed)
+            got.append(speed)
+        return got[0], got[1]
 
     def _limit_w(self, job_id: int) -> float:
         """The facility draw of ``job_id``'s GPUs at their board limit: a shared GPU draws
