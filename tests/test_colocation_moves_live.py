@@ -22,7 +22,10 @@ FIRST, SECOND = "ResNet-18 (batch size 16)", "ResNet-18 (batch size 64)"  # no s
 JOB = """import os, signal, sys, time
 with open(sys.argv[1], "a") as out:
     out.write(os.environ.get("CUDA_VISIBLE_DEVICES", "") + "\\n")
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # its checkpoint is instant
+if sys.argv[3] == "checkpoints":  # its checkpoint is instant
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+else:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 time.sleep(float(sys.argv[2]))
 """
 
@@ -31,7 +34,7 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def _live(cli, tmp_path, move_after: str, seconds: float = 2.5):
+def _live(cli, tmp_path, move_after: str, seconds: float = 2.5, first="checkpoints"):
     cli.home.joinpath("gridshift.toml").write_text(NODE)
     cli.env.update({"GRIDSHIFT_FAKE_GPU_POWER_W": str(POWER_W),
                     "GRIDSHIFT_DAEMON__POWER_SAMPLE": "0.2s",
@@ -39,11 +42,11 @@ def _live(cli, tmp_path, move_after: str, seconds: float = 2.5):
     script = tmp_path / "job.py"
     script.write_text(JOB)
     ids = []
-    for name in (FIRST, SECOND):
+    for name, on_term in ((FIRST, first), (SECOND, "checkpoints")):
         out = tmp_path / f"{name.split()[-1].rstrip(')')}.env"
         ids.append(cli.submit(
             "--name", name, "--share", "--interruptible", "--checkpoint-cost", "0.2s",
-            "--duration", "60s", "--", sys.executable, str(script), str(out), str(seconds),
+            "--duration", "60s", "--", sys.executable, str(script), str(out), str(seconds), on_term,
         ))  # fmt: skip
     return ids
 
@@ -82,6 +85,35 @@ def test_a_job_just_started_does_not_move(cli, tmp_path):
     cli.run_until_idle(timeout=60)
     (ra,), (rb,) = cli.json("show", str(a))["runs"], cli.json("show", str(b))["runs"]
     assert ra["gpu_ids"] != rb["gpu_ids"]
+
+
+@E2E
+@pytest.mark.backends("sqlite")
+def test_a_moved_job_that_ignores_its_sigterm_is_killed_after_the_grace(cli, tmp_path):
+    cli.env["GRIDSHIFT_CANCEL_GRACE_S"] = "1"
+    a, b = _live(cli, tmp_path, move_after="0.3s", seconds=3.0, first="ignores")
+    cli.run_until_idle(timeout=60)  # no planner: the grace is kept all the same
+    ja, jb = cli.json("show", str(a)), cli.json("show", str(b))
+    assert ja["state"] == "failed" and "after SIGTERM to suspend it" in ja["reason"]
+    assert jb["state"] == "completed" and len(jb["runs"]) == 1
+    (ra,) = ja["runs"]
+    assert _ts(ra["finished_at"]) - _ts(ra["started_at"]) < 2.9, "killed before its end"
+
+
+def test_a_moved_job_restarts_at_once_whatever_the_plan():
+    from orchestrator.daemon.sqlqueue import SqlQueue
+    from orchestrator.planning.policies.base import Decision, QueuedJob
+    from orchestrator.planning.policies.baselines import Fifo
+    from orchestrator.planning.scheduler import Scheduler
+
+    for booked, start in (({}, 3600.0), ({1: Booking("box", 1, 12, 2, 11)}, 0.0)):
+        queue = SqlQueue.__new__(SqlQueue)
+        queue.resize_to, queue.resize_from, queue.eligible = {}, {}, {1: object()}
+        queue.dispatcher = SimpleNamespace(sharing=SimpleNamespace(booked=booked))
+        scheduler = Scheduler(Fifo())
+        scheduler.add_planned(QueuedJob(id=1, gpus=1, submitted_s=0.0), Decision(3600.0))
+        queue._restart_resized(scheduler, set(), 0.0)
+        assert scheduler.decision_of(1).start_s == start
 
 
 # -- the rules, on the decision alone ------------------------------------------------------
@@ -196,3 +228,63 @@ def test_a_booked_gpu_is_kept_for_the_moved_job():
     sharing.booked[1] = Booking("box", 1, host_att.id, 2, 11)
     assert sharing.place(moved, 1, 1.0, down={"box"}) is None, "as usual: it does not answer"
     assert sharing.place(newcomer, 1, 1.0) == ("box", [1]), "spent: the GPU is free to join"
+
+
+@pytest.fixture
+def db(request, db_backend, tmp_path):
+    from orchestrator.queue.db import Database
+    from tests.conftest import new_db_url
+
+    database = Database(new_db_url(request, db_backend, tmp_path / "moves.db"))
+    database.ensure_schema()
+    return database
+
+
+@pytest.mark.backends("sqlite")
+def test_the_store_a_move_is_read_from_and_written_to(db):
+    from orchestrator.queue import attempts
+    from orchestrator.queue.attempts import AttemptState
+    from orchestrator.queue.states import JobState
+
+    started = NOW - timedelta(hours=1)
+    with db.write() as session:
+        for gpu in (0, 1):
+            _, job = _row(0, gpu)
+            job.id = None
+            session.add(job)
+            session.flush()
+            att = attempts.begin(session, at=started, job_id=job.id, number=1, node="box",
+                                 gpu_ids=[gpu], run_dir="")  # fmt: skip
+            attempts.move(session, att, AttemptState.RUNNING, at=started, started_at=started)
+    told = []
+    sharing = Sharing(db, nodes=[_node()])
+    mover = Mover(sharing, lambda att, now: told.append(att.job_id) or True, 300.0, 600.0)
+    move = mover.step(NOW.timestamp())
+    assert (move.job.id, move.host.id, told) == (1, 2, [1]) and mover.moves == 1
+    assert sharing.booked[1].gpu == 1 and sharing.notes[1].startswith("moved to share GPU 1")
+    with db.write() as session:
+        job = session.get(Job, 1)
+        assert job.reason == "moved to share GPU 1 on box with job 2: SIGTERM to checkpoint"
+        att = session.get(Attempt, move.att.id)
+        att.suspend_sent_at = NOW  # as the suspender stamps it
+        session.add(att)
+    assert mover.step(NOW.timestamp()) is None, "a job leaving its GPU neither moves nor hosts"
+    newcomer = SimpleNamespace(id=5, name=FIRST, uid=1000, share=True, attempts=0,
+                               deadline=None, duration_s=None, gpu_type=None)  # fmt: skip
+    assert sharing.place(newcomer, 1, 0.0) is None, "job 2's GPU is kept for job 1"
+    with db.write() as session:
+        job = session.get(Job, 1)
+        job.state = JobState.FAILED.value  # it did not checkpoint: killed after its grace
+        session.add(job)
+    mover.step(NOW.timestamp())
+    assert not sharing.booked and not sharing.notes, "a booking for a job that ended is let go"
+    assert sharing.place(newcomer, 1, 1.0) == ("box", [1])
+
+
+@pytest.mark.backends("sqlite")
+@pytest.mark.parametrize("value", ["0s", "soon", "-5m"])
+def test_a_bad_move_after_is_one_line(cli, value):
+    cli.env["GRIDSHIFT_DAEMON__MOVE_AFTER"] = value
+    proc = cli.run("nodes", check=False)
+    assert proc.returncode == 2 and "move_after" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
