@@ -97,8 +97,8 @@ class Mover:
             row = session.get(Job, move.job.id)
             row.reason = f"{note}: SIGTERM to checkpoint"
             session.add(row)
-        log.info("job %s: %s (predicted to save %.0f kJ more than twice its checkpoint "
-                 "costs); SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3)  # fmt: skip
+        log.info("job %s: %s (predicted to save %.1f kJ net of twice its checkpoint's cost); "
+                 "SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3)  # fmt: skip
         self.moves += 1
         return move
 
@@ -114,9 +114,7 @@ class Mover:
         """The first job (emptiest servers first) with a host whose gain is positive,
         next to the host with the largest gain."""
         hosts_booked = {b.host_attempt for b in self.sharing.booked.values()}
-        taken = self.sharing.booked_gpus() | {
-            (node, gpu) for node, gpu, _ in self.sharing.claimed.values()
-        }
+        taken = self.sharing.booked_gpus()  # (a GPU joined in this pass holds two attempts)
         free = self._free(nodes)
         movers = [
             (att, job) for att, job in alone

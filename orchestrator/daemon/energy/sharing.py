@@ -18,6 +18,11 @@ combined speed. A job's model is its name where that names one of Gavel's job ty
 families (``--name "ResNet-50 (batch size 64)"``), else the mean job. The newcomer is not
 power-capped: the GPU's cap is its partner's.
 
+The same rule (``joins``) decides where a running job may move (``daemon.energy.moves``):
+a moved job's host GPU is ``booked`` for it (nobody else joins it meanwhile) and it
+restarts there, the one restart ``place`` puts next to another job, while that still runs
+alone on a server that answers. A job told to checkpoint (or killed) is nobody's host.
+
 Measured online, per attempt: a sharing job's progress reports give its rate alone and its
 rate next to a partner; their ratio, clamped to [``MIN_SPEED``, 1], is that attempt's
 measured speed (``SpeedTracker``, ``Sharing.measured``; in memory, lost on a restart). The
