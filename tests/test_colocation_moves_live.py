@@ -240,7 +240,6 @@ def db(request, db_backend, tmp_path):
     return database
 
 
-@pytest.mark.backends("sqlite")
 def test_the_store_a_move_is_read_from_and_written_to(db):
     from orchestrator.queue import attempts
     from orchestrator.queue.attempts import AttemptState
