@@ -49,6 +49,7 @@ class Reaper:
     caps: PowerCaps | None = None
     power_sample_s: float | None = None
     faults: Faults = field(default_factory=Faults)
+    moved: dict[int, str] = field(default_factory=dict)  # job -> why it moves (Sharing.notes)
     _last_written: dict[int, float] = field(default_factory=dict)
 
     # -- recovery -----------------------------------------------------------------------
@@ -313,7 +314,7 @@ class Reaper:
                 if result.unknown_outcome:
                     reason = f"ended with unknown outcome ({reason}); not rerun: it may have run"
             elif checkpointed and result.exit_code == 0:
-                to, reason = JobState.QUEUED, _suspended_reason(att, ended_at)
+                to, reason = JobState.QUEUED, _suspended_reason(att, self.moved.get(job.id))
                 if job.state != JobState.SUSPENDED.value:
                     transition(session, job, JobState.SUSPENDED, at=ended_at, actor=ACTOR,
                                reason=reason)  # fmt: skip
@@ -429,11 +430,11 @@ def _run_started_at(att: Attempt) -> datetime | None:
         return None
 
 
-def _suspended_reason(att: Attempt, at: datetime) -> str:
+def _suspended_reason(att: Attempt, why: str | None = None) -> str:
     done = ""
     if att.progress_total and att.progress_done is not None:
         done = f" at {100 * att.progress_done / att.progress_total:.0f}%"
-    return f"checkpointed{done} and exited; requeued with its progress"
+    return f"{why + ': ' if why else ''}checkpointed{done} and exited; requeued with its progress"
 
 
 def _exit_reason(result: PollResult, att: Attempt | None = None) -> str:

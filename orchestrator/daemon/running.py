@@ -95,11 +95,15 @@ class RunningViews:
                 self.resize_from[job.id] = ("attempt", att.id)
 
     def _restart_resized(self, scheduler: Scheduler, running: set[int], now_s: float) -> None:
-        """Resized jobs that have left their GPUs start again now, on their new width."""
+        """Resized jobs that have left their GPUs start again now, on their new width; so
+        do jobs moved to share a GPU (``daemon.energy.moves``), on one."""
         for job_id in [i for i in self.resize_to if i not in self.eligible and i not in running]:
             del self.resize_to[job_id]  # cancelled, failed or ended meanwhile
             self.resize_from.pop(job_id, None)
         pin_resized(scheduler, self.resize_to, now_s)
+        sharing = getattr(self.dispatcher, "sharing", None)
+        if sharing is not None and sharing.booked:  # moved to share a GPU: restart at once
+            pin_resized(scheduler, dict.fromkeys(sharing.booked, 1), now_s)
 
     def _elastic(self, run: Running, job: Job, att: Attempt, now_s: float) -> Running:
         """A running job as the resize step sees it: its range, its run time left at its

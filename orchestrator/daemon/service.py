@@ -144,9 +144,21 @@ class Daemon:
             ),
             caps=self.caps,
             power_sample_s=cfg.seconds("power_sample"),
+            moved=sharing.notes if sharing is not None else {},  # why a moved job left
         )
         self.suspender = Suspender(self.db, self.executor, self.settings.cancel_grace_s,
                                    cfg.suspend)  # fmt: skip
+        self.mover = None  # co-location moves (daemon.energy.moves): where a node shares
+        if sharing is not None:
+            from orchestrator.daemon.energy.moves import Mover
+
+            self.mover = Mover(
+                sharing,
+                self.suspender.checkpoint,
+                cfg.seconds("checkpoint_cost"),
+                cfg.seconds("move_after"),
+                self.executor.unreachable_nodes,
+            )
         self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner,
                               backfill=cfg.backfill)  # fmt: skip
         from orchestrator.daemon.energy.levers import Levers
@@ -166,6 +178,7 @@ class Daemon:
                 ("cancel", lambda _now: self.reaper.stop_cancelled(self.clock.now())),
             ],
             after=[
+                *([("moves", self.mover.step)] if self.mover is not None else []),
                 *self._site_step(),
                 ("note", self._note),
                 ("health", self._health),

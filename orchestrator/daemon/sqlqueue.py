@@ -93,8 +93,8 @@ class SqlQueue(RunningViews):
     # -- the steps ----------------------------------------------------------------------
     def suspend_due(self, now_s: float) -> None:
         self.alloc = None  # the pass begins: the last pass's reading is stale
-        if self.planner is not None:
-            self.suspender.suspend_due(self._at(now_s))
+        if self.planner is not None or getattr(self.dispatcher, "sharing", None) is not None:
+            self.suspender.suspend_due(self._at(now_s))  # co-location moves checkpoint too
 
     def reap(self, now_s: float) -> None:
         ended = self.reaper.reap(self._at(now_s))

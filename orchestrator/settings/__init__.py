@@ -86,6 +86,11 @@ class DaemonSettings(BaseModel):
         description="run time a suspension (checkpoint, restart) costs a job without its "
         "own --checkpoint-cost; 0 to 1d",
     )
+    move_after: str = Field(
+        default="10m",
+        description="co-location: a running --share job moves next to another no sooner "
+        "than this plus twice its checkpoint cost after it started",
+    )
     objective: str = "carbon"
     suspend: Literal["signal", "stop"] = "signal"
     refresh: str | None = Field(
@@ -126,6 +131,7 @@ class DaemonSettings(BaseModel):
         "lease",
         "default_duration",
         "checkpoint_cost",  # 0 to 1d (timeparse.parse_checkpoint_s)
+        "move_after",
         mode="after",
     )
     @classmethod

@@ -18,6 +18,11 @@ combined speed. A job's model is its name where that names one of Gavel's job ty
 families (``--name "ResNet-50 (batch size 64)"``), else the mean job. The newcomer is not
 power-capped: the GPU's cap is its partner's.
 
+The same rule (``joins``) decides where a running job may move (``daemon.energy.moves``):
+a moved job's host GPU is ``booked`` for it (nobody else joins it meanwhile) and it
+restarts there, the one restart ``place`` puts next to another job, while that still runs
+alone on a server that answers. A job told to checkpoint (or killed) is nobody's host.
+
 Measured online, per attempt: a sharing job's progress reports give its rate alone and its
 rate next to a partner; their ratio, clamped to [``MIN_SPEED``, 1], is that attempt's
 measured speed (``SpeedTracker``, ``Sharing.measured``; in memory, lost on a restart). The
@@ -35,6 +40,7 @@ to what the GPU drew; where no counter measures it, to its modelled draw.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -56,12 +62,25 @@ from orchestrator.queue.models import Attempt, AttemptEvent, Job
 POLICIES = ("never", "time-slice", "mps")
 _RUNNING = (AttemptState.RUNNING.value,)
 _ON_GPU = (AttemptState.LAUNCHING.value, AttemptState.RUNNING.value, AttemptState.STOPPED.value)
+log = logging.getLogger(__name__)
 
 
 def kind_of(job: Job) -> str:
     """The job's Gavel job type or family, from its name; ``any``: the mean job."""
     name = (job.name or "").strip()
     return name if name and family_of(name) != ANY else ANY
+
+
+@dataclass(frozen=True)
+class Booking:
+    """Where a job checkpointed to move restarts: next to ``host_attempt`` (of job
+    ``host_job``) on GPU ``gpu`` of ``node``; ``attempt``: the one it left."""
+
+    node: str
+    gpu: int
+    host_attempt: int
+    host_job: int
+    attempt: int
 
 
 @dataclass
@@ -74,6 +93,10 @@ class Sharing:
     claimed: dict[int, tuple[str, int, float]] = field(default_factory=dict)  # job -> GPU
     tracker: SpeedTracker = field(default_factory=lambda: SpeedTracker())
     measured: dict[int, float] = field(default_factory=dict)  # attempt -> speed paired
+    # co-location moves (``daemon.energy.moves``; in memory: lost on a restart): each
+    # moved job's GPU to restart on, and why it was checkpointed, for its requeue's reason
+    booked: dict[int, Booking] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)
 
     @classmethod
     def for_nodes(cls, db, nodes: list) -> Sharing | None:
@@ -86,43 +109,82 @@ class Sharing:
     ) -> tuple[str, list[int]] | None:
         """The node and GPU ``job`` should share, or None (it is placed as usual). Never
         on a server that does not answer (``down``), nor next to a job backfilled on the
-        promise of giving its GPU back (the newcomer would keep it past that)."""
+        promise of giving its GPU back (the newcomer would keep it past that). A job moved
+        to share (``booked``, ``daemon.energy.moves``) restarts next to its host while
+        that still runs alone; otherwise as any restart."""
         self.claimed = {j: c for j, c in self.claimed.items() if c[2] == now_s}  # this pass
+        if job is not None and job.id in self.booked:
+            return self._restart_booked(job, width, now_s, down)
         if job is None or not job.share or width != 1 or job.attempts:
             return None  # a job restarting keeps its own GPU: its checkpoint is its own
         sharing = {n.name: n for n in self.nodes if _policy(n) != "never"}
         if not sharing:
             return None
-        taken = {(node, gpu) for node, gpu, _ in self.claimed.values()}
+        taken = {(node, gpu) for node, gpu, _ in self.claimed.values()} | self.booked_gpus()
         best = None
         for att, host in self._alone(sharing):
             node = sharing.get(att.node)
             if node is None:
                 continue
-            where = (att.node, att.gpu_ids[0])
-            if where in taken or (host.uid != job.uid and not _across_users(node)):
-                continue  # one user's jobs only, unless the node's root-owned config says
-            if att.node in down or getattr(att, "backfilled_until", None) is not None:
-                continue
-            gpu = type_of(node.model_of(att.gpu_ids)) or "v100"
-            if getattr(job, "gpu_type", None) and job.gpu_type != gpu:
-                continue  # it asked for another type
-            speed_job, speed_host = self.model.speeds(kind_of(job), kind_of(host), gpu)
-            if not worth_sharing(speed_job, speed_host, 1.0, 1.0, MIN_SPEED):
-                continue
-            rate = curve_for(node.model_of(att.gpu_ids)).throughput_fraction(att.cap or 1.0)
-            if not (  # at the GPU's cap, the host's work left from its progress
-                _in_time(job, None, speed_job * rate, now_s)
-                and _in_time(host, att, speed_host * rate, now_s)
-            ):
-                continue
-            if best is None or speed_job + speed_host > best[0]:
-                best = (speed_job + speed_host, where)
+            speeds = self.joins(job, _left_s(job, None, now_s), att, host, node, now_s,
+                                down, taken)  # fmt: skip
+            if speeds is not None and (best is None or sum(speeds) > best[0]):
+                best = (sum(speeds), (att.node, att.gpu_ids[0]))
         if best is None:
             return None
         node, gpu = best[1]
         self.claimed[job.id] = (node, gpu, now_s)
         return node, [gpu]
+
+    def joins(
+        self, job, left_s: float | None, att: Attempt, host: Job, node, now_s: float,
+        down: Collection[str] = (), taken: Collection = (),
+    ) -> tuple[float, float] | None:  # fmt: skip
+        """The rule, for ``job`` (``left_s`` of its work left at full speed: None, unknown)
+        joining ``host``'s attempt ``att``, alone on its GPU of ``node``: the two speeds
+        the model predicts, or None where it may not. One user's jobs only unless the
+        node's root-owned config says so; each keeps ``MIN_SPEED`` and ends by its
+        deadline at its paired speed (at the GPU's cap; the host's work left by
+        ``_left_s``); the energy per unit of work falls."""
+        where = (att.node, att.gpu_ids[0])
+        if where in taken or (host.uid != job.uid and not _across_users(node)):
+            return None
+        if att.node in down or getattr(att, "backfilled_until", None) is not None:
+            return None
+        gpu = type_of(node.model_of(att.gpu_ids)) or "v100"
+        if getattr(job, "gpu_type", None) and job.gpu_type != gpu:
+            return None  # it asked for another type
+        speed_job, speed_host = self.model.speeds(kind_of(job), kind_of(host), gpu)
+        if not worth_sharing(speed_job, speed_host, 1.0, 1.0, MIN_SPEED):
+            return None
+        rate = curve_for(node.model_of(att.gpu_ids)).throughput_fraction(att.cap or 1.0)
+        if not (
+            _in_time(job, left_s, speed_job * rate, now_s)
+            and _in_time(host, _left_s(host, att, now_s), speed_host * rate, now_s)
+        ):
+            return None
+        return speed_job, speed_host
+
+    def booked_gpus(self) -> set[tuple[str, int]]:
+        """The GPUs moved jobs will restart on: nobody else joins them meanwhile."""
+        return {(b.node, b.gpu) for b in self.booked.values()}
+
+    def _restart_booked(self, job: Job, width: int, now_s: float, down) -> tuple | None:
+        """A moved job restarts next to its host, if that still runs alone on the GPU and
+        its server answers; the booking is spent either way."""
+        booking = self.booked.pop(job.id)
+        self.notes.pop(job.id, None)
+        nodes = {n.name: n for n in self.nodes if _policy(n) != "never"}
+        still = any(
+            att.id == booking.host_attempt and att.gpu_ids == [booking.gpu]
+            for att, _ in self._alone(nodes)
+        )
+        if width != 1 or not still or booking.node in down:
+            log.info("job %s: restarts as usual (its host %s no longer runs alone on %s)",
+                     job.id, booking.host_job, booking.node)  # fmt: skip
+            return None
+        self.claimed[job.id] = (booking.node, booking.gpu, now_s)
+        return booking.node, [booking.gpu]
 
     def paired(self) -> dict[int, list[int]]:
         """Attempt id -> the others on its GPU, for every GPU two attempts hold."""
@@ -134,7 +196,8 @@ class Sharing:
         return job_id in self.claimed
 
     def _alone(self, nodes: dict) -> list[tuple[Attempt, Job]]:
-        """Running one-GPU attempts of ``--share`` jobs, alone on their GPU, on ``nodes``."""
+        """Running one-GPU attempts of ``--share`` jobs, alone on their GPU, on ``nodes``
+        (not one told to checkpoint or killed: it is leaving its GPU)."""
         with self.db.read() as session:
             rows = session.exec(
                 select(Attempt, Job)
@@ -149,6 +212,7 @@ class Sharing:
             (att, job)
             for att, job in rows
             if att.state in _RUNNING and job.share and not att.parts
+            and att.suspend_sent_at is None and att.kill_sent_at is None
             and len(att.gpu_ids or ()) == 1 and count[(att.node, att.gpu_ids[0])] == 1
         ]  # fmt: skip
 
@@ -271,22 +335,30 @@ def _policy(node) -> str:
     return getattr(config, "share", "never")
 
 
-def _in_time(job: Job, att: Attempt | None, speed: float, now_s: float) -> bool:
-    """Whether ``job`` still ends by its deadline at ``speed`` (no deadline: yes). Its
-    work left: all of it for a newcomer; for a running host, the share its last progress
-    report leaves (a job over-reporting its progress risks only its own deadline), else
-    its duration less the time this attempt ran.
-    """
+def _in_time(job: Job, left_s: float | None, speed: float, now_s: float) -> bool:
+    """Whether ``job`` still ends by its deadline at ``speed`` with ``left_s`` of work left
+    at full speed (no deadline: yes; a deadline and nobody knows what is left: no)."""
     if job.deadline is None:
         return True
-    if not job.duration_s:
+    if left_s is None:
         return False  # nobody knows when it ends: not slowed
+    return now_s + left_s / speed <= job.deadline.timestamp()
+
+
+def _left_s(job: Job, att: Attempt | None, now_s: float, reports: bool = True) -> float | None:
+    """The daemon's estimate of ``job``'s work left at full speed (None: it has no
+    ``--duration``): all of it for a newcomer; for a running attempt, the share its last
+    progress report leaves (a job over-reporting its progress risks only its own
+    deadline; ``reports=False``: not read), else its duration less the time this attempt
+    ran."""
+    if not job.duration_s:
+        return None
     left = job.duration_s
-    if att is not None and att.progress_total and att.progress_done is not None:
+    if reports and att is not None and att.progress_total and att.progress_done is not None:
         left = job.duration_s * (1.0 - min(1.0, max(0.0, att.progress_done / att.progress_total)))
     elif att is not None and att.started_at is not None:
         left = max(0.0, job.duration_s - max(0.0, now_s - att.started_at.timestamp()))
-    return now_s + left / speed <= job.deadline.timestamp()
+    return left
 
 
 def check_policy(value: str) -> str:

@@ -1,0 +1,205 @@
+"""Co-location moves on the live daemon: a running ``--share --interruptible`` job alone on
+its GPU is checkpointed and restarts next to another sharing job alone, when the pair is
+predicted to save more than twice what the checkpoint costs (``interference.move_gain_j``,
+the simulator's rule, ``sim.hardware.colocation``).
+
+After each pass's launches, at most one job moves. A job may move when
+
+- it asked to share (``--share``), may be suspended (``--interruptible``), has a
+  ``--duration`` (its work left is the daemon's estimate) and runs alone on one GPU of a
+  node whose ``share`` policy shares (never a Slurm node), whose server answers;
+- it is not running a planned piece (it stops at its end anyway), nor told to checkpoint,
+  stop or cancel, nor booked as another moved job's host;
+- it has run at least twice its checkpoint cost plus ``daemon.move_after`` (10 min) since
+  it started: a job never moves twice in quick succession, nor before its SIGTERM handler
+  is up;
+- another job runs alone that it may join by the rule a newcomer is placed by
+  (``Sharing.joins``: one GPU each, one user's jobs unless the node says ``share_users =
+  "any"``, each keeps ``MIN_SPEED`` and its deadline at the paired speeds, its own work
+  left plus the checkpoint's cost; the energy per unit of work falls), on a server that
+  answers, that nobody is booked next to.
+
+The gain is ``move_gain_j`` with each job's draw alone by its GPU type's power curve at its
+cap, the model's predicted speeds (never what a job reports of its own), each one's work
+left by the estimate the pairing's deadline check uses (``sharing._left_s``), here the
+smaller of the one by its progress reports and the one by the time it ran (a job's reports
+are its own: they never make a move look better than its ``--duration`` does), and the
+job's checkpoint cost (``--checkpoint-cost``, else ``daemon.checkpoint_cost``). The best
+positive gain moves, emptiest servers first (a server a move empties may be powered off):
+the job gets SIGTERM through the suspend path the deadline guard uses (its grace, then
+SIGKILL; requeued with its progress once it exits 0, the move named as the reason), and
+``Sharing.booked`` keeps its host's GPU for it: it restarts at once (``pinned``) next to
+that job, unless the host has ended, has a partner or does not answer by then (it restarts
+as any job). Bookings are in memory: after a daemon restart a moved job restarts as any.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlmodel import col, func, select
+
+from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
+from orchestrator.planning.devices.interference import move_gain_j
+from orchestrator.planning.perfmodel import curve_for
+from orchestrator.queue.attempts import HOLDING, values
+from orchestrator.queue.models import Attempt, Job
+from orchestrator.queue.states import JobState
+
+log = logging.getLogger(__name__)
+MOVE_AFTER_S = 600.0  # ``daemon.move_after``'s default
+_WAITING = (JobState.RUNNING.value, JobState.SUSPENDED.value, JobState.QUEUED.value,
+            JobState.PLANNED.value)  # fmt: skip
+
+
+@dataclass
+class Move:
+    """A move chosen: ``att`` of ``job`` to join ``host``'s attempt ``host_att``."""
+
+    att: Attempt
+    job: Job
+    host_att: Attempt
+    host: Job
+    gain_j: float
+
+
+@dataclass
+class Mover:
+    """Chooses and starts co-location moves (``step``, once per pass)."""
+
+    sharing: Sharing
+    checkpoint: Callable[[Attempt, datetime], bool]  # the guard's SIGTERM (``Suspender``)
+    checkpoint_s: float  # the lab's checkpoint cost, for a job without its own
+    after_s: float = MOVE_AFTER_S
+    down: Callable[[], Collection[str]] = frozenset  # the servers that do not answer
+    moves: int = 0
+
+    def step(self, now_s: float) -> Move | None:
+        """Move at most one job (SIGTERM, booked next to its host); the move, or None."""
+        sharing = self.sharing
+        self._forget()
+        move = self.pick(now_s)
+        if move is None:
+            return None
+        now = datetime.fromtimestamp(now_s, UTC)
+        gpu = move.host_att.gpu_ids[0]
+        note = f"moved to share GPU {gpu} on {move.host_att.node} with job {move.host.id}"
+        booking = Booking(move.host_att.node, gpu, move.host_att.id, move.host.id, move.att.id)
+        sharing.booked[move.job.id], sharing.notes[move.job.id] = booking, note
+        if not self.checkpoint(move.att, now):  # not delivered: a later pass may try again
+            sharing.booked.pop(move.job.id)
+            sharing.notes.pop(move.job.id)
+            return None
+        with sharing.db.write() as session:
+            row = session.get(Job, move.job.id)
+            row.reason = f"{note}: SIGTERM to checkpoint"
+            session.add(row)
+        log.info("job %s: %s (predicted to save %.1f kJ net of twice its checkpoint's cost); "
+                 "SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3)  # fmt: skip
+        self.moves += 1
+        return move
+
+    def pick(self, now_s: float) -> Move | None:
+        """The move to make now, if any (nothing done)."""
+        nodes = {n.name: n for n in self.sharing.nodes if _policy(n) != "never"}
+        alone = self.sharing._alone(nodes) if nodes else []
+        if len(alone) < 2:
+            return None
+        return self.choose(alone, nodes, now_s, set(self.down()))
+
+    def choose(self, alone: list, nodes: dict, now_s: float, down: set) -> Move | None:
+        """The first job (emptiest servers first) with a host whose gain is positive,
+        next to the host with the largest gain."""
+        hosts_booked = {b.host_attempt for b in self.sharing.booked.values()}
+        taken = self.sharing.booked_gpus()  # (a GPU joined in this pass holds two attempts)
+        free = self._free(nodes)
+        movers = [
+            (att, job) for att, job in alone
+            if self._may_move(att, job, now_s, down) and att.id not in hosts_booked
+        ]  # fmt: skip
+        movers.sort(key=lambda r: (-free.get(r[0].node, 0), r[0].id))
+        for att, job in movers:
+            ckpt = self._checkpoint_s(job)
+            left = _work_left(job, att, now_s)
+            if left is None:
+                continue
+            power = _draw_w(nodes[att.node], att)
+            best = None
+            for host_att, host in alone:
+                node = nodes.get(host_att.node)
+                if host_att.id == att.id or host_att.id in hosts_booked or node is None:
+                    continue
+                mine = _left_s(job, att, now_s)  # its deadline: as the pairing check reads it
+                speeds = self.sharing.joins(job, mine + ckpt, host_att, host, node, now_s,
+                                            down, taken)  # fmt: skip
+                left_host = _work_left(host, host_att, now_s)
+                if speeds is None or left_host is None:
+                    continue
+                power_host = _draw_w(node, host_att)
+                gain = move_gain_j(power, power_host, *speeds, left, left_host, ckpt)
+                if gain > 0 and (best is None or gain > best.gain_j):
+                    best = Move(att, job, host_att, host, gain)
+            if best is not None:
+                return best
+        return None
+
+    def _may_move(self, att: Attempt, job: Job, now_s: float, down: set) -> bool:
+        if not (job.share and job.interruptible and job.duration_s) or att.node in down:
+            return False
+        if job.cancel_requested_at is not None or att.planned_until is not None:
+            return False  # on its way out, or running a planned piece (it stops at its end)
+        if att.term_sent_at is not None or att.started_at is None:
+            return False
+        ran_s = now_s - att.started_at.timestamp()
+        return ran_s >= 2 * self._checkpoint_s(job) + self.after_s
+
+    def _checkpoint_s(self, job: Job) -> float:
+        return self.checkpoint_s if job.checkpoint_s is None else job.checkpoint_s
+
+    def _free(self, nodes: dict) -> dict[str, int]:
+        """Each sharing node's GPUs that no attempt holds."""
+        with self.sharing.db.read() as session:
+            rows = session.exec(
+                select(Attempt.node, Attempt.gpu_ids).where(
+                    col(Attempt.state).in_(values(HOLDING)), col(Attempt.node).in_(list(nodes))
+                )
+            ).all()
+        held: dict[str, set] = {}
+        for node, gpus in rows:
+            held.setdefault(node, set()).update(gpus or ())
+        return {name: n.gpu_count - len(held.get(name, ())) for name, n in nodes.items()}
+
+    def _forget(self) -> None:
+        """Bookings of jobs that ended, or that started again some other way."""
+        booked = self.sharing.booked
+        if not booked:
+            return
+        with self.sharing.db.read() as session:
+            states = dict(session.exec(select(Job.id, Job.state)
+                                       .where(col(Job.id).in_(list(booked)))).all())  # fmt: skip
+            latest = dict(
+                session.exec(
+                    select(Attempt.job_id, func.max(Attempt.id))
+                    .where(col(Attempt.job_id).in_(list(booked)))
+                    .group_by(col(Attempt.job_id))
+                ).all()
+            )
+        for job_id, booking in list(booked.items()):
+            if states.get(job_id) not in _WAITING or latest.get(job_id) != booking.attempt:
+                booked.pop(job_id)
+                self.sharing.notes.pop(job_id, None)
+
+
+def _work_left(job: Job, att: Attempt, now_s: float) -> float | None:
+    """Work left for the gain: the pairing check's estimate, never more than the time it
+    ran leaves (its own reports cannot make a move look better)."""
+    told, timed = _left_s(job, att, now_s), _left_s(job, att, now_s, reports=False)
+    return None if told is None or timed is None else min(told, timed)
+
+
+def _draw_w(node, att: Attempt) -> float:
+    """The attempt's GPU's draw alone, by its type's power curve at its cap."""
+    return curve_for(node.model_of(att.gpu_ids)).power_w(att.cap or 1.0)
