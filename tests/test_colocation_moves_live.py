@@ -49,13 +49,15 @@ def _live(cli, tmp_path, move_after: str, seconds: float = 2.5, first="checkpoin
             "--name", name, "--share", "--interruptible", "--checkpoint-cost", "0.2s",
             "--duration", "60s", "--", sys.executable, str(script), str(out), str(run_s), on_term,
         ))  # fmt: skip
+    # a job that may not share waits for a GPU: what a move frees one for
+    ids.append(cli.submit("--name", "waiting", "--", sys.executable, "-c", "pass"))
     return ids
 
 
 @E2E
 @pytest.mark.backends("sqlite")  # the pass's decisions, not the store's
 def test_a_job_alone_moves_next_to_another_and_both_are_accounted(cli, tmp_path):
-    a, b = _live(cli, tmp_path, move_after="0.3s")  # may move 0.7 s after its start
+    a, b, c = _live(cli, tmp_path, move_after="0.3s")  # may move 0.7 s after its start
     cli.run_until_idle(timeout=60)
     ja, jb = cli.json("show", str(a)), cli.json("show", str(b))
     assert ja["state"] == jb["state"] == "completed"
@@ -66,6 +68,10 @@ def test_a_job_alone_moves_next_to_another_and_both_are_accounted(cli, tmp_path)
         str(g) for g in (*first["gpu_ids"], *host["gpu_ids"])
     ]
     assert _ts(again["started_at"]) < _ts(host["finished_at"]), "it restarted next to it"
+    (freed,) = cli.json("show", str(c))["runs"]  # the waiting job got the GPU it freed
+    assert freed["gpu_ids"] == first["gpu_ids"] and _ts(freed["started_at"]) < _ts(
+        host["finished_at"]
+    )
     began = next(_ts(e["at"]) for e in ja["events"] if e["to"] == "running")  # as launched
     assert began + 0.7 <= _ts(first["finished_at"]), "not before 0.7 s"
     why = [e.get("reason") or "" for e in ja["events"]]
@@ -83,7 +89,7 @@ def test_a_job_alone_moves_next_to_another_and_both_are_accounted(cli, tmp_path)
 @E2E
 @pytest.mark.backends("sqlite")
 def test_a_job_just_started_does_not_move(cli, tmp_path):
-    a, b = _live(cli, tmp_path, move_after="10m", seconds=1.0)  # the default
+    a, b, _ = _live(cli, tmp_path, move_after="10m", seconds=1.0)  # the default
     cli.run_until_idle(timeout=60)
     (ra,), (rb,) = cli.json("show", str(a))["runs"], cli.json("show", str(b))["runs"]
     assert ra["gpu_ids"] != rb["gpu_ids"]
@@ -93,7 +99,7 @@ def test_a_job_just_started_does_not_move(cli, tmp_path):
 @pytest.mark.backends("sqlite")
 def test_a_moved_job_that_ignores_its_sigterm_is_killed_after_the_grace(cli, tmp_path):
     cli.env["GRIDSHIFT_CANCEL_GRACE_S"] = "1"
-    a, b = _live(cli, tmp_path, move_after="0.3s", seconds=3.0, first="ignores")
+    a, b, _ = _live(cli, tmp_path, move_after="0.3s", seconds=3.0, first="ignores")
     cli.run_until_idle(timeout=60)  # no planner: the grace is kept all the same
     ja, jb = cli.json("show", str(a)), cli.json("show", str(b))
     assert ja["state"] == "failed" and "after SIGTERM to suspend it" in ja["reason"]
@@ -158,6 +164,12 @@ def _moved(rows, **kw):
 
 def test_it_moves_where_the_pair_saves_more_than_twice_the_checkpoint():
     assert _moved([_row(1, 0), _row(2, 1)]) == (1, 2)
+
+
+def test_it_never_moves_while_no_job_waits_for_gpus():
+    _, mover = _mover([_row(1, 0), _row(2, 1)])
+    mover.waiting = lambda: False
+    assert mover.step(NOW.timestamp()) is None and mover.moves == 0
     # the saving is the model's (LM next to LM: 2/3 each): a short overlap does not pay
     assert _moved([_row(1, 0), _row(2, 1, duration_s=3700.0)]) is None
 

@@ -158,6 +158,7 @@ class Daemon:
                 cfg.seconds("checkpoint_cost"),
                 cfg.seconds("move_after"),
                 self.executor.unreachable_nodes,
+                waiting=self._a_job_waits,
             )
         self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner,
                               backfill=cfg.backfill)  # fmt: skip
@@ -202,6 +203,11 @@ class Daemon:
         self._wake = threading.Event()  # ends the passes: stopped, or the lease lost
         self.health = HealthWriter(self)
         self.metrics = None
+
+    def _a_job_waits(self) -> bool:
+        """Whether this pass left a job due that found no GPUs (``Scheduler.blocked``)."""
+        scheduler = getattr(getattr(self, "onepass", None), "scheduler", None)
+        return scheduler is not None and scheduler.blocked() is not None
 
     def _site_step(self) -> list:
         """After the launches: the site power limit split again (decreases first)."""

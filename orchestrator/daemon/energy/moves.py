@@ -3,7 +3,8 @@ its GPU is checkpointed and restarts next to another sharing job alone, when the
 predicted to save more than twice what the checkpoint costs (``interference.move_gain_j``,
 the simulator's rule, ``sim.hardware.colocation``).
 
-After each pass's launches, at most one job moves. A job may move when
+After each pass's launches that left a job due waiting for GPUs (a move slows two jobs
+down to free one: with nobody waiting, no move), at most one job moves. A job may move when
 
 - it asked to share (``--share``), may be suspended (``--interruptible``), has a
   ``--duration`` (its work left is the daemon's estimate) and runs alone on one GPU of a
@@ -75,12 +76,15 @@ class Mover:
     checkpoint_s: float  # the lab's checkpoint cost, for a job without its own
     after_s: float = MOVE_AFTER_S
     down: Callable[[], Collection[str]] = frozenset  # the servers that do not answer
+    waiting: Callable[[], bool] = lambda: True  # whether a job waits for GPUs (this pass)
     moves: int = 0
 
     def step(self, now_s: float) -> Move | None:
         """Move at most one job (SIGTERM, booked next to its host); the move, or None."""
         sharing = self.sharing
         self._forget()
+        if not self.waiting():  # a move slows two jobs down to free a GPU: only for a job
+            return None  # waiting for one (the simulator's rule, sim.hardware.colocation)
         move = self.pick(now_s)
         if move is None:
             return None
