@@ -42,15 +42,15 @@ def _scenario(tmp_path, rows, interruptible=1.0, checkpoint="5m") -> Scenario:
                 "interruptible": interruptible, "checkpoint_cost": checkpoint, "elastic": 0.0,
             },
             "grid": {"source": "synthetic:days=14&start=2023-04-28"},
-            "cluster": {"gpus": 2, "gpus_per_node": 2, "gpu": "v100"},
+            "cluster": {"gpus": 3, "gpus_per_node": 3, "gpu": "v100"},
         }
     )  # fmt: skip
 
 
 def _rows(duration="4h", a_within=None, waiting=True):
-    """A and B start at once on the two GPUs, each alone (a pair forms only with a job
-    already running). A job needing both GPUs arrives at 10:15 and waits; one more at
-    10:30: the pass where the move is due."""
+    """A and B start at once on two of the three GPUs, each alone (a pair forms only with
+    a job already running). A job needing two GPUs arrives at 10:15 and waits: a move
+    lets it start. One more arrives at 10:30: the pass where the move is due."""
     rows = [
         {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": A},
         {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": B},
@@ -132,3 +132,15 @@ def test_no_move_while_no_job_waits_for_gpus(tmp_path):
     _, daemon, run = _run(_scenario(tmp_path, _rows(waiting=False)))
     assert daemon.moves == 0 and run.suspensions == 0
     assert all(sorted(p[:2]) != [0, 1] for p in daemon.pairs)
+
+
+def test_a_move_is_only_for_gpus_that_let_the_waiting_job_start():
+    from types import SimpleNamespace as NS
+
+    from orchestrator.sim.hardware.colocation import frees_room
+
+    alloc = NS(type_of=lambda node: {"a": "v100", "b": "p100"}[node])
+    head = NS(gpus=2, min_gpus=2, gpu_type=None)
+    assert frees_room(head, "a", 2, alloc) and not frees_room(head, "a", 1, alloc)
+    typed = NS(gpus=1, min_gpus=1, gpu_type="p100")
+    assert frees_room(typed, "b", 1, alloc) and not frees_room(typed, "a", 4, alloc)

@@ -13,6 +13,7 @@ import pytest
 
 from orchestrator.daemon.energy.moves import Mover, _work_left
 from orchestrator.daemon.energy.sharing import Booking, Sharing
+from orchestrator.planning.policies.base import QueuedJob
 from orchestrator.queue.models import Attempt, Job
 from tests.conftest import E2E
 
@@ -168,7 +169,7 @@ def test_it_moves_where_the_pair_saves_more_than_twice_the_checkpoint():
 
 def test_it_never_moves_while_no_job_waits_for_gpus():
     _, mover = _mover([_row(1, 0), _row(2, 1)])
-    mover.waiting = lambda: False
+    mover.waiting = lambda: None
     assert mover.step(NOW.timestamp()) is None and mover.moves == 0
     # the saving is the model's (LM next to LM: 2/3 each): a short overlap does not pay
     assert _moved([_row(1, 0), _row(2, 1, duration_s=3700.0)]) is None
@@ -272,6 +273,7 @@ def test_the_store_a_move_is_read_from_and_written_to(db):
     told = []
     sharing = Sharing(db, nodes=[_node()])
     mover = Mover(sharing, lambda att, now: told.append(att.job_id) or True, 300.0, 600.0)
+    mover.waiting = lambda: QueuedJob(id=9, gpus=1, submitted_s=0.0)  # a job waits for a GPU
     move = mover.step(NOW.timestamp())
     assert (move.job.id, move.host.id, told) == (1, 2, [1]) and mover.moves == 1
     assert sharing.booked[1].gpu == 1 and sharing.notes[1].startswith("moved to share GPU 1")
@@ -301,3 +303,14 @@ def test_a_bad_move_after_is_one_line(cli, value):
     proc = cli.run("nodes", check=False)
     assert proc.returncode == 2 and "move_after" in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_it_moves_only_a_job_whose_gpu_lets_the_waiting_job_start():
+    from types import SimpleNamespace as NS
+
+    rows = [_row(1, 0), _row(2, 1)]
+    _, mover = _mover(rows)
+    pick = mover.pick
+    assert pick(NOW.timestamp(), NS(gpus=1, min_gpus=1, gpu_type=None)) is not None
+    assert pick(NOW.timestamp(), NS(gpus=2, min_gpus=2, gpu_type=None)) is None  # frees 1
+    assert pick(NOW.timestamp(), NS(gpus=1, min_gpus=1, gpu_type="a100")) is None  # typed

@@ -204,10 +204,10 @@ class Daemon:
         self.health = HealthWriter(self)
         self.metrics = None
 
-    def _a_job_waits(self) -> bool:
-        """Whether this pass left a job due that found no GPUs (``Scheduler.blocked``)."""
+    def _a_job_waits(self):
+        """The job due that this pass found no GPUs for (``Scheduler.blocked``), if any."""
         scheduler = getattr(getattr(self, "onepass", None), "scheduler", None)
-        return scheduler is not None and scheduler.blocked() is not None
+        return scheduler.blocked() if scheduler is not None else None
 
     def _site_step(self) -> list:
         """After the launches: the site power limit split again (decreases first)."""

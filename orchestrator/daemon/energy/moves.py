@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 from sqlmodel import col, func, select
 
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
+from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import move_gain_j
 from orchestrator.planning.perfmodel import curve_for
 from orchestrator.queue.attempts import HOLDING, values
@@ -76,16 +77,17 @@ class Mover:
     checkpoint_s: float  # the lab's checkpoint cost, for a job without its own
     after_s: float = MOVE_AFTER_S
     down: Callable[[], Collection[str]] = frozenset  # the servers that do not answer
-    waiting: Callable[[], bool] = lambda: True  # whether a job waits for GPUs (this pass)
+    waiting: Callable[[], object] = lambda: None  # the job due that found no GPUs, if any
     moves: int = 0
 
     def step(self, now_s: float) -> Move | None:
         """Move at most one job (SIGTERM, booked next to its host); the move, or None."""
         sharing = self.sharing
         self._forget()
-        if not self.waiting():  # a move slows two jobs down to free a GPU: only for a job
-            return None  # waiting for one (the simulator's rule, sim.hardware.colocation)
-        move = self.pick(now_s)
+        head = self.waiting()  # a move slows two jobs down to free a GPU: only for a job
+        if head is None:  # waiting for one (the simulator's rule, sim.hardware.colocation)
+            return None
+        move = self.pick(now_s, head)
         if move is None:
             return None
         now = datetime.fromtimestamp(now_s, UTC)
@@ -106,15 +108,16 @@ class Mover:
         self.moves += 1
         return move
 
-    def pick(self, now_s: float) -> Move | None:
-        """The move to make now, if any (nothing done)."""
+    def pick(self, now_s: float, head=None) -> Move | None:
+        """The move to make now, if any (nothing done); with ``head`` (the job waiting for
+        GPUs), only of a job whose GPU lets it start."""
         nodes = {n.name: n for n in self.sharing.nodes if _policy(n) != "never"}
         alone = self.sharing._alone(nodes) if nodes else []
         if len(alone) < 2:
             return None
-        return self.choose(alone, nodes, now_s, set(self.down()))
+        return self.choose(alone, nodes, now_s, set(self.down()), head)
 
-    def choose(self, alone: list, nodes: dict, now_s: float, down: set) -> Move | None:
+    def choose(self, alone: list, nodes: dict, now_s: float, down: set, head=None) -> Move | None:
         """The first job (emptiest servers first) with a host whose gain is positive,
         next to the host with the largest gain."""
         hosts_booked = {b.host_attempt for b in self.sharing.booked.values()}
@@ -123,6 +126,7 @@ class Mover:
         movers = [
             (att, job) for att, job in alone
             if self._may_move(att, job, now_s, down) and att.id not in hosts_booked
+            and (head is None or _frees_room(head, nodes[att.node], att, free))
         ]  # fmt: skip
         movers.sort(key=lambda r: (-free.get(r[0].node, 0), r[0].id))
         for att, job in movers:
@@ -195,6 +199,14 @@ class Mover:
             if states.get(job_id) not in _WAITING or latest.get(job_id) != booking.attempt:
                 booked.pop(job_id)
                 self.sharing.notes.pop(job_id, None)
+
+
+def _frees_room(head, node, att: Attempt, free: dict[str, int]) -> bool:
+    """Whether the GPUs ``att`` frees let the waiting job ``head`` start on its node (its
+    narrowest width there, of the GPU type it asked for)."""
+    typed = head.gpu_type is None or type_of(node.model_of(att.gpu_ids)) == head.gpu_type
+    room = free.get(att.node, 0) + len(att.gpu_ids or ())
+    return typed and room >= (getattr(head, "min_gpus", None) or head.gpus)
 
 
 def _work_left(job: Job, att: Attempt, now_s: float) -> float | None:

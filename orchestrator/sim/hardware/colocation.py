@@ -77,6 +77,13 @@ def job_kinds(inputs: SimInputs) -> list[str]:
     ]
 
 
+def frees_room(head, node: str, free_after: int, alloc) -> bool:
+    """Whether ``free_after`` GPUs free on ``node`` let the waiting job ``head`` start there
+    (its narrowest width on one server, of the GPU type it asked for)."""
+    typed = head.gpu_type is None or alloc.type_of(node) == head.gpu_type
+    return typed and free_after >= (head.min_gpus or head.gpus)
+
+
 def daemon_class(inputs: SimInputs) -> type[SimDaemon]:
     """The simulator to run: with co-location when some jobs may share."""
     return SharingDaemon if inputs.scenario.jobs.share > 0 else SimDaemon
@@ -177,13 +184,14 @@ class SharingDaemon(SimDaemon):
 
     # -- pairs ---------------------------------------------------------------------------
     def _regroup(self, now: float) -> None:
-        """While a job waits for GPUs, move jobs alone that may share and be interrupted next
-        to another job alone where that pays (``move_gain_j``, with the servers it lets
-        right-sizing power off sooner or keeps on longer): each is checkpointed now and
-        restarts in this pass."""
+        """While a job waits for GPUs, move a job alone that may share and be interrupted,
+        and whose GPUs let the waiting job start, next to another job alone where that
+        pays (``move_gain_j``, with the servers it lets right-sizing power off sooner or
+        keeps on longer): it is checkpointed now and restarts in this pass."""
         ckpt = self.inputs.checkpoint_s
         movers = [x for x in self._open if self._interruptible[x]]
-        if not movers or len(self._open) < 2 or self.scheduler.blocked() is None:
+        head = self.scheduler.blocked()
+        if not movers or len(self._open) < 2 or head is None:
             return  # a move slows two jobs down to free a GPU: only for a job waiting
         alloc = self.alloc
         free = {name: len(alloc.free_on(name)) for name in alloc.node_names}
@@ -192,6 +200,9 @@ class SharingDaemon(SimDaemon):
             att = self._running.get(self._att_of.get(x, -1))
             if x not in self._open or x in self._reserved or att is None:
                 continue
+            node = alloc.node_of(("job", x))
+            if node is None or not frees_room(head, node, free[node] + att.gpus, alloc):
+                continue  # the GPUs it would free do not let the waiting job start
             left, done = self.executor.remaining_s(att.handle), self.executor.done_now(att.handle)
             if left is None or done is None or att.suspend_event is not None:
                 continue  # ending, or stopping at its piece's end anyway
@@ -209,6 +220,7 @@ class SharingDaemon(SimDaemon):
                 self._reserved.add(best[1])
                 self.moves += 1
                 self.executor.signal(att.handle, signal.SIGTERM)
+                return  # one move per waiting job: it fits now
 
     def _servers_j(self, x, h, run_x, left_h, speed_x, speed_h, now: float) -> float:
         """The idle energy a move of ``x`` next to ``h`` saves on servers right-sizing powers
