@@ -7,8 +7,11 @@ stderr (``gridshift: error: ...``, no traceback) and nothing stored: no job, no 
 template, no grid-cache file (``daemon`` logs as it starts: there the error must be the
 last line and the only one that is not a log record). Categories: CLI flags, ``submit
 --file`` lines, config files and ``GRIDSHIFT_*`` variables, grid CSVs, ``simulate``
-inputs, time zones. A few good inputs (``controls``) must keep working (exit 0); they are
-reported apart.
+inputs, time zones. Issue 24's options (``--gpu-type``, ``--share``, the nodes' co-location,
+idle-power and right-sizing keys, the site power limit, ``simulate --cluster``) are in the
+category each belongs to; the power commands' ownership cases (a program or config others
+than root may change) are tried only as root, the only user the daemon checks it for. A
+few good inputs (``controls``) must keep working (exit 0); they are reported apart.
 
     python benchmarks/bad_inputs.py [--category NAME] [--verbose]
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -42,6 +46,9 @@ class Case:
     files: dict[str, str | bytes] = field(default_factory=dict)  # relative to the home
     env: dict[str, str] = field(default_factory=dict)
     expect: int = 2  # controls: 0
+    modes: dict[str, int] = field(default_factory=dict)  # chmod after writing the files
+    owners: dict[str, int] = field(default_factory=dict)  # chown (uid) after writing them
+    links: dict[str, str] = field(default_factory=dict)  # symlink -> target, in the home
 
 
 # -- the catalogue ----------------------------------------------------------------------
@@ -142,6 +149,83 @@ def cli_cases() -> list[Case]:
         out.append(Case(c, f"daemon --interval {i}", ["daemon", "--until-idle", "--interval", i]))
     for s in ("99999999w", NINES + "s", "+10000-01-01", "-1d", "soon", "0s"):
         out.append(Case(c, f"report --since {s[:20]!r}", ["report", "--since", s]))
+    return out + issue24_cli_cases()
+
+
+TYPED = (
+    '[[nodes]]\nname = "a"\nfake_gpus = 2\ngpu_model = "V100"\n'
+    '[[nodes]]\nname = "b"\nfake_gpus = 4\n'
+)
+BAD_GPU_TYPES = ["h900", "v100", "V100", "NVIDIA", "!!!", "   ", "a" * 65, "v100\x00", "ü100",
+                 "v 100", "-v100", "x" * 5000, "tesla-"]  # fmt: skip
+BAD_POWERS = ["15kWh", "0", "0W", "-15kW", "nan", "inf", "infW", "1e3kW", "2GW", "1.5GW",
+              NINES + "W", "", "kW", "15kW/h", "15,5kW", "１５kW", "1001MW"]  # fmt: skip
+
+
+def issue24_cli_cases() -> list[Case]:
+    """Issue 24's options: --gpu-type and --share on submit, --power-limit on daemon and
+    plan (a limit below what 4 fake GPUs draw at their lowest included)."""
+    c = "cli"
+    out = []
+    for t in BAD_GPU_TYPES:
+        out.append(Case(c, f"--gpu-type {t[:20]!r}", ["submit", "--gpu-type", t, "--", "true"]))
+    cron = ["submit", "--cron", "0 2 * * *", "--window", "8h"]
+    for t in ("h900", "!!!", "   "):
+        out.append(Case(c, f"--cron --gpu-type {t!r}", [*cron, "--gpu-type", t, "--", "true"]))
+    out += [
+        Case(c, "--share with --gpu-type '!!!'",
+             ["submit", "--share", "--gpu-type", "!!!", "--", "true"]),
+        Case(c, "--share with --gpu-type h900",
+             ["submit", "--share", "--gpu-type", "h900", "--interruptible", "--", "true"]),
+        Case(c, "--share=yes", ["submit", "--share=yes", "--", "true"]),
+        Case(c, "--cron --share --gpu-type h900",
+             [*cron, "--share", "--gpu-type", "h900", "--", "true"]),
+        Case(c, "--file with --gpu-type", ["submit", "--file", "j.jsonl", "--gpu-type", "fake"],
+             {"j.jsonl": '{"command": ["true"]}\n'}),
+        Case(c, "--file with --share", ["submit", "--file", "j.jsonl", "--share"],
+             {"j.jsonl": '{"command": ["true"]}\n'}),
+    ]  # fmt: skip
+    typed = {"gridshift.toml": TYPED}  # 2 V100s, and 4 other GPUs on a larger node
+    out += [
+        Case(
+            c,
+            "--gpus 3 --gpu-type v100 (2 V100s)",
+            ["submit", "--gpus", "3", "--gpu-type", "v100", "--", "true"],
+            typed,
+        ),
+        Case(
+            c,
+            "--gpus 3-4 --gpu-type v100 --share (2 V100s)",
+            ["submit", "--gpus", "3-4", "--gpu-type", "v100", "--share", "--", "true"],
+            typed,
+        ),
+        Case(
+            c,
+            "sweep: --gpus 3 gpu_type v100 (2 V100s)",
+            ["submit", "--file", "j.jsonl"],
+            {
+                **typed,
+                "j.jsonl": '{"command": ["true"], "gpu_type": "v100"}\n'
+                '{"command": ["true"], "gpu_type": "v100", "gpus": 3}\n',
+            },
+        ),
+    ]
+    for p in BAD_POWERS:
+        out.append(
+            Case(c, f"daemon --power-limit {p[:20]!r}",
+                 ["daemon", "--until-idle", "--power-limit", p])
+        )  # fmt: skip
+    for p in BAD_POWERS[:10]:
+        out.append(Case(c, f"plan --power-limit {p[:20]!r}", ["plan", "--power-limit", p]))
+    out += [
+        Case(c, "daemon --power-limit 1W (below the GPUs' lowest)",
+             ["daemon", "--until-idle", "--power-limit", "1W"]),
+        Case(c, "daemon [daemon] power_limit = 0.5 (W)", ["daemon", "--until-idle"],
+             {"gridshift.toml": "fake_gpus = 4\n[daemon]\npower_limit = 0.5\n"}),
+        Case(c, "daemon --power-limit with power_caps = false",
+             ["daemon", "--until-idle", "--power-limit", "15kW"],
+             {"gridshift.toml": "fake_gpus = 4\n[daemon]\npower_caps = false\n"}),
+    ]  # fmt: skip
     return out
 
 
@@ -223,6 +307,16 @@ def file_cases() -> list[Case]:
     for v in ([1.5], [True], ["x"], 2**63, [2**64], -1, {"a": 1}, 1.0, [-(2**63) - 1]):
         add(f"after {v!r}", {"after": v})
     add("unknown field", {"colour": "green"})
+    for v in ("h900", "v100", "!!!", " ", "NVIDIA", "a" * 65, "v100\x00", 5, True, [], {},
+              ["fake"], 1.5):  # fmt: skip
+        add(f"gpu_type {v!r}"[:40], {"gpu_type": v})
+    for v in ("true", "false", "yes", 1, 0, 1.0, [], {}, "", [True]):
+        add(f"share {v!r}", {"share": v})
+    add("share with gpu_type '!!!'", {"share": True, "gpu_type": "!!!"})
+    add("share with gpu_type h900", {"share": True, "gpu_type": "h900"})
+    add("share NaN", '{"command": ["true"], "share": NaN}')
+    add("gpu_type key twice", '{"command": ["true"], "gpu_type": "fake", "gpu_type": 5}')
+    add("gpu-type (CLI spelling)", {"gpu-type": "fake"})
     for raw in ("[]", "1", '"x"', "null", "[1, 2]", "{", "{'a': 1}", '{"command": ["true"]} x'):
         add(f"line {raw}", raw)
     add("deep list", "[" * 100_000 + "]" * 100_000)
@@ -346,6 +440,7 @@ def config_cases() -> list[Case]:
         ("deep inline table", "x = " + "{a = " * 5_000 + "1" + "}" * 5_000 + "\n"),
         ("unknown table", "[frobnicate]\na = 1\n"),
         ("not TOML", "fake_gpus: 4\n"),
+        *issue24_config_toml(),
     ]
     out = [Case(c, n, ["nodes"], {"gridshift.toml": t}) for n, t in toml]
     envs: list[tuple[str, dict[str, str]]] = [
@@ -366,12 +461,140 @@ def config_cases() -> list[Case]:
             {"GRIDSHIFT_NODES": json.dumps([{"name": "a", "gpus": 2, "nvlink_islands": [[0, 0]]}])},
         ),
     ]
+    envs += [
+        ("GRIDSHIFT_DAEMON__POWER_LIMIT 15kWh", {"GRIDSHIFT_DAEMON__POWER_LIMIT": "15kWh"}),
+        ("GRIDSHIFT_DAEMON__POWER_LIMIT 0", {"GRIDSHIFT_DAEMON__POWER_LIMIT": "0"}),
+        ("GRIDSHIFT_DAEMON__PUE nan", {"GRIDSHIFT_DAEMON__PUE": "nan"}),
+        ("GRIDSHIFT_DAEMON__PUE 0.5", {"GRIDSHIFT_DAEMON__PUE": "0.5"}),
+        (
+            "GRIDSHIFT_NODES share x",
+            {"GRIDSHIFT_NODES": json.dumps([{"name": "a", "fake_gpus": 2, "share": "x"}])},
+        ),
+        (
+            "GRIDSHIFT_NODES pue true",
+            {"GRIDSHIFT_NODES": json.dumps([{"name": "a", "fake_gpus": 2, "pue": True}])},
+        ),
+        (
+            "GRIDSHIFT_NODES power_off relative",
+            {"GRIDSHIFT_NODES": json.dumps([{**SSH_NODE, **POWER, "power_off": ["ipmitool"]}])},
+        ),
+    ]
     out += [Case(c, n, ["nodes"], env=e) for n, e in envs]
+    out += issue24_trust_cases()
     out += [
         Case(c, "--config /dev/zero", ["--config", "/dev/zero", "nodes"]),
         Case(c, "--config a directory", ["--config", "/", "nodes"]),
     ]
     return out
+
+
+SSH_NODE = {"name": "s", "executor": "ssh", "host": "h"}
+POWER = {"power_off": ["/bin/true"], "power_on": ["/bin/true"], "idle_off_after": "30m"}
+
+
+def _toml(table: dict) -> str:
+    """One ``[[nodes]]`` table (values as JSON, which TOML reads alike for these)."""
+    return "[[nodes]]\n" + "".join(f"{k} = {_tv(v)}\n" for k, v in table.items())
+
+
+def _tv(v) -> str:
+    """A TOML value: lists, tables, quoted strings and nan/inf as written, the rest as JSON."""
+    raw = isinstance(v, str) and (v[:1] in ("[", "{", '"') or v in ("nan", "inf", "-inf"))
+    return v if raw else json.dumps(v)
+
+
+def issue24_config_toml() -> list[tuple[str, str]]:
+    """Issue 24's node keys (co-location, idle power, right-sizing) and [daemon] pue and
+    power_limit."""
+    local = {"name": "a", "fake_gpus": 2}
+    slurm = {"name": "c", "executor": "slurm", "gpus": 4}
+    ssh_power = {**SSH_NODE, **POWER}
+    out: list[tuple[str, str]] = []
+
+    def node(name: str, base: dict, **extra) -> None:
+        out.append((name, _toml({**base, **extra})))
+
+    for v in ("always", "MPS", "", "time_slice", "true", True, 1, "[]"):
+        node(f"node share {v!r}", local, share=v)
+    for v in ("all", "", "SAME", True, "[]"):
+        node(f"node share_users {v!r}", local, share="time-slice", share_users=v)
+    node("node share on a slurm node", slurm, share="time-slice")
+    node("node share mps, share_users any", local, share="mps", share_users="any")
+    for k in ("gpu_idle_w", "node_idle_w"):
+        for v in (-1, "nan", "inf", 1e9, "50W", True):
+            node(f"node {k} {v!r}", local, **{k: v})
+    for v in (0.5, 0, -1, "nan", "inf", 6, "1.2x", True):
+        node(f"node pue {v!r}", local, pue=v)
+    node("node gpu_idle_w on a slurm node", slurm, gpu_idle_w=30)
+    node("node pue on a slurm node", slurm, pue=1.2)
+    for v in ("0s", "-1h", "nan", NINES + "s", "never", "99999999w", 30, "[]"):
+        node(f"node idle_off_after {str(v)[:20]!r}", ssh_power, idle_off_after=v)
+    for k in ("power_timeout", "wake", "wake_timeout"):
+        for v in ("0s", "nan", NINES + "s", "soon", 60):
+            node(f"node {k} {str(v)[:20]!r}", ssh_power, **{k: v})
+    node("node wake_timeout shorter than wake", ssh_power, wake="10m", wake_timeout="5m")
+    node("node power_timeout past wake_timeout", ssh_power, power_timeout="20m")
+    for k in ("power_off", "power_on"):
+        for v in (
+            '["ipmitool", "power", "soft"]',
+            '["./off.sh"]',
+            '["bin/true"]',
+            "[]",
+            '"/bin/true"',
+            "[1]",
+            '["/bin/true", 5]',
+            '["/bin/tr\\u0000ue"]',
+            json.dumps(["/bin/true"] + ["x"] * 64),
+            json.dumps(["/bin/true", "x" * 5000]),
+            '["/nonexistent/ipmitool"]',
+            '[""]',
+        ):
+            node(f"node {k} {v[:24]}", ssh_power, **{k: v})
+    node("node power_off without power_on", SSH_NODE, power_off='["/bin/true"]')
+    node("node idle_off_after without commands", SSH_NODE, idle_off_after="30m")
+    node("node power_off on a local node", local, power_off='["/bin/true"]',
+         power_on='["/bin/true"]')  # fmt: skip
+    node("node right-sizing on a slurm node", slurm, **POWER)
+    node("node gpu (the simulator's key)", local, gpu="v100")
+    for v in ("15kWh", "0W", "0", "-1kW", "nan", "inf", True, "2GW", "", "15 kW h", "[15]"):
+        out.append((f"daemon.power_limit {v!r}", f"[daemon]\npower_limit = {_tv(v)}\n"))
+    for v in (0.5, 0, "nan", "inf", 5.5, "high", True):
+        out.append((f"daemon.pue {v!r}", f"[daemon]\npue = {_tv(v)}\n"))
+    return out
+
+
+def issue24_trust_cases() -> list[Case]:
+    """Power commands run as root: a root daemon refuses a program, or a config naming
+    one, that others than root may change (checked only as root: a user's own daemon runs
+    what its user may write anyway; so these cases are tried only as root)."""
+    if os.geteuid() != 0:
+        return []
+    c = "config"
+    script = "#!/bin/sh\nexit 0\n"
+
+    def with_program(path: str) -> str:
+        return _toml({**SSH_NODE, **POWER, "power_on": [f"@HOME@/{path}"]})
+
+    good = _toml({**SSH_NODE, **POWER})
+    return [
+        Case(c, "power_on program other-writable", ["nodes"],
+             {"gridshift.toml": with_program("on.sh"), "on.sh": script}, modes={"on.sh": 0o777}),
+        Case(c, "power_on program group-writable", ["nodes"],
+             {"gridshift.toml": with_program("on.sh"), "on.sh": script}, modes={"on.sh": 0o775}),
+        Case(c, "power_on program not root's", ["nodes"],
+             {"gridshift.toml": with_program("on.sh"), "on.sh": script}, modes={"on.sh": 0o755},
+             owners={"on.sh": 65534}),
+        Case(c, "power_on program in an other-writable folder", ["nodes"],
+             {"gridshift.toml": with_program("bin/on.sh"), "bin/on.sh": script},
+             modes={"bin/on.sh": 0o755, "bin": 0o777}),
+        Case(c, "power_on program: a link to one not root's", ["nodes"],
+             {"gridshift.toml": with_program("on.sh"), "real.sh": script},
+             modes={"real.sh": 0o755}, owners={"real.sh": 65534}, links={"on.sh": "real.sh"}),
+        Case(c, "power commands in an other-writable config", ["nodes"],
+             {"gridshift.toml": good}, modes={"gridshift.toml": 0o666}),
+        Case(c, "power commands in a config not root's", ["nodes"],
+             {"gridshift.toml": good}, owners={"gridshift.toml": 65534}),
+    ]  # fmt: skip
 
 
 def _csv(rows: list[tuple[str, str]], header: str = "time,carbon") -> str:
@@ -610,6 +833,102 @@ def sim_cases() -> list[Case]:
         files = {**good_jobs, "neg.csv": _csv(_hourly(["200", "-5"] * 10)), "far.csv": GRID_FAR}
         argv = [*base, *args] if "--grid" not in args else ["--jobs", "jobs.jsonl", *args]
         out.append(_sim(f"flag: {name}", argv, files))
+    return out + issue24_sim_cases()
+
+
+MIXED = (ROOT / "examples" / "mixed_cluster.toml").read_text()
+
+
+def issue24_sim_cases() -> list[Case]:
+    """Issue 24's simulate inputs: --power-limit, --share, --cluster, and the scenario's
+    co-location, model, GPU type and idle-power keys."""
+    good_jobs = {"jobs.jsonl": '{"submit": 0, "duration": 3600}\n'}
+    base = ["--jobs", "jobs.jsonl", "--grid", "csv:grid.csv"]
+    out = []
+    for p in [*BAD_POWERS[:12], "1W", "0.5W"]:  # 1W, 0.5W: less than the cluster draws idle
+        out.append(_sim(f"flag: --power-limit {p[:20]!r}", [*base, "--power-limit", p], good_jobs))
+    for v in ("nan", "inf", "-inf", "1.5", "-0.1", "x", "", "1e400", "½"):
+        out.append(_sim(f"flag: --share {v!r}", [*base, "--share", v], good_jobs))
+    scen = [
+        *[(f"jobs.share {v}", f"[jobs]\nshare = {v}\n")
+          for v in ("1.5", "-0.1", "nan", "inf", '"half"', "true", "[0.5]")],
+        *[(f"jobs.models {v}", f"[jobs]\nmodels = {v}\n")
+          for v in ('"Gavel"', '"all"', '""', "1", "true", '["gavel"]')],
+        *[(f"cluster.idle_off_after {v[:20]}", f"[cluster]\nidle_off_after = {v}\n")
+          for v in ('"0s"', '"-1m"', '"nan"', f'"{NINES}s"', "30", '"Never"', '"99999999w"')],
+        *[(f"cluster.wake {v[:20]}", f"[cluster]\nwake = {v}\n")
+          for v in ('"never"', '"0s"', '"99999999w"', "300", '""')],
+        *[(f"cluster.{k} {v}", f"[cluster]\n{k} = {v}\n")
+          for k in ("node_idle_w", "gpu_idle_w")
+          for v in ("-1", "nan", "inf", "1e9", '"150W"', "true")],
+        *[(f"cluster.gpu {v[:20]}", f"[cluster]\ngpu = {v}\n")
+          for v in ('"!!!"', '""', '"   "', '"NVIDIA"', json.dumps("x" * 65), "100", "true")],
+        *[(f"cluster.nodes gpu {v[:20]}",
+           f"[cluster]\nnodes = [{{name = \"a\", gpus = 4, gpu = {v}}}]\n")
+          for v in ('"!!!"', '""', '"tesla"', "5", json.dumps("x" * 65))],
+        *[(f"cluster.nodes {k} {v}",
+           f"[cluster]\nnodes = [{{name = \"a\", gpus = 4, {k} = {v}}}]\n")
+          for k, v in (("gpu_idle_w", "-1"), ("node_idle_w", "nan"), ("wake", '"0s"'),
+                       ("wake", '"never"'), ("idle_off_after", '"nan"'), ("gpu_model", "5"))],
+        ("cluster.nodes without gpus", '[cluster]\nnodes = [{name = "a", gpu = "v100"}]\n'),
+        ("cluster.pue 0.5", "[cluster]\npue = 0.5\n"),
+        ("cluster.pue nan", "[cluster]\npue = nan\n"),
+        ("cluster.pue true", "[cluster]\npue = true\n"),
+        ("cluster.nodes gpu_idle_w true",
+         '[cluster]\nnodes = [{name = "a", gpus = 4, gpu_idle_w = true}]\n'),
+        ("jobs.interruptible true", "[jobs]\ninterruptible = true\n"),
+        ("jobs.elastic true", "[jobs]\nelastic = true\n"),
+        ("power_limit_w 15kWh", 'power_limit_w = "15kWh"\n'),
+        ("power_limit_w 0", "power_limit_w = 0\n"),
+        ("power_limit_w -15kW", 'power_limit_w = "-15kW"\n'),
+        ("power_limit_w true", "power_limit_w = true\n"),
+        ("power_limit_w 1W (below idle)", 'power_limit_w = "1W"\n'),
+    ]  # fmt: skip
+    for name, text in scen:
+        out.append(_sim(f"scenario: {name}", ["s.toml", *base], {"s.toml": text, **good_jobs}))
+    clusters = [
+        ("missing file", None),
+        ("not TOML", "[cluster\n"),
+        ("empty", ""),
+        ("only a comment", "# nothing\n"),
+        ("cluster is a number", "cluster = 5\n"),
+        ("cluster is a string", 'cluster = "v100"\n'),
+        ("cluster is a list", "cluster = [1, 2]\n"),
+        ("nodes is a number", "nodes = 5\n"),
+        ("nodes is a string", 'nodes = "a"\n'),
+        ("nodes hold a number", "nodes = [5]\n"),
+        ("node gpu !!!", '[[nodes]]\nname = "a"\ngpus = 8\ngpu = "!!!"\n'),
+        ("node gpus -1", '[[nodes]]\nname = "a"\ngpus = -1\n'),
+        ("node without gpus", '[[nodes]]\nname = "a"\ngpu = "v100"\n'),
+        ("node without name", '[[nodes]]\ngpus = 8\n'),
+        ("mixed, one node gpu !!!", MIXED.replace('gpu = "p100"', 'gpu = "!!!"', 1)),
+        ("mixed, cluster gpu empty", MIXED.replace('gpu = "v100"', 'gpu = ""', 1)),
+        ("mixed, pue 9", MIXED.replace("pue = 1.2", "pue = 9")),
+        ("mixed, unknown cluster key", MIXED.replace("pue = 1.2", "pue = 1.2\ncolour = 1")),
+        ("invalid UTF-8", b"[cluster]\ngpu = 'caf\xe9'\n"),
+        ("deep array", "x = " + "[" * 100_000 + "]" * 100_000 + "\n"),
+    ]  # fmt: skip
+    for name, text in clusters:
+        files = dict(good_jobs) if text is None else {"cluster.toml": text, **good_jobs}
+        argv = [*base, "--cluster", "cluster.toml"]
+        out.append(_sim(f"--cluster: {name}", argv, files))
+    for name, line in (
+        ("the only job asks for a100", '{"submit": 0, "duration": 3600, "gpu_type": "a100"}'),
+        ("the only job wider than 16 V100s",
+         '{"submit": 0, "duration": 3600, "gpu_type": "v100", "gpus": 17}'),
+        ("a job's gpu_type '!!!'", '{"submit": 0, "duration": 3600, "gpu_type": "!!!"}'),
+        ("a job's gpu_type 5", '{"submit": 0, "duration": 3600, "gpu_type": 5}'),
+    ):  # fmt: skip
+        out.append(
+            _sim(f"--cluster mixed: {name}", [*base, "--cluster", "c.toml"],
+                 {"c.toml": MIXED, "jobs.jsonl": line + "\n"})
+        )  # fmt: skip
+    out.append(_sim("--cluster: a directory", [*base, "--cluster", "/"], good_jobs))
+    out.append(_sim("--cluster: /dev/zero", [*base, "--cluster", "/dev/zero"], good_jobs))
+    out.append(
+        _sim("--cluster with --gpus", [*base, "--cluster", "c.toml", "--gpus", "8"],
+             {"c.toml": MIXED, **good_jobs})
+    )  # fmt: skip
     return out
 
 
@@ -756,6 +1075,7 @@ def controls() -> list[Case]:
         Case(
             c, "cron", ["submit", "--cron", "0 2 * * *", "--window", "8h", "--", "true"], expect=0
         ),
+        *issue24_controls(),
         Case(
             c,
             "nodes with islands",
@@ -767,6 +1087,64 @@ def controls() -> list[Case]:
             expect=0,
         ),
     ]
+
+
+def issue24_controls() -> list[Case]:
+    """Good uses of issue 24's options."""
+    c = "controls"
+    sim = [
+        "simulate",
+        "--json",
+        "--policy",
+        "fifo",
+        "--jobs",
+        "jobs.jsonl",
+        "--grid",
+        "csv:grid.csv",
+    ]
+    jobs = {"jobs.jsonl": '{"submit": 0, "duration": 3600}\n', **GRID_FILE}
+    typed = {"gridshift.toml": TYPED}
+    right_sized = _toml(
+        {**SSH_NODE, **POWER, "share": "time-slice", "share_users": "any", "gpu_idle_w": 40,
+         "node_idle_w": 200, "pue": 1.3, "wake": "3m", "wake_timeout": "6m",
+         "power_timeout": "1m"}
+    )  # fmt: skip
+    daemon_cfg = '[daemon]\npue = 1.4\npower_limit = "15kW"\n'
+    return [
+        Case(c, "--gpu-type fake", ["submit", "--gpu-type", "FAKE", "--", "true"], expect=0),
+        Case(c, "--gpu-type '' (any)", ["submit", "--gpu-type", "", "--", "true"], expect=0),
+        Case(c, "--gpu-type v100 on a V100 node",
+             ["submit", "--gpu-type", "Tesla-V100", "--share", "--", "true"], typed, expect=0),
+        Case(c, "--gpus 2-4 --gpu-type v100 (2 V100s)",
+             ["submit", "--gpus", "2-4", "--gpu-type", "v100", "--", "true"], typed, expect=0),
+        Case(c, "--cron --share --gpu-type fake",
+             ["submit", "--cron", "0 2 * * *", "--window", "8h", "--share", "--gpu-type", "fake",
+              "--", "true"], expect=0),
+        Case(c, "sweep line share, gpu_type",
+             ["submit", "--file", "j.jsonl"],
+             {"j.jsonl": json.dumps({"command": ["true"], "share": True, "gpu_type": "fake"})
+              + "\n" + json.dumps({"command": ["true"], "share": False, "gpu_type": None})},
+             expect=0),
+        Case(c, "nodes: right-sized, sharing SSH node", ["nodes", "--json"],
+             {"gridshift.toml": right_sized + daemon_cfg}, expect=0),
+        Case(c, "plan --power-limit 15kW",
+             ["plan", "--json", "--grid", "csv:grid.csv", "--at", "2023-01-02T00:00Z",
+              "--power-limit", "15 kW"], GRID_FILE,
+             expect=0),
+        Case(c, "daemon --power-limit 15kW", ["daemon", "--until-idle", "--power-limit", "15kW"],
+             expect=0),
+        Case(c, "simulate --power-limit 15kW --share 0.5",
+             [*sim, "--power-limit", "15kW", "--share", "0.5"], jobs, expect=0),
+        Case(c, "simulate --cluster mixed_cluster.toml",
+             [*sim, "--cluster", "mixed.toml"], {"mixed.toml": MIXED, **jobs}, expect=0),
+        Case(c, "simulate scenario: issue 24's keys",
+             ["simulate", "--json", "--policy", "fifo", "s.toml", "--jobs", "jobs.jsonl", "--grid",
+              "csv:grid.csv"],
+             {"s.toml": '[jobs]\nshare = 0.5\nmodels = "none"\n[cluster]\ngpu = "p100"\n'
+              'idle_off_after = "30m"\nwake = "5m"\nnode_idle_w = 100\ngpu_idle_w = 30\n'
+              'nodes = [{name = "a", gpus = 8, gpu = "a100"}, {name = "b", gpus = 8}]\n',
+              **jobs}, expect=0),
+    ]  # fmt: skip
 
 
 CATEGORIES = {
@@ -786,7 +1164,16 @@ def run_case(case: Case) -> dict:
     try:
         for rel, content in case.files.items():
             path = home / rel
-            path.write_bytes(content if isinstance(content, bytes) else content.encode())
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, str):  # @HOME@: this case's home, for absolute paths
+                content = content.replace("@HOME@", str(home)).encode()
+            path.write_bytes(content)
+        for rel, mode in case.modes.items():
+            (home / rel).chmod(mode)
+        for rel, uid in case.owners.items():
+            os.chown(home / rel, uid, -1)
+        for rel, target in case.links.items():
+            (home / rel).symlink_to(home / target)
         env = dict(case.env)
         if "gridshift.toml" not in case.files:  # a config case says its own GPUs
             env.setdefault("GRIDSHIFT_FAKE_GPUS", "4")

@@ -129,6 +129,16 @@ def test_bad_share_in_a_scenario_file(cli, tmp_path):
     assert proc.returncode == 2 and "jobs.share" in proc.stderr
 
 
+@pytest.mark.parametrize("key", ["share", "interruptible", "elastic"])
+def test_a_share_of_jobs_is_a_number_not_true(key):
+    from orchestrator.errors import SpecError
+    from orchestrator.sim.scenario import validate
+
+    with pytest.raises(SpecError, match=f"jobs.{key}: .*a number"):
+        validate({"jobs": {key: True}}, "s.toml")  # pydantic alone reads true as 1.0
+    assert getattr(validate({"jobs": {key: 1}}, "s.toml").jobs, key) == 1.0
+
+
 def test_a_shared_gpu_never_draws_above_its_boards_limit(tmp_path):
     inputs = prepare(_scenario(tmp_path), ROOT)
     daemon = SharingDaemon(inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0))

@@ -193,6 +193,24 @@ def test_sim_jobs_that_ask_for_a_type_wait_for_it(tmp_path):
     assert list(run.finish_s - run.first_start_s) == pytest.approx([3600 / 0.659] * 2)
 
 
+@pytest.mark.parametrize(
+    "job, why",
+    [
+        ({"gpu_type": "a100"}, "1 jobs asking for a GPU type the cluster lacks were left out"),
+        ({"gpus": 3}, "1 jobs wider than the cluster were left out"),
+        ({"skip_jobs": 1}, "skip_jobs 1 leaves none of 1"),
+    ],
+)
+def test_sim_with_every_job_left_out_says_why(tmp_path, job, why):
+    """Not "no jobs ... in the signal's time range": the job is in it."""
+    from orchestrator.errors import SpecError
+
+    nodes = [{"name": "v", "gpus": 1, "gpu": "v100"}, {"name": "p", "gpus": 1, "gpu": "p100"}]
+    cfg = {k: job.pop(k) for k in list(job) if k == "skip_jobs"}
+    with pytest.raises(SpecError, match=f"^no jobs to simulate: {why}$"):
+        _mixed_run(tmp_path, [{"submit": 0, "duration": 3600, **job}], nodes, **cfg)
+
+
 @pytest.mark.backends("sqlite")  # simulate never opens the store
 @pytest.mark.parametrize("bad", ['"../p100"', "7", '"' + "a" * 65 + '"'])
 def test_sim_bad_gpu_type_in_a_trace_is_one_line(cli, tmp_path, bad):

@@ -59,3 +59,22 @@ def test_submit_refuses_a_bad_or_absent_gpu_type(cli, tmp_path):
     proc = cli.run("submit", "--file", str(sweep), check=False)
     assert proc.returncode == 2 and "sweep.jsonl:1: invalid GPU type 7" in proc.stderr
     assert cli.job_count() == 0
+
+
+def test_submit_refuses_a_job_wider_than_its_types_gpus(cli, tmp_path):
+    """It could never start (planning would fail it): refused at submission, as a job
+    wider than the largest node is, not queued with "starts when GPUs are free"."""
+    big = '[[nodes]]\nname = "abox"\nfake_gpus = 4\ngpu_model = "NVIDIA A40"\n'
+    (cli.home / "gridshift.toml").write_text(CLUSTER + big)  # the largest node has 4
+    proc = cli.run("submit", "--gpus", "3", "--gpu-type", "v100", "--", "true", check=False)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "needs 3 v100 GPUs; the cluster has 2" in proc.stderr
+    sweep = tmp_path / "sweep.jsonl"
+    lines = [{"command": ["true"], "gpu_type": "p100", "gpus": 2},
+             {"command": ["true"], "gpu_type": "p100", "gpus": "4-8"}]  # fmt: skip
+    sweep.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    proc = cli.run("submit", "--file", str(sweep), check=False)
+    assert proc.returncode == 2 and "job 2: needs 4 p100 GPUs; the cluster has 2" in proc.stderr
+    assert cli.job_count() == 0
+    cli.submit("--gpus", "2-4", "--gpu-type", "v100", "--", "true")  # its minimum fits
+    assert cli.job_count() == 1

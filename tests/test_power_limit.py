@@ -265,6 +265,8 @@ def test_the_limit_counts_idle_power_and_one_that_cannot_hold_is_refused(tmp_pat
     with pytest.raises(SpecError, match="less than the cluster's idle draw") as err:
         _run("fifo", 500.0, count=5)
     assert "\n" not in str(err.value)
+    with pytest.raises(SpecError, match=r"power_limit_w: 0\.5 W is less"):  # not "0 W"
+        _run("fifo", 0.5, count=5)
     proc = subprocess.run(
         [sys.executable, "-m", "orchestrator", "simulate", "--jobs", "synthetic:count=5&days=1",
          "--grid", "synthetic:days=3", "--gpus", "32", "--power-limit", "500W", "--json"],

@@ -94,6 +94,7 @@ def test_the_site_limit_holds_on_fake_gpus_through_arrivals_and_ends(cli):
         (["--power-limit", "15kWh"], "invalid power"),
         (["--power-limit", "-1kW"], "invalid power"),
         (["--power-limit", "300W"], "lowest power limits together (400 W)"),
+        (["--power-limit", "0.5W"], ": 0.5 W is less than the 4 GPUs'"),  # not "0 W"
     ],
 )
 def test_bad_site_limits_are_one_line_and_exit_2(cli, args, message):

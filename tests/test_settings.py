@@ -62,6 +62,9 @@ def test_no_nodes_means_one_local_node_with_detected_gpus(tmp_path):
     assert none.gpu_count == 0 and none.gpu_source == "none"
 
 
+_SLURM = "[[nodes]]\nname = 'c'\nexecutor = 'slurm'\ngpus = 4\n"
+
+
 @pytest.mark.parametrize(
     "text,message",
     [
@@ -70,6 +73,14 @@ def test_no_nodes_means_one_local_node_with_detected_gpus(tmp_path):
         ("[[nodes]]\nname = 'a'\nexecutor = 'k8s'\n", "nodes.0.executor"),
         ("not toml at all", "gridshift.toml"),
         ("colour = 'blue'", "colour"),
+        # issue 24's keys: a contradiction is refused, not silently ignored
+        (_SLURM + "share = 'time-slice'\n", "Slurm node"),
+        ("[[nodes]]\nname = 'a'\nshare = 'mps'\nshare_users = 'any'\n", "time-slice"),
+        # a number is not true or false (pydantic would read true as 1)
+        ("[[nodes]]\nname = 'a'\npue = true\n", "nodes.0.pue"),
+        ("[[nodes]]\nname = 'a'\ngpu_idle_w = true\n", "nodes.0.gpu_idle_w"),
+        ("[[nodes]]\nname = 'a'\nnode_idle_w = false\n", "nodes.0.node_idle_w"),
+        ("[daemon]\npue = true\n", "daemon.pue"),
     ],
 )
 def test_bad_config_is_a_config_error(tmp_path, monkeypatch, text, message):

@@ -5,6 +5,7 @@ real traces when the shared data are present."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -201,6 +202,28 @@ def test_cluster_file_with_nodes(cli, tmp_path):
     )
     data = cli.json("simulate", "--jobs", "synthetic:count=40&days=2", "--cluster", str(cluster))
     assert data["scenario"]["gpus"] == 6
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("cluster = 5\n", "[cluster] must be a table"),
+        ('cluster = "v100"\n', "[cluster] must be a table"),
+        ("cluster = [1, 2]\n", "[cluster] must be a table"),
+        ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
+        ("[cluster]\nnode_idle_w = true\n", "node_idle_w"),
+        ("[cluster]\npue = true\n", "pue"),
+        ('[[nodes]]\nname = "a"\ngpus = 2\ngpu_idle_w = true\n', "nodes.0.gpu_idle_w"),
+    ],
+)
+def test_bad_cluster_files_are_one_spec_error(tmp_path, text, message):
+    from orchestrator.errors import SpecError
+    from orchestrator.sim.scenario import load_cluster_file
+
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=re.escape(message)):
+        load_cluster_file(path)
 
 
 # -- real traces -----------------------------------------------------------------------------

@@ -31,6 +31,7 @@ from orchestrator.settings.nodes import (  # noqa: F401 (re-exported)
     MAX_NODE_GPUS,
     NodeConfig,
     _duration,
+    _not_bool,
 )
 
 DEFAULT_HOME = Path("~/.local/share/gridshift").expanduser()
@@ -137,6 +138,11 @@ class DaemonSettings(BaseModel):
     @classmethod
     def _durations(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _duration(value, checkpoint=info.field_name == "checkpoint_cost")
+
+    @field_validator("pue", mode="before")
+    @classmethod
+    def _pue(cls, value: object) -> object:
+        return _not_bool(value)
 
     @field_validator("slot", mode="after")
     @classmethod

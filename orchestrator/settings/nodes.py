@@ -25,6 +25,13 @@ def _duration(value: str | None, checkpoint: bool = False) -> str | None:
     return value
 
 
+def _not_bool(value: object) -> object:
+    """A number given as true or false is a mistake (pydantic alone reads true as 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"a number, not {str(value).lower()}")
+    return value
+
+
 class NodeConfig(BaseModel):
     """One ``[[nodes]]`` table."""
 
@@ -135,6 +142,11 @@ class NodeConfig(BaseModel):
     def _durations(cls, value: str | None) -> str | None:
         return _duration(value)
 
+    @field_validator("gpu_idle_w", "node_idle_w", "pue", mode="before")
+    @classmethod
+    def _numbers(cls, value: object) -> object:
+        return _not_bool(value)
+
     @field_validator("power_off", "power_on", mode="after")
     @classmethod
     def _command(cls, value: list[str] | None) -> list[str] | None:
@@ -192,6 +204,17 @@ class NodeConfig(BaseModel):
                 f"node {self.name}: fake_gpus is for local nodes; a server's GPUs are "
                 "found through its nvidia-smi"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _share(self) -> NodeConfig:
+        """Co-location as declared is co-location as done: no share a node never does."""
+        if self.share != "never" and self.executor == "slurm":
+            raise ValueError(f"node {self.name}: share is not for a Slurm node (its own GPU "
+                             "sharing, gres/shard or MPS, is Slurm's to configure)")  # fmt: skip
+        if self.share == "mps" and self.share_users == "any":
+            raise ValueError(f"node {self.name}: share_users = \"any\" is for share = "
+                             "\"time-slice\" (MPS serves one user's processes)")  # fmt: skip
         return self
 
     @model_validator(mode="after")

@@ -105,12 +105,17 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         jobs = jobs.take(np.flatnonzero(kept))
     jobs = keep_typed(jobs, topology, notes)
     note_unknown_types(topology, notes)
+    before_skip = len(jobs)
     if scenario.jobs.skip_jobs:
         jobs = jobs.take(np.arange(min(scenario.jobs.skip_jobs, len(jobs)), len(jobs)))
     if scenario.jobs.max_jobs:
         jobs = jobs.head(scenario.jobs.max_jobs)
-    if not len(jobs):
-        raise SpecError("no jobs to simulate in the signal's time range")
+    if not len(jobs):  # say why, where jobs were left out (a type, a width, the signal)
+        why = [n for n in notes if "left out" in n or "waiting for those" in n]
+        if before_skip:
+            why.append(f"skip_jobs {scenario.jobs.skip_jobs} leaves none of {before_skip}")
+        raise SpecError(f"no jobs to simulate: {'; '.join(why)}" if why else
+                        "no jobs to simulate in the signal's time range")  # fmt: skip
     rule = DeadlineRule(scenario.jobs.deadline_rule)
     zone_info(scenario.timezone)
     ruled = rule.deadlines(jobs.submit_s, jobs.duration_s, scenario.timezone)

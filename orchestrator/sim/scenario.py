@@ -84,6 +84,13 @@ def check_duration(value: str | None, never: bool = True) -> str | None:
     return value
 
 
+def no_bool(value: object) -> object:
+    """A number given as true or false is a mistake (pydantic alone reads true as 1)."""
+    if isinstance(value, bool):
+        raise ValueError(f"a number, not {str(value).lower()}")
+    return value
+
+
 class SimNode(BaseModel):
     model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # a [[nodes]] table works
 
@@ -112,6 +119,8 @@ class SimNode(BaseModel):
     @classmethod
     def _durations(cls, value: str | None, info: ValidationInfo) -> str | None:
         return check_duration(value, never=info.field_name == "idle_off_after")
+
+    _numbers = field_validator("node_idle_w", "gpu_idle_w", mode="before")(no_bool)
 
     @property
     def gpu_count(self) -> int:
@@ -151,6 +160,10 @@ class ClusterConfig(BaseModel):
     def _gpu(cls, value: str) -> str:
         return _named(value)
 
+    _numbers = field_validator("host_w_per_gpu", "pue", "node_idle_w", "gpu_idle_w", mode="before")(
+        no_bool
+    )
+
 
 def _named(gpu: str) -> str:
     """A GPU type that names one (``"!!!"`` or ``"   "`` names none: refused)."""
@@ -178,6 +191,8 @@ class JobsConfig(BaseModel):
     # what a pair runs at: the model's prediction, or Gavel's measured speeds (a path to
     # its throughputs JSON, or "measured": the shared data's); the model decides either way
     pair_speeds: str = "model"
+
+    _shares = field_validator("interruptible", "elastic", "share", mode="before")(no_bool)
 
     @field_validator("checkpoint_cost")
     @classmethod
@@ -312,8 +327,12 @@ def load_cluster_file(path: Path) -> ClusterConfig:
         raise SpecError(f"no such cluster file: {path}")
     try:
         raw = tomllib.loads(read_text_file(path, "cluster file", limit=1 << 20))
-    except (tomllib.TOMLDecodeError, RecursionError) as exc:
-        raise SpecError(f"cluster file {path}: {exc or 'nested too deeply'}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(f"cluster file {path}: {exc}") from None
+    except RecursionError:
+        raise SpecError(f"cluster file {path}: nested too deeply") from None
+    if not isinstance(raw.get("cluster", {}), dict):
+        raise SpecError(f"cluster file {path}: [cluster] must be a table")
     table = dict(raw.get("cluster", {}))
     if "nodes" in raw:
         table["nodes"] = raw["nodes"]

@@ -39,7 +39,7 @@ class SimSiteLimit:
         floor_w = sum(n.idle_w for n in power.nodes) * power.pue
         if floor_w > self.limit_w:
             raise SpecError(
-                f"invalid power_limit_w: {self.limit_w:.0f} W is less than the cluster's "
+                f"invalid power_limit_w: {self.limit_w:.10g} W is less than the cluster's "
                 f"idle draw ({floor_w:.0f} W: every server on, nothing running), so it cannot hold"
             )
         self.executor = executor

@@ -4,9 +4,9 @@ type (``submit --gpu-type``) kept to nodes of it, and, for a job that asked for 
 choice among the types with room now (``planning.devices.gputypes.choose_type``: the
 least energy among those meeting its deadline, else the soonest finish).
 
-A type no node has is refused at submission (one line); a job whose type disappeared
-from the config since (or that is wider than that type's nodes together) fails with the
-reason when it is planned.
+A type no node has, or a job wider than its type's nodes together, is refused at
+submission (one line); a job whose type disappeared from the config since (or whose
+type's nodes shrank below it) fails with the reason when it is planned.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ def type_gpus(topology: ClusterTopology) -> dict[str | None, int]:
 
 
 def check_requested(specs, settings, db) -> None:
-    """Refuse (one line) a submission whose jobs ask for a type no node has: the nodes as
-    configured, and as the daemon last found them (an SSH server's model, discovered)."""
+    """Refuse (one line) a submission whose jobs ask for a type no node has, or for more
+    GPUs than that type's nodes hold together (``type_problem`` at submission): the nodes
+    as configured, and as the daemon last found them (an SSH server's model, discovered)."""
     for spec in specs:
         if spec.gpu_type and type_of(spec.gpu_type) is None:
             raise SpecError(f"GPU type {spec.gpu_type!r} names no GPU (such as v100 or a100)")
@@ -50,12 +51,22 @@ def check_requested(specs, settings, db) -> None:
     from orchestrator.nodes.inventory import resolve_nodes
     from orchestrator.queue.models import Node
 
-    have = {type_of(n.gpu_model) for n in resolve_nodes(settings) if n.gpu_count}
+    found = [(n.name, n.gpu_model, n.gpu_count) for n in resolve_nodes(settings) if n.gpu_count]
     with db.read() as session:
-        have |= {type_of(m) for m in session.exec(select(Node.gpu_model).where(Node.gpus > 0))}
+        found += session.exec(select(Node.name, Node.gpu_model, Node.gpus).where(Node.gpus > 0))
+    held: dict[tuple[str, str | None], int] = {}  # (node, type) -> GPUs, the most either says
+    for name, model, gpus in found:
+        held[name, type_of(model)] = max(held.get((name, type_of(model)), 0), gpus)
+    have = {t for _, t in held}
     for want in sorted(wants - have):
         known = ", ".join(sorted(str(t) for t in have if t)) or "none known"
         raise SpecError(f"no node has GPU type {want} (this cluster's: {known})")
+    for i, spec in enumerate(specs):
+        want = type_of(spec.gpu_type)
+        total = sum(gpus for (_, t), gpus in held.items() if t == want)
+        if want is not None and getattr(spec, "gpus_min", 0) > total:
+            where = f"job {i + 1}: " if len(specs) > 1 else ""
+            raise SpecError(f"{where}needs {spec.gpus_min} {want} GPUs; the cluster has {total}")
 
 
 def type_problem(job, topology: ClusterTopology) -> str | None:

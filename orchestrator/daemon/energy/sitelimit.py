@@ -119,7 +119,7 @@ class SiteLimit:
         lowest = sum(g.high_w if k[0] in self.down else g.low_w for k, g in self.gpus.items())
         if lowest > self.limit_w:
             raise ConfigError(
-                f"invalid --power-limit: {self.limit_w:.0f} W is less than the "
+                f"invalid --power-limit: {self.limit_w:.10g} W is less than the "
                 f"{len(self.gpus)} GPUs' lowest power limits together ({lowest:.0f} W)"
                 + (", unreachable servers' GPUs at their highest" if self.down else "")
             )
