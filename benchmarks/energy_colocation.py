@@ -16,7 +16,8 @@ at). For each policy in ``POLICIES``:
 The two keys are ``fifo``'s (EaCO's setting: the same scheduler with and without
 co-location, no time-shifting); ``_carbon_aware`` ones are ``lowest-window``'s, where jobs
 also wait for low-carbon hours (fewer run at once, so fewer pairs form). Each policy's
-figures are under ``colocation``.
+figures are under ``colocation``; ``_with_moves``: ``fifo``'s with co-location moves on
+(``[jobs] moves``, off by default).
 
     python benchmarks/energy.py --only colocation [--jobs N]
 """
@@ -44,7 +45,7 @@ CLUSTER = {
 }
 
 
-def scenario(jobs: int, share: float, right_size: bool = True) -> dict:
+def scenario(jobs: int, share: float, right_size: bool = True, moves: bool = False) -> dict:
     """The planner benchmark's stretch on DE-LU (``planner.scenario``), on the mixed
     cluster, with that share of the jobs allowed to share."""
     from planner import SKIP
@@ -54,7 +55,7 @@ def scenario(jobs: int, share: float, right_size: bool = True) -> dict:
     return base | {
         "name": f"Philly {SKIP}+{jobs}, co-location {share:g}",
         "policies": list(POLICIES),
-        "jobs": base["jobs"] | {"share": share, "pair_speeds": "measured"},
+        "jobs": base["jobs"] | {"share": share, "pair_speeds": "measured", "moves": moves},
         "cluster": dict(CLUSTER) | (RIGHT_SIZING if right_size else {}),
     }
 
@@ -71,6 +72,8 @@ def measure(jobs: int | None = None) -> dict:
     alone = simulate(Scenario.model_validate(scenario(jobs, 0.0)), ROOT)
     shared = simulate(Scenario.model_validate(scenario(jobs, 1.0)), ROOT)
     per_policy = {name: compare(alone, shared, name) for name in POLICIES}
+    moving = scenario(jobs, 1.0, moves=True) | {"policies": [POLICIES[0]]}
+    moved = compare(alone, simulate(Scenario.model_validate(moving), ROOT), POLICIES[0])
     fifo, aware = per_policy[POLICIES[0]], per_policy[POLICIES[-1]]
     return {
         "colocation_energy_saving": fifo["energy_saving"],
@@ -79,11 +82,14 @@ def measure(jobs: int | None = None) -> dict:
         "colocation_energy_saving_jobs_only": fifo["energy_saving_jobs_only"],
         "colocation_energy_saving_carbon_aware": aware["energy_saving"],
         "colocation_jct_increase_carbon_aware": aware["jct_increase"],
+        "colocation_energy_saving_with_moves": moved["energy_saving"],
+        "colocation_jct_increase_with_moves": moved["jct_increase"],
         "colocation": {
             "jobs": jobs,
             "cluster": "16 x 8 V100 + 16 x 8 P100, right-sizing on (30m, wake 5m) in both runs",
             "pair_speeds": "Gavel's measured; the model decides, refined online",
             "policies": per_policy,
+            "with_moves": moved,
             "note": "[without, with] co-location; energy_saving: the cluster's (jobs + idle "
             "GPUs and servers on); energy_saving_jobs_only: the jobs' alone",
         },

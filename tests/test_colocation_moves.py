@@ -14,7 +14,6 @@ import pytest
 from orchestrator.planning.devices.interference import (
     MOVE_MARGIN,
     move_gain_j,
-    pair_end_s,
     pair_saving_j,
     shared_power_w,
 )
@@ -31,7 +30,7 @@ OTHER = "A3C"
 H = 3600.0
 
 
-def _scenario(tmp_path, rows, interruptible=1.0, checkpoint="5m") -> Scenario:
+def _scenario(tmp_path, rows, interruptible=1.0, checkpoint="5m", moves=True) -> Scenario:
     trace = tmp_path / "jobs.jsonl"
     trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     return Scenario.model_validate(
@@ -40,6 +39,7 @@ def _scenario(tmp_path, rows, interruptible=1.0, checkpoint="5m") -> Scenario:
             "jobs": {
                 "source": str(trace), "deadline_rule": "none", "share": 1.0,
                 "interruptible": interruptible, "checkpoint_cost": checkpoint, "elastic": 0.0,
+                "moves": moves,
             },
             "grid": {"source": "synthetic:days=14&start=2023-04-28"},
             "cluster": {"gpus": 3, "gpus_per_node": 3, "gpu": "v100"},
@@ -50,7 +50,7 @@ def _scenario(tmp_path, rows, interruptible=1.0, checkpoint="5m") -> Scenario:
 def _rows(duration="4h", a_within=None, waiting=True):
     """A and B start at once on two of the three GPUs, each alone (a pair forms only with
     a job already running). A job needing two GPUs arrives at 10:15 and waits: a move
-    lets it start. One more arrives at 10:30: the pass where the move is due."""
+    (due in that pass) lets it start. One more arrives at 10:30."""
     rows = [
         {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": A},
         {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": B},
@@ -91,21 +91,16 @@ def test_move_gain_is_the_pairs_saving_less_twice_the_checkpoint():
     assert move_gain_j(300.0, 300.0, 0.0, 0.9, 4 * H, 4 * H, 300.0) == -np.inf  # do not fit
 
 
-def test_a_pair_holds_its_gpu_until_both_have_ended():
-    # 2 h and 1 h left, at 0.5 each: the second ends after 2 h, having done 1 h of the
-    # first's work; the first's other hour runs alone at full speed
-    assert pair_end_s(2 * H, 1 * H, 0.5, 0.5) == pytest.approx(3 * H)
-    assert pair_end_s(1 * H, 2 * H, 0.5, 0.5) == pytest.approx(3 * H)
-    assert pair_end_s(1 * H, 1 * H, 0.8, 0.8) == pytest.approx(1.25 * H)  # both at once
-
-
 def test_a_job_alone_moves_next_to_another_and_the_pair_saves_energy(tmp_path):
     inputs, daemon, run = _run(_scenario(tmp_path, _rows()))
     assert daemon.moves == 1 and run.moves == 1
     assert run.suspensions == 1  # a move is a checkpoint and a restart
-    half_past = inputs.jobs.submit_s[3]
+    quarter_past = inputs.jobs.submit_s[2]
     assert sorted(daemon.pairs[0][:2]) == [0, 1]
-    assert daemon.pairs[0][2] == pytest.approx(half_past)  # paired in the pass it moved
+    assert daemon.pairs[0][2] == pytest.approx(quarter_past)  # at once, as the job waits
+    assert run.first_start_s[2] == pytest.approx(quarter_past)  # the waiting job started
+    _, off, _ = _run(_scenario(tmp_path, _rows(), moves=False))
+    assert off.moves == 0  # moves are off by default ([jobs] moves)
     _, still, alone = _run(_scenario(tmp_path, _rows(), interruptible=0.0))
     assert still.moves == 0  # neither may be interrupted: no move
     assert all(sorted(p[:2]) != [0, 1] for p in still.pairs)
@@ -113,8 +108,9 @@ def test_a_job_alone_moves_next_to_another_and_the_pair_saves_energy(tmp_path):
 
 
 def test_no_move_for_a_pair_that_ends_too_soon_to_pay(tmp_path):
-    # 40 min each: at 10:30 ten minutes are left, less than twice the checkpoint's worth
-    _, daemon, run = _run(_scenario(tmp_path, _rows(duration="40m")))
+    # 20 min each: at 10:15, when a job starts waiting, five minutes are left: the pair
+    # would save less than twice the checkpoint's worth
+    _, daemon, run = _run(_scenario(tmp_path, _rows(duration="20m")))
     assert daemon.moves == 0 and run.suspensions == 0
     assert all(sorted(p[:2]) != [0, 1] for p in daemon.pairs)  # the third may join one
 

@@ -35,11 +35,12 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def _live(cli, tmp_path, move_after: str, seconds: float = 2.5, first="checkpoints"):
+def _live(cli, tmp_path, move_after: str, seconds: float = 2.5, first="checkpoints", moves=True):
     cli.home.joinpath("gridshift.toml").write_text(NODE)
     cli.env.update({"GRIDSHIFT_FAKE_GPU_POWER_W": str(POWER_W),
                     "GRIDSHIFT_DAEMON__POWER_SAMPLE": "0.2s",
-                    "GRIDSHIFT_DAEMON__MOVE_AFTER": move_after})  # fmt: skip
+                    "GRIDSHIFT_DAEMON__MOVE_AFTER": move_after,
+                    "GRIDSHIFT_DAEMON__MOVES": str(moves).lower()})  # fmt: skip
     script = tmp_path / "job.py"
     script.write_text(JOB)
     ids = []
@@ -85,6 +86,15 @@ def test_a_job_alone_moves_next_to_another_and_both_are_accounted(cli, tmp_path)
     shared_s = max(_ts(r["finished_at"]) for r in (again, host)) - _ts(host["started_at"])
     total_j = sum(r["energy_kwh"] for r in runs) * 3.6e6
     assert total_j == pytest.approx(POWER_W * (alone_s + shared_s), rel=0.1)
+
+
+@E2E
+@pytest.mark.backends("sqlite")
+def test_no_move_unless_the_lab_turns_moves_on(cli, tmp_path):
+    a, b, _ = _live(cli, tmp_path, move_after="0.3s", seconds=1.5, moves=False)
+    cli.run_until_idle(timeout=60)
+    (ra,), (rb,) = cli.json("show", str(a))["runs"], cli.json("show", str(b))["runs"]
+    assert ra["gpu_ids"] != rb["gpu_ids"]
 
 
 @E2E

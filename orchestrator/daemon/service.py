@@ -149,7 +149,7 @@ class Daemon:
         self.suspender = Suspender(self.db, self.executor, self.settings.cancel_grace_s,
                                    cfg.suspend)  # fmt: skip
         self.mover = None  # co-location moves (daemon.energy.moves): where a node shares
-        if sharing is not None:
+        if sharing is not None and cfg.moves:
             from orchestrator.daemon.energy.moves import Mover
 
             self.mover = Mover(

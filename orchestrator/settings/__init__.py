@@ -87,6 +87,11 @@ class DaemonSettings(BaseModel):
         description="run time a suspension (checkpoint, restart) costs a job without its "
         "own --checkpoint-cost; 0 to 1d",
     )
+    moves: bool = Field(
+        default=False,
+        description="co-location moves: a running --share --interruptible job alone may be "
+        "checkpointed to join another, for a job waiting for GPUs (off by default)",
+    )
     move_after: str = Field(
         default="10m",
         description="co-location: a running --share job moves next to another no sooner "

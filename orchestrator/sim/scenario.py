@@ -23,6 +23,7 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     models = "gavel"                  # model families of unnamed jobs: gavel (drawn) | none
     share = 0.5                       # share that may run two to a GPU (sim/hardware/colocation.py)
     pair_speeds = "model"             # a pair runs at: model | measured (Gavel's) | PATH.json
+    moves = false                     # checkpoint a job alone to join another, for one waiting
 
     [grid]
     source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
@@ -191,6 +192,7 @@ class JobsConfig(BaseModel):
     # what a pair runs at: the model's prediction, or Gavel's measured speeds (a path to
     # its throughputs JSON, or "measured": the shared data's); the model decides either way
     pair_speeds: str = "model"
+    moves: bool = False  # co-location moves (sim.hardware.colocation), off by default
 
     _shares = field_validator("interruptible", "elastic", "share", mode="before")(no_bool)
 

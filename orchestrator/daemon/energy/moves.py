@@ -136,10 +136,13 @@ class Mover:
                 continue
             power = _draw_w(nodes[att.node], att)
             best = None
+            mine_type = type_of(nodes[att.node].model_of(att.gpu_ids))
             for host_att, host in alone:
                 node = nodes.get(host_att.node)
                 if host_att.id == att.id or host_att.id in hosts_booked or node is None:
                     continue
+                if type_of(node.model_of(host_att.gpu_ids)) != mine_type:
+                    continue  # its draw and time left are on its own GPU type
                 mine = _left_s(job, att, now_s)  # its deadline: as the pairing check reads it
                 speeds = self.sharing.joins(job, mine + ckpt, host_att, host, node, now_s,
                                             down, taken)  # fmt: skip

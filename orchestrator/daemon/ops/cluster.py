@@ -103,11 +103,11 @@ def _gpu_keys() -> tuple[str, ...]:
 
 
 def _answers(row) -> bool:
-    """Whether a server may answer: not powered off (or being) by right-sizing."""
-    from orchestrator.daemon.energy.rightsizing import POWERING_OFF
+    """Whether a server may answer: not powered off by right-sizing (one powering off may
+    still answer, as the daemon's own restart asks it)."""
     from orchestrator.planning.devices.rightsizing import OFF
 
-    return row is None or row.power_state not in (OFF, POWERING_OFF)
+    return row is None or row.power_state != OFF
 
 
 def _power(row) -> dict:

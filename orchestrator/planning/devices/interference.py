@@ -170,11 +170,3 @@ def move_gain_j(
     overlap_s = min((left_x_s + checkpoint_s) / speed_x, left_h_s / speed_h)
     saved = pair_saving_j(power_x_w, power_h_w, speed_x, speed_h, overlap_s)
     return saved - MOVE_MARGIN * checkpoint_s * power_x_w
-
-
-def pair_end_s(left_a_s: float, left_b_s: float, speed_a: float, speed_b: float) -> float:
-    """Seconds until both jobs of a pair have ended (``left_*_s``: run time left at full
-    speed): they share until the first ends, then the other runs alone at full speed."""
-    first_s = min(left_a_s / speed_a, left_b_s / speed_b)
-    rest_s = max(left_a_s - speed_a * first_s, left_b_s - speed_b * first_s)
-    return first_s + max(0.0, rest_s)

@@ -43,12 +43,12 @@ import signal
 
 import numpy as np
 
+from orchestrator.errors import PlacementError
 from orchestrator.planning.devices.interference import (
     MIN_SPEED,
     Interference,
     job_types,
     move_gain_j,
-    pair_end_s,
     shared_power_w,
     split,
     worth_sharing,
@@ -119,7 +119,6 @@ class SharingDaemon(SimDaemon):
         self._moving: dict[int, tuple] = {}  # checkpointed to join a host: host, speeds
         self._reserved: set[int] = set()  # hosts a moving job will join in this pass
         self.moves = 0
-        self._ends_at, self._ends = -1, {}  # per server, its jobs' expected ends
 
     def run(self):
         result = super().run()
@@ -146,10 +145,11 @@ class SharingDaemon(SimDaemon):
 
     def tick(self, now: float) -> None:
         self._pending.clear()
-        self._regroup(now)
         super().tick(now)
         self._moving.clear()  # a moved job the pass did not start plans again as any other
         self._reserved.clear()
+        if self._regroup(now):
+            self.loop.schedule(now)  # a pass at once: the moved job restarts next to its host
 
     def _requeue(self, att, now: float) -> None:
         """A job checkpointed to move restarts now (next to its host, ``allocate``)."""
@@ -183,36 +183,37 @@ class SharingDaemon(SimDaemon):
         return alloc, ends
 
     # -- pairs ---------------------------------------------------------------------------
-    def _regroup(self, now: float) -> None:
-        """While a job waits for GPUs, move a job alone that may share and be interrupted,
-        and whose GPUs let the waiting job start, next to another job alone where that
-        pays (``move_gain_j``, with the servers it lets right-sizing power off sooner or
-        keeps on longer): it is checkpointed now and restarts in this pass."""
-        ckpt = self.inputs.checkpoint_s
-        movers = [x for x in self._open if self._interruptible[x]]
+    def _regroup(self, now: float) -> bool:
+        """After a pass that left a job waiting for GPUs: move a job alone that may share
+        and be interrupted, whose GPUs let the waiting job start, next to another job
+        alone on the same GPU type where that pays (``move_gain_j``); True when one was
+        checkpointed (it restarts in a pass at this time)."""
         head = self.scheduler.blocked()
-        if not movers or len(self._open) < 2 or head is None:
-            return  # a move slows two jobs down to free a GPU: only for a job waiting
-        alloc = self.alloc
+        if not self.inputs.scenario.jobs.moves or head is None or self.clairvoyant:
+            return False  # a move slows two jobs down to free a GPU: only for a job waiting
+        movers = [x for x in self._open if self._interruptible[x]]
+        if not movers or len(self._open) < 2:
+            return False
+        ckpt, alloc = self.inputs.checkpoint_s, self.alloc
         free = {name: len(alloc.free_on(name)) for name in alloc.node_names}
         movers.sort(key=lambda x: -free.get(alloc.node_of(("job", x)), 0))  # emptiest first
         for x in movers:
             att = self._running.get(self._att_of.get(x, -1))
-            if x not in self._open or x in self._reserved or att is None:
-                continue
             node = alloc.node_of(("job", x))
-            if node is None or not frees_room(head, node, free[node] + att.gpus, alloc):
-                continue  # the GPUs it would free do not let the waiting job start
-            left, done = self.executor.remaining_s(att.handle), self.executor.done_now(att.handle)
-            if left is None or done is None or att.suspend_event is not None:
+            if att is None or node is None or att.suspend_event is not None:
                 continue  # ending, or stopping at its piece's end anyway
+            if not frees_room(head, node, free[node] + att.gpus, alloc):
+                continue  # cheap first: the GPUs it frees are too few or of another type
+            left, done = self.executor.remaining_s(att.handle), self.executor.done_now(att.handle)
+            if left is None or done is None or not self._lets_start(head, ("job", x)):
+                continue
             job = self._queued(x, self._duration[x] * (1.0 - done) + ckpt)
-            best = None
+            gpu, best = self._gpu_type(x), None
             for _, h, speed_x, speed_h, left_h in self._hosts(job, att.gpus, 1.0, now):
+                if self._gpu_type(h) != gpu:
+                    continue  # its draw and time left are on its own type
                 power_h = self._running[self._att_of[h]].power_w
                 gain = move_gain_j(att.power_w, power_h, speed_x, speed_h, left, left_h, ckpt)
-                if self.power.enabled:
-                    gain += self._servers_j(x, h, left + ckpt, left_h, speed_x, speed_h, now)
                 if gain > 0 and (best is None or gain > best[0]):
                     best = (gain, h, speed_x, speed_h)
             if best is not None:
@@ -220,39 +221,25 @@ class SharingDaemon(SimDaemon):
                 self._reserved.add(best[1])
                 self.moves += 1
                 self.executor.signal(att.handle, signal.SIGTERM)
-                return  # one move per waiting job: it fits now
+                return True  # one move per waiting job: it fits now
+        return False
 
-    def _servers_j(self, x, h, run_x, left_h, speed_x, speed_h, now: float) -> float:
-        """The idle energy a move of ``x`` next to ``h`` saves on servers right-sizing powers
-        off: ``x``'s server off sooner where ``x`` is the last to end there, less ``h``'s
-        kept on longer where the pair ends after all else there."""
-        ends = self._server_ends()
-        node_x, node_h = (self.alloc.node_of(("job", j)) for j in (x, h))
-        if node_x is None or node_h is None or node_x == node_h:
-            return 0.0
-        width = self._open[x]
-
-        def last_other(node) -> float:
-            return max((e for e, j in ends.get(node, ()) if j not in (x, h)), default=now)
-
-        draw_x, off_after_x = self.power.kept_on(node_x, width)
-        sooner_s = now + run_x - max(last_other(node_x), now) - off_after_x
-        draw_h, _ = self.power.kept_on(node_h, width)
-        held_s = pair_end_s(run_x, left_h, speed_x, speed_h)
-        longer_s = now + held_s - max(last_other(node_h), now + left_h)
-        return draw_x * max(0.0, sooner_s) - draw_h * max(0.0, longer_s)
-
-    def _server_ends(self) -> dict[str, list[tuple[float, int]]]:
-        """Each server's running jobs' expected ends (a job sharing a GPU: on its host's
-        server), once a pass."""
-        if self._ends_at != self.ticks:
-            self._ends_at, self._ends = self.ticks, {}
-            for att in self._running.values():
-                j = att.job.id
-                node = self.alloc.node_of(("job", self._held_by.get(j, j)))
-                if node is not None:
-                    self._ends.setdefault(node, []).append((att.end_s, j))
-        return self._ends
+    def _lets_start(self, head, key) -> bool:
+        """Whether the waiting job ``head`` could be placed with ``key``'s GPUs free (the
+        allocator's own answer: buddy blocks, nodes off, its GPU type)."""
+        alloc, probe = self.alloc, ("move probe",)
+        parts = alloc.allocation(key).parts
+        ClusterAllocator.free(alloc, key)  # not the sharing hook: nothing leaves
+        try:
+            got = alloc.allocate(probe, head.min_gpus or head.gpus, gpu_type=head.gpu_type)
+        except PlacementError:
+            got = None
+        finally:
+            if alloc.allocation(probe) is not None:
+                ClusterAllocator.free(alloc, probe)
+            for node, gpus in parts:
+                alloc.hold(key, node, gpus)
+        return got is not None
 
     def _host_for(self, job, width: int, cap: float, now: float) -> tuple | None:
         """The job running alone on ``width`` GPUs that ``job`` should join (and their
@@ -282,6 +269,8 @@ class SharingDaemon(SimDaemon):
             speed_i, speed_h = seen[pair]
             att = self._running[self._att_of[h]]
             power_h = att.power_w
+            if att.suspend_event is not None:
+                continue  # it stops at its piece's end
             if not worth_sharing(speed_i, speed_h, power_i, power_h, MIN_SPEED):
                 continue
             if deadline_i is not None and now + job.duration_s / speed_i > deadline_i:

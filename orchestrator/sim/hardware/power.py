@@ -272,16 +272,6 @@ class SimPower:
     def is_on(self, node: str) -> bool:
         return next(n.state == ON for n in self.nodes if n.name == node)
 
-    def kept_on(self, node: str, busy_gpus: int) -> tuple[float, float]:
-        """What keeping ``node`` on costs while only ``busy_gpus`` of its GPUs work: its
-        idle draw then (with PUE), and how long it stays on once idle (its
-        ``idle_off_after``); (0, inf) where right-sizing never powers it off."""
-        k = self._index[node]
-        n = self.nodes[k]
-        if n.off_after_s is None:
-            return 0.0, np.inf
-        return float(self._node_w[k]) * self.pue * (1 - busy_gpus / n.gpus), n.off_after_s
-
     # -- accounts -----------------------------------------------------------------------
     def _record(self, now: float, node_w: float) -> None:
         watts = node_w * self.pue
