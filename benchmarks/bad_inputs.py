@@ -711,6 +711,9 @@ def grid_cases() -> list[Case]:
 
 
 GRID_FILE = {"grid.csv": _csv(_hourly(["200", "100", "300"] * 40))}
+#: ``simulate`` of jobs.jsonl on grid.csv under fifo, printing JSON (the controls')
+SIMULATE_FIFO = ["simulate", "--json", "--policy", "fifo", "--jobs", "jobs.jsonl",
+                 "--grid", "csv:grid.csv"]  # fmt: skip
 
 
 def _sim(name: str, argv: list[str], files: dict) -> Case:
@@ -1059,16 +1062,7 @@ def controls() -> list[Case]:
         Case(
             c,
             "simulate",
-            [
-                "simulate",
-                "--json",
-                "--policy",
-                "fifo",
-                "--jobs",
-                "jobs.jsonl",
-                "--grid",
-                "csv:grid.csv",
-            ],
+            SIMULATE_FIFO,
             {"jobs.jsonl": '{"submit": 0, "duration": 3600}\n', **GRID_FILE},
             expect=0,
         ),
@@ -1092,16 +1086,7 @@ def controls() -> list[Case]:
 def issue24_controls() -> list[Case]:
     """Good uses of issue 24's options."""
     c = "controls"
-    sim = [
-        "simulate",
-        "--json",
-        "--policy",
-        "fifo",
-        "--jobs",
-        "jobs.jsonl",
-        "--grid",
-        "csv:grid.csv",
-    ]
+    sim = SIMULATE_FIFO
     jobs = {"jobs.jsonl": '{"submit": 0, "duration": 3600}\n', **GRID_FILE}
     typed = {"gridshift.toml": TYPED}
     right_sized = _toml(
