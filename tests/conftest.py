@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import forkrun
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # the timing-sensitive end-to-end tests: one xdist group, one worker (see the docstring)
@@ -52,15 +54,18 @@ class Cli:
     def run(
         self, *args: str, check: bool = True, timeout: float = 60, cwd=None, **kwargs
     ) -> subprocess.CompletedProcess:
-        proc = subprocess.run(
-            [sys.executable, "-m", "orchestrator", *args],
-            env=self.env,
-            cwd=cwd or self.home,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            **kwargs,
-        )
+        if forkrun.forkable(args, kwargs):  # the same, forked warm (tests/helpers/forkrun.py)
+            proc = forkrun.run(list(args), self.env, cwd or self.home, timeout)
+        else:
+            proc = subprocess.run(
+                [sys.executable, "-m", "orchestrator", *args],
+                env=self.env,
+                cwd=cwd or self.home,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                **kwargs,
+            )
         if check and proc.returncode != 0:
             raise AssertionError(
                 f"gridshift {' '.join(args)} exited {proc.returncode}:\n"

@@ -75,6 +75,7 @@ def test_clean_removes_finished_jobs_and_their_files_and_keeps_the_usage_ledger(
     show = cli.run("show", str(bad), check=False)
     assert show.returncode == 2 and show.stderr.count("\n") == 1
 
+    time.sleep(1.1)  # recent finished over 1 s ago (the commands above may take less)
     assert _clean(cli, "--older-than", "1s")["jobs"] == [recent]
     assert sorted(j["id"] for j in cli.json("ls", "--all")) == [ok, waiting]
     assert _rows(cli, "dependency", ok) == 1 and runs[ok].is_dir()

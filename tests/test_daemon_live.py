@@ -32,6 +32,7 @@ PY = sys.executable
 LOW, HIGH = 100.0, 500.0
 POWER_W = 200.0  # each fake GPU's draw, unless its limit is lower
 WINDOWS = ((4, 9), (12, 17))  # seconds after the trace's origin: low carbon
+HOLD_S = 20  # the trace a daemon starts on: its origin this far ahead (see _start_on_hold)
 
 
 def _intensity(t0: int):
@@ -80,6 +81,51 @@ def _ts(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
+def _wait_for(predicate, what: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _start_on_hold(cli, trace: Path, args: tuple[str, ...]):
+    """A daemon started on a trace whose windows lie HOLD_S s ahead (the queued jobs wait),
+    and, once it has made its first pass, the trace's real origin t0, 1 s from then: a
+    daemon's start-up (its imports) takes ~5 s on a loaded 2-core machine, which must not
+    eat into the first window. Only the future changes: it was high carbon until then."""
+    _write_trace(trace, int(time.time()) + HOLD_S)
+    daemon = cli.daemon(*args)
+    _wait_serving(cli, daemon)
+    t0 = int(time.time()) + 1
+    _write_trace(trace, t0)  # read again at the daemon's next refresh (1 s: the slot)
+    return daemon, t0
+
+
+def _wait_serving(cli, daemon) -> None:
+    """Until ``daemon`` has made its first pass (its health row; a generous deadline)."""
+
+    def serving() -> bool:
+        assert daemon.poll() is None, daemon.stderr.read()
+        try:
+            return cli.db_rows("SELECT pid FROM health") == [(daemon.pid,)]
+        except Exception:  # no database or table yet
+            return False
+
+    _wait_for(serving, "the daemon's first pass")
+
+
+def _second_piece_runs(cli, job_id: int) -> bool:
+    """Whether the job's second attempt (or a later one) runs now; fails once the job
+    ended without one running being seen (its pieces are seconds long, polled at 0.1 s)."""
+    try:
+        rows = cli.db_rows(f"SELECT state FROM attempt WHERE job_id = {job_id} ORDER BY id")
+    except Exception:  # SQLite busy a moment
+        return False
+    states = [state for (state,) in rows]
+    assert cli.job_state(job_id) != "completed", f"it ended unseen in a piece: {states}"
+    return len(states) >= 2 and states[-1] == "running"
+
+
 @pytest.mark.slow
 def test_the_daemon_waits_for_low_carbon_suspends_accounts_and_survives_sigkill(cli, tmp_path):
     cli.env.update(
@@ -92,27 +138,27 @@ def test_the_daemon_waits_for_low_carbon_suspends_accounts_and_survives_sigkill(
     )
     ck = tmp_path / "ck.json"
     waits = cli.submit(
-        "--within", "40s", "--duration", "3s", "--name", "waits", "--label", "exp",
+        "--within", "60s", "--duration", "3s", "--name", "waits", "--label", "exp",
         "--", PY, TOY, "--epochs", "3", "--checkpoint", str(tmp_path / "w.json"),
     )  # fmt: skip
     pauses = cli.submit(
-        "--within", "40s", "--duration", "6s", "--interruptible", "--name", "pauses",
-        "--", PY, TOY, "--epochs", "6", "--checkpoint", str(ck),
+        "--within", "60s", "--duration", "7s", "--interruptible", "--name", "pauses",
+        "--", PY, TOY, "--epochs", "7", "--checkpoint", str(ck),
     )  # fmt: skip
     made = cli.json("submit", "--cron", "*/4 * * * * *", "--window", "30s", "--duration",
                     "1s", "--", "sleep", "1")  # fmt: skip
     assert made["cron_id"] == 1 and made["next"]
-    t0 = int(time.time()) + 1  # the trace starts now: its first low window is 4 s ahead
     trace = tmp_path / "trace.csv"
-    _write_trace(trace, t0)
-    at = _intensity(t0)
     args = ("--grid", f"csv:{trace}", "--slot", "1s", "--interval", "0.2")
-    first = cli.daemon(*args)
+    first, t0 = _start_on_hold(cli, trace, args)
+    at = _intensity(t0)
 
-    # killed mid-run: once the waiting job runs, under its cap
     job = cli.wait_state(waits, {"running"}, timeout=30)
     assert at(time.time()) == LOW, "it started in the low-carbon window"
-    time.sleep(0.5)
+    # killed mid-run: once the interruptible job runs its second piece, under its cap. Not
+    # in the first window: its piece would run on unwatched while the new daemon starts
+    # (~5 s loaded), past the window's end, and finish there in one run
+    _wait_for(lambda: _second_piece_runs(cli, pauses), "the second piece")
     first.send_signal(signal.SIGKILL)
     first.wait()
     second = cli.daemon(*args)
@@ -150,6 +196,9 @@ def test_the_daemon_waits_for_low_carbon_suspends_accounts_and_survives_sigkill(
         for r in shown["runs"]:
             if not r["gpu_ids"]:
                 continue
+            if r["started_at"] is None:  # a launch the SIGKILL cut short: it never ran
+                assert r["state"] == "abandoned" and not r["carbon_g"], (job_id, r)
+                continue
             limit = 300.0 * r["cap"] if r["cap"] else 300.0
             watts = min(POWER_W, max(100.0, limit)) * len(r["gpu_ids"])
             a, b = _ts(r["started_at"]), _ts(r["finished_at"])
@@ -185,18 +234,15 @@ def test_suspend_by_stop_keeps_the_gpus_and_resumes_with_sigcont(cli, tmp_path):
     cli.env["GRIDSHIFT_FAKE_GPU_POWER_W"] = str(POWER_W)
     cli.env["GRIDSHIFT_DAEMON__CHECKPOINT_COST"] = "1s"  # SIGSTOP: no checkpoint at all
     job_id = cli.submit(
-        "--within", "30s", "--duration", "7s", "--interruptible",
+        "--within", "60s", "--duration", "7s", "--interruptible",
         "--", PY, TOY, "--epochs", "7", "--checkpoint", str(tmp_path / "ck.json"),
     )  # fmt: skip
-    t0 = int(time.time()) + 1
     trace = tmp_path / "trace.csv"
-    _write_trace(trace, t0)
-    at = _intensity(t0)
     port = free_port()
-    daemon = cli.daemon(
-        "--grid", f"csv:{trace}", "--slot", "1s", "--interval", "0.2", "--suspend", "stop",
-        "--metrics-port", str(port),
-    )  # fmt: skip
+    args = ("--grid", f"csv:{trace}", "--slot", "1s", "--interval", "0.2", "--suspend", "stop",
+            "--metrics-port", str(port))  # fmt: skip
+    daemon, t0 = _start_on_hold(cli, trace, args)
+    at = _intensity(t0)
     cli.wait_state(job_id, {"suspended"}, timeout=30)
     status = cli.json("status")
     assert status["daemon"] == "running" and status["mode"] == "plan"
