@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
@@ -209,6 +210,21 @@ def test_heavy_libraries_are_not_imported_by_the_cli():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_submit_and_show_without_a_daemon_load_no_numpy_nor_pandas(tmp_path):
+    """Issue 24's GPU types had brought numpy into ``submit`` (0.03 s of every one)."""
+    code = (
+        "import runpy, sys\n"
+        "try:\n    runpy.run_module('orchestrator', run_name='__main__')\n"
+        "except SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules), file=sys.stderr)"
+    )
+    env = {**os.environ, "GRIDSHIFT_HOME": str(tmp_path)}
+    for argv in (["submit", "--gpus", "1", "--", "true"], ["show", "1"]):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True,
+                              text=True, cwd=tmp_path, env=env)  # fmt: skip
+        assert proc.stderr.strip().splitlines()[-1] == "[]", (argv, proc.stderr)
 
 
 @pytest.mark.skipif(

@@ -20,8 +20,6 @@ from dataclasses import replace
 from functools import cache
 from pathlib import Path
 
-import numpy as np
-
 from orchestrator.planning.devices.typenames import type_of as type_of  # canonical names
 from orchestrator.planning.perfmodel import JobModel, PowerCurve, curve_for
 
@@ -86,6 +84,8 @@ def model_mix(n: int, seed: int) -> list[str]:
     (``"ResNet-50 (batch size 32)"``, ``"A3C"`` ...), as Gavel's own trace generator draws
     them: the model of each traced job that names none (Philly's)."""
     mix = _speeds()["mix"]
+    import numpy as np  # the simulator's only: submit and show do not load numpy
+
     rng = np.random.default_rng([seed, 24])
     return [mix[k] for k in rng.integers(0, len(mix), n)]
 
