@@ -87,6 +87,8 @@ class Mover:
         head = self.waiting()  # a move slows two jobs down to free a GPU: only for a job
         if head is None:  # waiting for one (the simulator's rule, sim.hardware.colocation)
             return None
+        if self._in_flight():  # the GPU it frees is not free yet: the head waits for it
+            return None
         move = self.pick(now_s, head)
         if move is None:
             return None
@@ -166,6 +168,19 @@ class Mover:
             return False
         ran_s = now_s - att.started_at.timestamp()
         return ran_s >= 2 * self._checkpoint_s(job) + self.after_s
+
+    def _in_flight(self) -> bool:
+        """Whether a moved job still holds the GPU it left, or any running job was told to
+        checkpoint (the deadline guard waits for those too): the waiting job may get its
+        GPU then, and one move more would slow two jobs down for nothing."""
+        left = [b.attempt for b in self.sharing.booked.values()]
+        with self.sharing.db.read() as session:
+            row = session.exec(
+                select(Attempt.id)
+                .where(col(Attempt.state).in_(values(HOLDING)))
+                .where(col(Attempt.suspend_sent_at).is_not(None) | col(Attempt.id).in_(left))
+            ).first()
+        return row is not None
 
     def _checkpoint_s(self, job: Job) -> float:
         return self.checkpoint_s if job.checkpoint_s is None else job.checkpoint_s

@@ -1,0 +1,107 @@
+"""Co-location moves (``daemon.energy.moves``) on a real store: what a move waits for, the
+work left it counts, the hosts it never picks, the room it frees, and the daemon around it
+(each found by a review, each beside the case that does move)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.daemon.energy.moves import Mover
+from orchestrator.daemon.energy.sharing import Sharing
+from orchestrator.planning.policies.base import QueuedJob
+from orchestrator.queue import attempts
+from orchestrator.queue.attempts import AttemptState
+from orchestrator.queue.models import Attempt, Job
+
+NOW = datetime(2026, 11, 24, 12, tzinfo=UTC)
+HEAD = QueuedJob(id=99, gpus=1, submitted_s=0.0)  # the job waiting for a GPU
+
+
+def _node(name="box", gpus=2, executor="local"):
+    config = SimpleNamespace(share="time-slice", share_users="same")
+    return SimpleNamespace(name=name, executor=executor, config=config, gpu_count=gpus,
+                           model_of=lambda g: "Tesla V100-SXM2")  # fmt: skip
+
+
+@pytest.fixture
+def db(request, db_backend, tmp_path):
+    from orchestrator.queue.db import Database
+    from tests.conftest import new_db_url
+
+    database = Database(new_db_url(request, db_backend, tmp_path / "moves.db"))
+    database.ensure_schema()
+    return database
+
+
+def _run(db, node, gpus, ran_s=3600.0, job=None, att=None, earlier_s=()):
+    """A running job (``earlier_s``: its earlier attempts' run times); its attempt's id."""
+    fields = {"name": "LM", "state": "running", "user": "u", "uid": 1000, "command": ["x"],
+              "workdir": "/", "gpus_min": len(gpus), "gpus_max": len(gpus),
+              "duration_s": 7200.0, "interruptible": True, "share": True,
+              "submitted_at": NOW - timedelta(days=1)} | (job or {})  # fmt: skip
+    with db.write() as session:
+        row = Job(**fields)
+        session.add(row)
+        session.flush()
+        for n, ran in enumerate(earlier_s, start=1):
+            t0 = NOW - timedelta(hours=10 - n)
+            a = attempts.begin(session, at=t0, job_id=row.id, number=n, node=node,
+                               gpu_ids=gpus, run_dir="")  # fmt: skip
+            a.started_at, a.finished_at = t0, t0 + timedelta(seconds=ran)
+            a.state = AttemptState.REQUEUED.value
+            session.add(a)
+        started = NOW - timedelta(seconds=ran_s)
+        a = attempts.begin(session, at=started, job_id=row.id, number=len(earlier_s) + 1,
+                           node=node, gpu_ids=gpus, run_dir="", **(att or {}))  # fmt: skip
+        attempts.move(session, a, AttemptState.RUNNING, at=started, started_at=started)
+        return a.id
+
+
+def _stamp(db, att_id, **fields):
+    with db.write() as session:
+        row = session.get(Attempt, att_id)
+        for name, value in fields.items():
+            setattr(row, name, value)
+        session.add(row)
+
+
+def _mover(db, nodes, told=None, head=HEAD, stamp=True):
+    def checkpoint(att, now):
+        if told is not None:
+            told.append(att.job_id)
+        if stamp:  # as the suspender stamps it
+            _stamp(db, att.id, suspend_sent_at=now)
+        return True
+
+    mover = Mover(Sharing(db, nodes=nodes), checkpoint, 300.0, 600.0)
+    mover.waiting = lambda: head
+    return mover
+
+
+@pytest.mark.parametrize("stamped", [True, False])
+def test_one_waiting_job_gets_one_move_while_the_checkpoint_is_under_way(db, stamped):
+    """Its GPU counts as taken until the moved job exits: the head stays blocked, and
+    the next passes must not move others for it (stamped or not: the booking holds)."""
+    nodes = [_node(n) for n in "abcd"]
+    for n in "abcd":
+        _run(db, n, [0])
+        _run(db, n, [1])
+    told = []
+    mover = _mover(db, nodes, told, stamp=stamped)
+    for i in range(4):
+        mover.step(NOW.timestamp() + i)
+    assert len(told) == 1, f"one waiting job, several SIGTERMs: {told}"
+
+
+def test_no_move_while_any_job_checkpoints_for_the_guard(db):
+    nodes = [_node("a"), _node("b")]
+    _run(db, "a", [0])
+    _run(db, "a", [1])
+    other = _run(db, "b", [0], job={"interruptible": False})
+    _stamp(db, other, suspend_sent_at=NOW)  # the guard told it to checkpoint
+    assert _mover(db, nodes).step(NOW.timestamp()) is None
+    _stamp(db, other, suspend_sent_at=None)
+    assert _mover(db, nodes).step(NOW.timestamp()) is not None
