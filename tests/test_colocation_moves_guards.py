@@ -51,7 +51,7 @@ def _run(db, node, gpus, ran_s=3600.0, job=None, att=None, earlier_s=()):
             a = attempts.begin(session, at=t0, job_id=row.id, number=n, node=node,
                                gpu_ids=gpus, run_dir="")  # fmt: skip
             a.started_at, a.finished_at = t0, t0 + timedelta(seconds=ran)
-            a.state = AttemptState.REQUEUED.value
+            a.state = AttemptState.EXITED.value
             session.add(a)
         started = NOW - timedelta(seconds=ran_s)
         a = attempts.begin(session, at=started, job_id=row.id, number=len(earlier_s) + 1,
@@ -105,3 +105,22 @@ def test_no_move_while_any_job_checkpoints_for_the_guard(db):
     assert _mover(db, nodes).step(NOW.timestamp()) is None
     _stamp(db, other, suspend_sent_at=None)
     assert _mover(db, nodes).step(NOW.timestamp()) is not None
+
+
+def test_its_work_left_counts_its_earlier_attempts(db):
+    """Two pieces of 45 min, then 25 min of this one: 5 min of its 2 h left, not 95 min
+    (a move then costs more than it saves); the host's earlier attempts count too."""
+    nodes = [_node()]
+    _run(db, "box", [0], ran_s=1500.0, earlier_s=(2700.0, 2700.0))
+    _run(db, "box", [1], ran_s=1800.0, job={"interruptible": False})
+    assert _mover(db, nodes).step(NOW.timestamp()) is None
+
+
+def test_the_hosts_earlier_attempts_count_toward_its_deadline(db):
+    """The host: 2 h of work, 50 min in an earlier attempt and 30 min in this one: 40 min
+    left alone, 60 paired, within its deadline in 65 min (not 90 min paired)."""
+    _run(db, "box", [0])
+    deadline = {"interruptible": False, "deadline": NOW + timedelta(minutes=65)}
+    _run(db, "box", [1], ran_s=1800.0, job=deadline, earlier_s=(3000.0,))
+    move = _mover(db, [_node()]).step(NOW.timestamp())
+    assert move is not None and (move.job.id, move.host.id) == (1, 2)

@@ -159,6 +159,9 @@ def _mover(rows, nodes=None, down=(), checkpoint_s=300.0):
         def _alone(self, nodes):  # the store's query: running alone on sharing nodes
             return [(att, job) for att, job in rows if att.node in nodes]
 
+        def earlier_s(self, atts):  # each its first attempt
+            return {}
+
     class Bare(Mover):
         def _free(self, nodes):
             return {n: 0 for n in nodes}
@@ -242,6 +245,9 @@ def test_a_booked_gpu_is_kept_for_the_moved_job():
     class Stub(Sharing):
         def _alone(self, nodes):
             return [(host_att, host)]
+
+        def earlier_s(self, atts):
+            return {}
 
     sharing = Stub(db=None, nodes=[_node()])
     sharing.booked[1] = Booking("box", 1, host_att.id, 2, 11)

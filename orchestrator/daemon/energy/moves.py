@@ -131,9 +131,10 @@ class Mover:
             and (head is None or _frees_room(head, nodes[att.node], att, free))
         ]  # fmt: skip
         movers.sort(key=lambda r: (-free.get(r[0].node, 0), r[0].id))
+        before = self.sharing.earlier_s([att for att, _ in alone]) if movers else {}
         for att, job in movers:
             ckpt = self._checkpoint_s(job)
-            left = _work_left(job, att, now_s)
+            left = _work_left(job, att, now_s, before.get(att.id, 0.0))
             if left is None:
                 continue
             power = _draw_w(nodes[att.node], att)
@@ -145,10 +146,12 @@ class Mover:
                     continue
                 if type_of(node.model_of(host_att.gpu_ids)) != mine_type:
                     continue  # its draw and time left are on its own GPU type
-                mine = _left_s(job, att, now_s)  # its deadline: as the pairing check reads it
+                # its deadline: as the pairing check reads it
+                mine = _left_s(job, att, now_s, before_s=before.get(att.id, 0.0))
+                host_before = before.get(host_att.id, 0.0)
                 speeds = self.sharing.joins(job, mine + ckpt, host_att, host, node, now_s,
-                                            down, taken)  # fmt: skip
-                left_host = _work_left(host, host_att, now_s)
+                                            down, taken, host_before)  # fmt: skip
+                left_host = _work_left(host, host_att, now_s, host_before)
                 if speeds is None or left_host is None:
                     continue
                 power_host = _draw_w(node, host_att)
@@ -227,10 +230,12 @@ def _frees_room(head, node, att: Attempt, free: dict[str, int]) -> bool:
     return typed and room >= (getattr(head, "min_gpus", None) or head.gpus)
 
 
-def _work_left(job: Job, att: Attempt, now_s: float) -> float | None:
-    """Work left for the gain: the pairing check's estimate, never more than the time it
-    ran leaves (its own reports cannot make a move look better)."""
-    told, timed = _left_s(job, att, now_s), _left_s(job, att, now_s, reports=False)
+def _work_left(job: Job, att: Attempt, now_s: float, before_s: float = 0.0) -> float | None:
+    """Work left for the gain: the pairing check's estimate, never more than the time its
+    attempts ran leaves (``before_s``: its earlier ones'; its own reports cannot make a
+    move look better)."""
+    told = _left_s(job, att, now_s, before_s=before_s)
+    timed = _left_s(job, att, now_s, reports=False, before_s=before_s)
     return None if told is None or timed is None else min(told, timed)
 
 
