@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.daemon.energy.moves import Mover
-from orchestrator.daemon.energy.sharing import Sharing
+from orchestrator.daemon.energy.sharing import Booking, Sharing
 from orchestrator.planning.policies.base import QueuedJob
 from orchestrator.queue import attempts
 from orchestrator.queue.attempts import AttemptState
@@ -124,3 +124,28 @@ def test_the_hosts_earlier_attempts_count_toward_its_deadline(db):
     _run(db, "box", [1], ran_s=1800.0, job=deadline, earlier_s=(3000.0,))
     move = _mover(db, [_node()]).step(NOW.timestamp())
     assert move is not None and (move.job.id, move.host.id) == (1, 2)
+
+
+@pytest.mark.parametrize(
+    "leaving",
+    [
+        {"job": {"cancel_requested_at": NOW}},
+        {"att": {"term_sent_at": NOW}},
+        {"att": {"planned_until": NOW + timedelta(seconds=60)}},
+    ],
+    ids=["cancelled", "sigterm", "piece"],
+)
+def test_a_host_about_to_leave_is_no_host(db, leaving):
+    """Neither for a move, nor for the booked restart, nor for a newcomer."""
+    nodes = [_node()]
+    _run(db, "box", [0])
+    host = {"job": {"interruptible": False}, "att": {}}
+    for key, fields in leaving.items():
+        host[key] = host[key] | fields
+    host_att = _run(db, "box", [1], **host)
+    mover = _mover(db, nodes)
+    assert mover.step(NOW.timestamp()) is None
+    sharing = mover.sharing
+    assert [job.id for _, job in sharing._alone({"box": nodes[0]})] == [1]
+    sharing.booked[1] = Booking("box", 1, host_att, 2, 1)  # booked before it began to leave
+    assert sharing.place(SimpleNamespace(id=1, attempts=1), 1, NOW.timestamp()) is None

@@ -122,7 +122,7 @@ class Sharing:
             return None
         taken = {(node, gpu) for node, gpu, _ in self.claimed.values()} | self.booked_gpus()
         best, alone = None, self._alone(sharing)
-        before = self.earlier_s([att for att, _ in alone])
+        before = self.earlier_s([a for a, host in alone if host.deadline is not None])
         for att, host in alone:
             node = sharing.get(att.node)
             if node is None:
@@ -214,7 +214,8 @@ class Sharing:
 
     def _alone(self, nodes: dict) -> list[tuple[Attempt, Job]]:
         """Running one-GPU attempts of ``--share`` jobs, alone on their GPU, on ``nodes``
-        (not one told to checkpoint or killed: it is leaving its GPU)."""
+        (not one leaving its GPU: told to checkpoint, stop or cancel, killed, or running a
+        planned piece, which stops at its end)."""
         with self.db.read() as session:
             rows = session.exec(
                 select(Attempt, Job)
@@ -230,6 +231,8 @@ class Sharing:
             for att, job in rows
             if att.state in _RUNNING and job.share and not att.parts
             and att.suspend_sent_at is None and att.kill_sent_at is None
+            and att.term_sent_at is None and att.planned_until is None
+            and job.cancel_requested_at is None
             and len(att.gpu_ids or ()) == 1 and count[(att.node, att.gpu_ids[0])] == 1
         ]  # fmt: skip
 
