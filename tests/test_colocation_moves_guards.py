@@ -149,3 +149,25 @@ def test_a_host_about_to_leave_is_no_host(db, leaving):
     assert [job.id for _, job in sharing._alone({"box": nodes[0]})] == [1]
     sharing.booked[1] = Booking("box", 1, host_att, 2, 1)  # booked before it began to leave
     assert sharing.place(SimpleNamespace(id=1, attempts=1), 1, NOW.timestamp()) is None
+
+
+def test_the_room_a_move_frees_is_the_allocators_answer(db):
+    """y's GPU 0 is a part of a job across servers (its attempt is on x): the count of
+    y's attempts says a move from y leaves 2 GPUs free there; the allocator says 1."""
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    nodes = [_node(n, executor="ssh") for n in "xyz"]
+    alloc = ClusterAllocator(ClusterTopology(tuple(NodeTopology.plain(n, 2) for n in "xyz")))
+    alloc.hold(("attempt", 99), "x", [0, 1])
+    alloc.hold(("attempt", 99), "y", [0])
+    for node, gpu in (("y", 1), ("z", 0), ("z", 1)):
+        alloc.hold(("attempt", _run(db, node, [gpu])), node, [gpu])
+    before = {key: alloc.allocation(key) for key in alloc.allocations()}
+    two = QueuedJob(id=98, gpus=2, submitted_s=0.0)
+    mover = _mover(db, nodes, head=two)
+    mover.alloc = lambda: alloc
+    assert mover.step(NOW.timestamp()) is None, "it would free no room for the 2-GPU job"
+    assert {key: alloc.allocation(key) for key in alloc.allocations()} == before, "undone"
+    mover.waiting = lambda: HEAD  # one GPU: any move frees one
+    assert mover.step(NOW.timestamp()) is not None

@@ -50,6 +50,8 @@ from orchestrator.planning.perfmodel import curve_for
 from orchestrator.queue.attempts import HOLDING, values
 from orchestrator.queue.models import Attempt, Job
 from orchestrator.queue.states import JobState
+from placement.cluster import ClusterAllocator
+from placement.errors import PlacementError
 
 log = logging.getLogger(__name__)
 MOVE_AFTER_S = 600.0  # ``daemon.move_after``'s default
@@ -78,6 +80,7 @@ class Mover:
     after_s: float = MOVE_AFTER_S
     down: Callable[[], Collection[str]] = frozenset  # the servers that do not answer
     waiting: Callable[[], object] = lambda: None  # the job due that found no GPUs, if any
+    alloc: Callable[[], object] = lambda: None  # the pass's allocator (SqlQueue.alloc)
     moves: int = 0
 
     def step(self, now_s: float) -> Move | None:
@@ -128,7 +131,7 @@ class Mover:
         movers = [
             (att, job) for att, job in alone
             if self._may_move(att, job, now_s, down) and att.id not in hosts_booked
-            and (head is None or _frees_room(head, nodes[att.node], att, free))
+            and (head is None or self._lets_start(head, nodes[att.node], att, free))
         ]  # fmt: skip
         movers.sort(key=lambda r: (-free.get(r[0].node, 0), r[0].id))
         before = self.sharing.earlier_s([att for att, _ in alone]) if movers else {}
@@ -171,6 +174,30 @@ class Mover:
             return False
         ran_s = now_s - att.started_at.timestamp()
         return ran_s >= 2 * self._checkpoint_s(job) + self.after_s
+
+    def _lets_start(self, head, node, att: Attempt, free: dict[str, int]) -> bool:
+        """Whether the waiting job ``head`` could be placed with ``att``'s GPUs free: the
+        pass's allocator's own answer (buddy blocks, a job across servers' parts, GPUs held
+        back, servers down, its GPU type), as the simulator asks it; without one (outside
+        a pass), by counting the node's free GPUs."""
+        alloc = self.alloc()
+        if alloc is None:
+            return _frees_room(head, node, att, free)
+        key, probe = ("attempt", att.id), ("move probe",)
+        held = alloc.allocation(key)
+        if held is None:  # its GPU is another's too: leaving frees nothing
+            return False
+        ClusterAllocator.free(alloc, key)
+        try:
+            got = alloc.allocate(probe, head.min_gpus or head.gpus, gpu_type=head.gpu_type)
+        except PlacementError:
+            got = None
+        finally:
+            if alloc.allocation(probe) is not None:
+                ClusterAllocator.free(alloc, probe)
+            for name, gpus in held.parts:
+                alloc.hold(key, name, gpus)
+        return got is not None
 
     def _in_flight(self) -> bool:
         """Whether a moved job still holds the GPU it left, or any running job was told to
