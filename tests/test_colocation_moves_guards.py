@@ -171,3 +171,23 @@ def test_the_room_a_move_frees_is_the_allocators_answer(db):
     assert {key: alloc.allocation(key) for key in alloc.allocations()} == before, "undone"
     mover.waiting = lambda: HEAD  # one GPU: any move frees one
     assert mover.step(NOW.timestamp()) is not None
+
+
+def test_a_failing_move_step_is_logged_once_and_the_pass_goes_on(db, caplog):
+    nodes = [_node()]
+    _run(db, "box", [0])
+    _run(db, "box", [1])
+
+    def broken(att, now):
+        raise RuntimeError("the store went away")
+
+    mover = _mover(db, nodes)
+    mover.checkpoint = broken
+    with caplog.at_level("ERROR", logger="orchestrator.daemon.energy.moves"):
+        assert mover.step(NOW.timestamp()) is None
+        assert mover.step(NOW.timestamp() + 1) is None
+    said = [r for r in caplog.records if "the store went away" in r.getMessage()]
+    assert len(said) == 1, "logged once"
+    assert not mover.sharing.booked and not mover.sharing.notes, "nothing left booked"
+    mover.checkpoint = lambda att, now: True
+    assert mover.step(NOW.timestamp() + 2) is not None

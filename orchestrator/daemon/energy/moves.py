@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 from sqlmodel import col, func, select
 
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
+from orchestrator.errors import GridshiftError
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import move_gain_j
 from orchestrator.planning.perfmodel import curve_for
@@ -82,9 +83,25 @@ class Mover:
     waiting: Callable[[], object] = lambda: None  # the job due that found no GPUs, if any
     alloc: Callable[[], object] = lambda: None  # the pass's allocator (SqlQueue.alloc)
     moves: int = 0
+    _said: str | None = None  # the last failure logged (once per reason)
 
     def step(self, now_s: float) -> Move | None:
-        """Move at most one job (SIGTERM, booked next to its host); the move, or None."""
+        """Move at most one job (SIGTERM, booked next to its host); the move, or None. A
+        failure (a bug, the store away) is logged once per reason and the pass goes on
+        with its other steps, as the energy levers' do: the jobs come first."""
+        try:
+            move = self._step(now_s)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            if why != self._said:
+                log.error("co-location moves: %s (no move this pass; the daemon goes on)", why,
+                          exc_info=not isinstance(exc, GridshiftError))  # fmt: skip
+                self._said = why
+            return None
+        self._said = None
+        return move
+
+    def _step(self, now_s: float) -> Move | None:
         sharing = self.sharing
         self._forget()
         head = self.waiting()  # a move slows two jobs down to free a GPU: only for a job
@@ -100,9 +117,14 @@ class Mover:
         note = f"moved to share GPU {gpu} on {move.host_att.node} with job {move.host.id}"
         booking = Booking(move.host_att.node, gpu, move.host_att.id, move.host.id, move.att.id)
         sharing.booked[move.job.id], sharing.notes[move.job.id] = booking, note
-        if not self.checkpoint(move.att, now):  # not delivered: a later pass may try again
-            sharing.booked.pop(move.job.id)
-            sharing.notes.pop(move.job.id)
+        sent = False
+        try:
+            sent = self.checkpoint(move.att, now)
+        finally:
+            if not sent:  # not delivered (or it raised): a later pass may try again
+                sharing.booked.pop(move.job.id)
+                sharing.notes.pop(move.job.id)
+        if not sent:
             return None
         with sharing.db.write() as session:
             row = session.get(Job, move.job.id)
