@@ -191,3 +191,17 @@ def test_a_failing_move_step_is_logged_once_and_the_pass_goes_on(db, caplog):
     assert not mover.sharing.booked and not mover.sharing.notes, "nothing left booked"
     mover.checkpoint = lambda att, now: True
     assert mover.step(NOW.timestamp() + 2) is not None
+
+
+def test_a_job_that_ignores_its_sigterm_is_killed_on_any_daemon():
+    """No planner, no sharing node: a backfilled --interruptible job past its promise got
+    SIGTERM to checkpoint (``Suspender.overran``); its SIGKILL after the grace is
+    ``suspend_due``'s, which every daemon's pass runs."""
+    from orchestrator.daemon.sqlqueue import SqlQueue
+
+    calls = []
+    queue = SqlQueue.__new__(SqlQueue)
+    queue.planner, queue.dispatcher = None, SimpleNamespace(sharing=None)
+    queue.suspender = SimpleNamespace(suspend_due=calls.append)
+    queue.suspend_due(NOW.timestamp())
+    assert calls == [NOW]
