@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
+from sqlmodel import select
 
 from orchestrator.daemon.energy.moves import Mover
 from orchestrator.daemon.energy.sharing import Booking, Sharing
@@ -205,3 +206,26 @@ def test_a_job_that_ignores_its_sigterm_is_killed_on_any_daemon():
     queue.suspender = SimpleNamespace(suspend_due=calls.append)
     queue.suspend_due(NOW.timestamp())
     assert calls == [NOW]
+
+
+def test_a_moved_jobs_grace_is_its_checkpoints_cost_and_its_history_says_so(db):
+    from orchestrator.daemon.guard import Suspender
+    from orchestrator.queue.models import Event
+
+    handle = {"attempt_id": 1, "run_dir": "", "data": {}}
+    _run(db, "box", [0], job={"checkpoint_s": 600.0}, att={"handle": handle})  # 10 min
+    _run(db, "box", [1], job={"interruptible": False})
+    executor = SimpleNamespace(signal=lambda handle, sig: sent.append(sig) or True)
+    sent = []
+    suspender = Suspender(db, executor, grace_s=30.0)
+    mover = _mover(db, [_node()])
+    mover.checkpoint, mover.grace, mover.grace_s = suspender.checkpoint, suspender.grant, 30.0
+    move = mover.step(NOW.timestamp())
+    assert move is not None and len(sent) == 1  # its SIGTERM
+    with db.read() as session:
+        events = session.exec(select(Event).where(Event.job_id == move.job.id)).all()
+    assert any((e.reason or "").startswith("moved to share GPU 1") for e in events)
+    suspender.suspend_due(NOW + timedelta(minutes=5))  # past the lab's 30 s: not yet
+    assert len(sent) == 1, "killed while it checkpoints"
+    suspender.suspend_due(NOW + timedelta(minutes=11))  # 10 min + 30 s later
+    assert len(sent) == 2

@@ -49,13 +49,14 @@ from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import move_gain_j
 from orchestrator.planning.perfmodel import curve_for
 from orchestrator.queue.attempts import HOLDING, values
-from orchestrator.queue.models import Attempt, Job
+from orchestrator.queue.models import Attempt, Event, Job
 from orchestrator.queue.states import JobState
 from placement.cluster import ClusterAllocator
 from placement.errors import PlacementError
 
 log = logging.getLogger(__name__)
 MOVE_AFTER_S = 600.0  # ``daemon.move_after``'s default
+MOVE_GRACE_CAP_S = 1800.0  # a moved job's grace to checkpoint: its cost, at most this
 _WAITING = (JobState.RUNNING.value, JobState.SUSPENDED.value, JobState.QUEUED.value,
             JobState.PLANNED.value)  # fmt: skip
 
@@ -82,6 +83,9 @@ class Mover:
     down: Callable[[], Collection[str]] = frozenset  # the servers that do not answer
     waiting: Callable[[], object] = lambda: None  # the job due that found no GPUs, if any
     alloc: Callable[[], object] = lambda: None  # the pass's allocator (SqlQueue.alloc)
+    # a moved job's grace before SIGKILL, by attempt (``Suspender.grant``), and the lab's
+    grace: Callable[[int, float], None] = lambda attempt_id, seconds: None
+    grace_s: float = 0.0  # ``cancel_grace_s``
     moves: int = 0
     _said: str | None = None  # the last failure logged (once per reason)
 
@@ -118,7 +122,9 @@ class Mover:
         booking = Booking(move.host_att.node, gpu, move.host_att.id, move.host.id, move.att.id)
         sharing.booked[move.job.id], sharing.notes[move.job.id] = booking, note
         sent = False
-        try:
+        try:  # its grace: at least its checkpoint's cost (capped), the lab's if longer
+            ckpt = self._checkpoint_s(move.job)
+            self.grace(move.att.id, min(ckpt + self.grace_s, MOVE_GRACE_CAP_S))
             sent = self.checkpoint(move.att, now)
         finally:
             if not sent:  # not delivered (or it raised): a later pass may try again
@@ -126,10 +132,12 @@ class Mover:
                 sharing.notes.pop(move.job.id)
         if not sent:
             return None
-        with sharing.db.write() as session:
+        with sharing.db.write() as session:  # in its history: said even if it then fails
             row = session.get(Job, move.job.id)
             row.reason = f"{note}: SIGTERM to checkpoint"
             session.add(row)
+            session.add(Event(job_id=row.id, at=now, from_state=row.state, to_state=row.state,
+                              reason=row.reason, actor="daemon"))  # fmt: skip
         log.info("job %s: %s (predicted to save %.1f kJ net of twice its checkpoint's cost); "
                  "SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3)  # fmt: skip
         self.moves += 1
