@@ -4,13 +4,18 @@ predicted to save more than twice what the checkpoint costs (``interference.move
 the simulator's rule, ``sim.hardware.colocation``).
 
 After each pass's launches that left a job due waiting for GPUs (a move slows two jobs
-down to free one: with nobody waiting, no move), at most one job moves. A job may move when
+down to free one: with nobody waiting, no move), at most one job moves, and none while an
+earlier move's job still holds the GPU it left or any running job is told to checkpoint
+(the waiting job may get that GPU: one waiting job, one move). A failure of the step is
+logged once and the pass goes on. A job may move when
 
 - it asked to share (``--share``), may be suspended (``--interruptible``), has a
   ``--duration`` (its work left is the daemon's estimate) and runs alone on one GPU of a
   node whose ``share`` policy shares (never a Slurm node), whose server answers;
 - it is not running a planned piece (it stops at its end anyway), nor told to checkpoint,
   stop or cancel, nor booked as another moved job's host;
+- the GPU it frees lets the waiting job start: the pass's allocator's answer with its
+  GPUs freed (buddy blocks, a job across servers' parts, GPUs held back, the GPU type);
 - it has run at least twice its checkpoint cost plus ``daemon.move_after`` (10 min) since
   it started: a job never moves twice in quick succession, nor before its SIGTERM handler
   is up;
@@ -22,16 +27,19 @@ down to free one: with nobody waiting, no move), at most one job moves. A job ma
 
 The gain is ``move_gain_j`` with each job's draw alone by its GPU type's power curve at its
 cap, the model's predicted speeds (never what a job reports of its own), each one's work
-left by the estimate the pairing's deadline check uses (``sharing._left_s``), here the
-smaller of the one by its progress reports and the one by the time it ran (a job's reports
+left by the estimate the pairing's deadline check uses (``sharing._left_s``: its
+``--duration`` less the time all its attempts ran), here the smaller of the one by its
+progress reports and the one by the time it ran (a job's reports
 are its own: they never make a move look better than its ``--duration`` does), and the
 job's checkpoint cost (``--checkpoint-cost``, else ``daemon.checkpoint_cost``). The best
 positive gain moves, emptiest servers first (a server a move empties may be powered off):
-the job gets SIGTERM through the suspend path the deadline guard uses (its grace, then
-SIGKILL; requeued with its progress once it exits 0, the move named as the reason), and
+the job gets SIGTERM through the suspend path the deadline guard uses (SIGKILL after its
+checkpoint's cost plus ``cancel_grace_s``, at most ``MOVE_GRACE_CAP_S``; requeued with
+its progress once it exits 0, the move named as the reason), and
 ``Sharing.booked`` keeps its host's GPU for it: it restarts at once (``pinned``) next to
-that job, unless the host has ended, has a partner or does not answer by then (it restarts
-as any job). Bookings are in memory: after a daemon restart a moved job restarts as any.
+that job, unless the host has ended, has a partner, is leaving or does not answer by then
+(it restarts as any job). The move is a job event: its history keeps it. Bookings and
+graces are in memory: after a daemon restart a moved job restarts as any.
 """
 
 from __future__ import annotations
