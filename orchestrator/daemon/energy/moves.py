@@ -56,7 +56,7 @@ from orchestrator.errors import GridshiftError
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import move_gain_j
 from orchestrator.planning.perfmodel import curve_for
-from orchestrator.queue.attempts import HOLDING, values
+from orchestrator.queue.attempts import HOLDING, AttemptState, values
 from orchestrator.queue.models import Attempt, Event, Job
 from orchestrator.queue.states import JobState
 from placement.cluster import ClusterAllocator
@@ -243,10 +243,14 @@ class Mover:
         GPU then, and one move more would slow two jobs down for nothing."""
         left = [b.attempt for b in self.sharing.booked.values()]
         with self.sharing.db.read() as session:
+            checkpointing = (Attempt.state == AttemptState.RUNNING.value) & col(
+                Attempt.suspend_sent_at
+            ).is_not(None)  # as the guard reads it (``Running.checkpointing``)
             row = session.exec(
-                select(Attempt.id)
-                .where(col(Attempt.state).in_(values(HOLDING)))
-                .where(col(Attempt.suspend_sent_at).is_not(None) | col(Attempt.id).in_(left))
+                select(Attempt.id).where(
+                    checkpointing
+                    | (col(Attempt.id).in_(left) & col(Attempt.state).in_(values(HOLDING)))
+                )
             ).first()
         return row is not None
 
