@@ -135,7 +135,7 @@ def _placement(policy: str, host_uid: int = 1000, users: str = "same"):
     node = SimpleNamespace(name="box", executor="local", config=config,
                            model_of=lambda gpus: "Tesla V100-SXM2")  # fmt: skip
     host = SimpleNamespace(name=SECOND, uid=host_uid, share=True, deadline=None, duration_s=None)
-    att = SimpleNamespace(node="box", gpu_ids=[0], started_at=None, cap=None)
+    att = SimpleNamespace(id=1, node="box", gpu_ids=[0], started_at=None, cap=None)
 
     class Stub(Sharing):
         def _alone(self, nodes):

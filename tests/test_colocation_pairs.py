@@ -42,12 +42,15 @@ def _stub(**att_fields):
     node = SimpleNamespace(name="box", executor="local", config=SimpleNamespace(share="time-slice"),
                            model_of=lambda gpus: "Tesla V100-SXM2")  # fmt: skip
     host = SimpleNamespace(name=SECOND, uid=1000, share=True, deadline=None, duration_s=None)
-    att = SimpleNamespace(**({"node": "box", "gpu_ids": [0], "started_at": None, "cap": None}
-                             | att_fields))  # fmt: skip
+    att = SimpleNamespace(**({"id": 1, "node": "box", "gpu_ids": [0], "started_at": None,
+                              "cap": None} | att_fields))  # fmt: skip
 
     class Stub(Sharing):
         def _alone(self, nodes):
             return [(att, host)]
+
+        def earlier_s(self, atts):  # the host's first attempt
+            return {}
 
     return Stub(db=None, nodes=[node])
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -48,6 +48,13 @@ class Suspender:
     executor: Executor
     grace_s: float  # SIGKILL a job that ignored its SIGTERM this long
     mode: str = "signal"  # signal (SIGTERM, requeue) | stop (SIGSTOP/SIGCONT)
+    # longer graces, by attempt (a co-location move's: its checkpoint's cost; in memory)
+    graces: dict[int, float] = field(default_factory=dict)
+
+    def grant(self, attempt_id: int, seconds: float) -> None:
+        """The attempt's next SIGTERM to checkpoint is killed only ``seconds`` after it
+        (never less than ``grace_s``)."""
+        self.graces[attempt_id] = seconds
 
     def suspend_due(self, now: datetime) -> int:
         """Suspend running jobs whose planned piece has ended; SIGKILL those that ignored
@@ -64,10 +71,12 @@ class Suspender:
                     | col(Attempt.suspend_sent_at).is_not(None)
                 )
             ).all()
+        self.graces = {i: s for i, s in self.graces.items() if i in {a.id for a in rows}}
         count = 0
         for att in rows:
             if att.suspend_sent_at is not None:
-                if att.kill_sent_at is None and now - att.suspend_sent_at >= grace:
+                mine = max(grace, timedelta(seconds=self.graces.get(att.id, 0.0)))
+                if att.kill_sent_at is None and now - att.suspend_sent_at >= mine:
                     self._send(att, signal.SIGKILL, "kill_sent_at", now)
                 continue
             if att.planned_until > now:

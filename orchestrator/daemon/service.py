@@ -159,6 +159,9 @@ class Daemon:
                 cfg.seconds("move_after"),
                 self.executor.unreachable_nodes,
                 waiting=self._a_job_waits,
+                alloc=lambda: self.queue.alloc,  # after the launches: this pass's reading
+                grace=self.suspender.grant,
+                grace_s=self.settings.cancel_grace_s,
             )
         self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner,
                               backfill=cfg.backfill)  # fmt: skip

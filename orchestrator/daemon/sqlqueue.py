@@ -92,9 +92,12 @@ class SqlQueue(RunningViews):
 
     # -- the steps ----------------------------------------------------------------------
     def suspend_due(self, now_s: float) -> None:
+        """Planned pieces that ended, and SIGKILL for a job that ignored its SIGTERM
+        past the grace: on every daemon (without a planner no piece is planned, but a
+        backfilled job past its promise, a co-location move, or a piece planned before a
+        restart without one is told to checkpoint all the same)."""
         self.alloc = None  # the pass begins: the last pass's reading is stale
-        if self.planner is not None or getattr(self.dispatcher, "sharing", None) is not None:
-            self.suspender.suspend_due(self._at(now_s))  # co-location moves checkpoint too
+        self.suspender.suspend_due(self._at(now_s))
 
     def reap(self, now_s: float) -> None:
         ended = self.reaper.reap(self._at(now_s))

@@ -4,13 +4,18 @@ predicted to save more than twice what the checkpoint costs (``interference.move
 the simulator's rule, ``sim.hardware.colocation``).
 
 After each pass's launches that left a job due waiting for GPUs (a move slows two jobs
-down to free one: with nobody waiting, no move), at most one job moves. A job may move when
+down to free one: with nobody waiting, no move), at most one job moves, and none while an
+earlier move's job still holds the GPU it left or any running job is told to checkpoint
+(the waiting job may get that GPU: one waiting job, one move). A failure of the step is
+logged once and the pass goes on. A job may move when
 
 - it asked to share (``--share``), may be suspended (``--interruptible``), has a
   ``--duration`` (its work left is the daemon's estimate) and runs alone on one GPU of a
   node whose ``share`` policy shares (never a Slurm node), whose server answers;
 - it is not running a planned piece (it stops at its end anyway), nor told to checkpoint,
   stop or cancel, nor booked as another moved job's host;
+- the GPU it frees lets the waiting job start: the pass's allocator's answer with its
+  GPUs freed (buddy blocks, a job across servers' parts, GPUs held back, the GPU type);
 - it has run at least twice its checkpoint cost plus ``daemon.move_after`` (10 min) since
   it started: a job never moves twice in quick succession, nor before its SIGTERM handler
   is up;
@@ -22,16 +27,19 @@ down to free one: with nobody waiting, no move), at most one job moves. A job ma
 
 The gain is ``move_gain_j`` with each job's draw alone by its GPU type's power curve at its
 cap, the model's predicted speeds (never what a job reports of its own), each one's work
-left by the estimate the pairing's deadline check uses (``sharing._left_s``), here the
-smaller of the one by its progress reports and the one by the time it ran (a job's reports
+left by the estimate the pairing's deadline check uses (``sharing._left_s``: its
+``--duration`` less the time all its attempts ran), here the smaller of the one by its
+progress reports and the one by the time it ran (a job's reports
 are its own: they never make a move look better than its ``--duration`` does), and the
 job's checkpoint cost (``--checkpoint-cost``, else ``daemon.checkpoint_cost``). The best
 positive gain moves, emptiest servers first (a server a move empties may be powered off):
-the job gets SIGTERM through the suspend path the deadline guard uses (its grace, then
-SIGKILL; requeued with its progress once it exits 0, the move named as the reason), and
+the job gets SIGTERM through the suspend path the deadline guard uses (SIGKILL after its
+checkpoint's cost plus ``cancel_grace_s``, at most ``MOVE_GRACE_CAP_S``; requeued with
+its progress once it exits 0, the move named as the reason), and
 ``Sharing.booked`` keeps its host's GPU for it: it restarts at once (``pinned``) next to
-that job, unless the host has ended, has a partner or does not answer by then (it restarts
-as any job). Bookings are in memory: after a daemon restart a moved job restarts as any.
+that job, unless the host has ended, has a partner, is leaving or does not answer by then
+(it restarts as any job). The move is a job event: its history keeps it. Bookings and
+graces are in memory: after a daemon restart a moved job restarts as any.
 """
 
 from __future__ import annotations
@@ -44,15 +52,19 @@ from datetime import UTC, datetime
 from sqlmodel import col, func, select
 
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
+from orchestrator.errors import GridshiftError
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import move_gain_j
 from orchestrator.planning.perfmodel import curve_for
-from orchestrator.queue.attempts import HOLDING, values
-from orchestrator.queue.models import Attempt, Job
+from orchestrator.queue.attempts import HOLDING, AttemptState, values
+from orchestrator.queue.models import Attempt, Event, Job
 from orchestrator.queue.states import JobState
+from placement.cluster import ClusterAllocator
+from placement.errors import PlacementError
 
 log = logging.getLogger(__name__)
 MOVE_AFTER_S = 600.0  # ``daemon.move_after``'s default
+MOVE_GRACE_CAP_S = 1800.0  # a moved job's grace to checkpoint: its cost, at most this
 _WAITING = (JobState.RUNNING.value, JobState.SUSPENDED.value, JobState.QUEUED.value,
             JobState.PLANNED.value)  # fmt: skip
 
@@ -78,14 +90,36 @@ class Mover:
     after_s: float = MOVE_AFTER_S
     down: Callable[[], Collection[str]] = frozenset  # the servers that do not answer
     waiting: Callable[[], object] = lambda: None  # the job due that found no GPUs, if any
+    alloc: Callable[[], object] = lambda: None  # the pass's allocator (SqlQueue.alloc)
+    # a moved job's grace before SIGKILL, by attempt (``Suspender.grant``), and the lab's
+    grace: Callable[[int, float], None] = lambda attempt_id, seconds: None
+    grace_s: float = 0.0  # ``cancel_grace_s``
     moves: int = 0
+    _said: str | None = None  # the last failure logged (once per reason)
 
     def step(self, now_s: float) -> Move | None:
-        """Move at most one job (SIGTERM, booked next to its host); the move, or None."""
+        """Move at most one job (SIGTERM, booked next to its host); the move, or None. A
+        failure (a bug, the store away) is logged once per reason and the pass goes on
+        with its other steps, as the energy levers' do: the jobs come first."""
+        try:
+            move = self._step(now_s)
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            if why != self._said:
+                log.error("co-location moves: %s (no move this pass; the daemon goes on)", why,
+                          exc_info=not isinstance(exc, GridshiftError))  # fmt: skip
+                self._said = why
+            return None
+        self._said = None
+        return move
+
+    def _step(self, now_s: float) -> Move | None:
         sharing = self.sharing
         self._forget()
         head = self.waiting()  # a move slows two jobs down to free a GPU: only for a job
         if head is None:  # waiting for one (the simulator's rule, sim.hardware.colocation)
+            return None
+        if self._in_flight():  # the GPU it frees is not free yet: the head waits for it
             return None
         move = self.pick(now_s, head)
         if move is None:
@@ -95,14 +129,23 @@ class Mover:
         note = f"moved to share GPU {gpu} on {move.host_att.node} with job {move.host.id}"
         booking = Booking(move.host_att.node, gpu, move.host_att.id, move.host.id, move.att.id)
         sharing.booked[move.job.id], sharing.notes[move.job.id] = booking, note
-        if not self.checkpoint(move.att, now):  # not delivered: a later pass may try again
-            sharing.booked.pop(move.job.id)
-            sharing.notes.pop(move.job.id)
+        sent = False
+        try:  # its grace: at least its checkpoint's cost (capped), the lab's if longer
+            ckpt = self._checkpoint_s(move.job)
+            self.grace(move.att.id, min(ckpt + self.grace_s, MOVE_GRACE_CAP_S))
+            sent = self.checkpoint(move.att, now)
+        finally:
+            if not sent:  # not delivered (or it raised): a later pass may try again
+                sharing.booked.pop(move.job.id)
+                sharing.notes.pop(move.job.id)
+        if not sent:
             return None
-        with sharing.db.write() as session:
+        with sharing.db.write() as session:  # in its history: said even if it then fails
             row = session.get(Job, move.job.id)
             row.reason = f"{note}: SIGTERM to checkpoint"
             session.add(row)
+            session.add(Event(job_id=row.id, at=now, from_state=row.state, to_state=row.state,
+                              reason=row.reason, actor="daemon"))  # fmt: skip
         log.info("job %s: %s (predicted to save %.1f kJ net of twice its checkpoint's cost); "
                  "SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3)  # fmt: skip
         self.moves += 1
@@ -126,12 +169,13 @@ class Mover:
         movers = [
             (att, job) for att, job in alone
             if self._may_move(att, job, now_s, down) and att.id not in hosts_booked
-            and (head is None or _frees_room(head, nodes[att.node], att, free))
+            and (head is None or self._lets_start(head, nodes[att.node], att, free))
         ]  # fmt: skip
         movers.sort(key=lambda r: (-free.get(r[0].node, 0), r[0].id))
+        before = self.sharing.earlier_s([att for att, _ in alone]) if movers else {}
         for att, job in movers:
             ckpt = self._checkpoint_s(job)
-            left = _work_left(job, att, now_s)
+            left = _work_left(job, att, now_s, before.get(att.id, 0.0))
             if left is None:
                 continue
             power = _draw_w(nodes[att.node], att)
@@ -143,10 +187,12 @@ class Mover:
                     continue
                 if type_of(node.model_of(host_att.gpu_ids)) != mine_type:
                     continue  # its draw and time left are on its own GPU type
-                mine = _left_s(job, att, now_s)  # its deadline: as the pairing check reads it
+                # its deadline: as the pairing check reads it
+                mine = _left_s(job, att, now_s, before_s=before.get(att.id, 0.0))
+                host_before = before.get(host_att.id, 0.0)
                 speeds = self.sharing.joins(job, mine + ckpt, host_att, host, node, now_s,
-                                            down, taken)  # fmt: skip
-                left_host = _work_left(host, host_att, now_s)
+                                            down, taken, host_before)  # fmt: skip
+                left_host = _work_left(host, host_att, now_s, host_before)
                 if speeds is None or left_host is None:
                     continue
                 power_host = _draw_w(node, host_att)
@@ -166,6 +212,47 @@ class Mover:
             return False
         ran_s = now_s - att.started_at.timestamp()
         return ran_s >= 2 * self._checkpoint_s(job) + self.after_s
+
+    def _lets_start(self, head, node, att: Attempt, free: dict[str, int]) -> bool:
+        """Whether the waiting job ``head`` could be placed with ``att``'s GPUs free: the
+        pass's allocator's own answer (buddy blocks, a job across servers' parts, GPUs held
+        back, servers down, its GPU type), as the simulator asks it; without one (outside
+        a pass), by counting the node's free GPUs."""
+        alloc = self.alloc()
+        if alloc is None:
+            return _frees_room(head, node, att, free)
+        key, probe = ("attempt", att.id), ("move probe",)
+        held = alloc.allocation(key)
+        if held is None:  # its GPU is another's too: leaving frees nothing
+            return False
+        ClusterAllocator.free(alloc, key)
+        try:
+            got = alloc.allocate(probe, head.min_gpus or head.gpus, gpu_type=head.gpu_type)
+        except PlacementError:
+            got = None
+        finally:
+            if alloc.allocation(probe) is not None:
+                ClusterAllocator.free(alloc, probe)
+            for name, gpus in held.parts:
+                alloc.hold(key, name, gpus)
+        return got is not None
+
+    def _in_flight(self) -> bool:
+        """Whether a moved job still holds the GPU it left, or any running job was told to
+        checkpoint (the deadline guard waits for those too): the waiting job may get its
+        GPU then, and one move more would slow two jobs down for nothing."""
+        left = [b.attempt for b in self.sharing.booked.values()]
+        with self.sharing.db.read() as session:
+            checkpointing = (Attempt.state == AttemptState.RUNNING.value) & col(
+                Attempt.suspend_sent_at
+            ).is_not(None)  # as the guard reads it (``Running.checkpointing``)
+            row = session.exec(
+                select(Attempt.id).where(
+                    checkpointing
+                    | (col(Attempt.id).in_(left) & col(Attempt.state).in_(values(HOLDING)))
+                )
+            ).first()
+        return row is not None
 
     def _checkpoint_s(self, job: Job) -> float:
         return self.checkpoint_s if job.checkpoint_s is None else job.checkpoint_s
@@ -212,10 +299,12 @@ def _frees_room(head, node, att: Attempt, free: dict[str, int]) -> bool:
     return typed and room >= (getattr(head, "min_gpus", None) or head.gpus)
 
 
-def _work_left(job: Job, att: Attempt, now_s: float) -> float | None:
-    """Work left for the gain: the pairing check's estimate, never more than the time it
-    ran leaves (its own reports cannot make a move look better)."""
-    told, timed = _left_s(job, att, now_s), _left_s(job, att, now_s, reports=False)
+def _work_left(job: Job, att: Attempt, now_s: float, before_s: float = 0.0) -> float | None:
+    """Work left for the gain: the pairing check's estimate, never more than the time its
+    attempts ran leaves (``before_s``: its earlier ones'; its own reports cannot make a
+    move look better)."""
+    told = _left_s(job, att, now_s, before_s=before_s)
+    timed = _left_s(job, att, now_s, reports=False, before_s=before_s)
     return None if told is None or timed is None else min(told, timed)
 
 

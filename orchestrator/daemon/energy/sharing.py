@@ -56,7 +56,7 @@ from orchestrator.planning.devices.interference import (
     worth_sharing,
 )
 from orchestrator.planning.perfmodel import curve_for
-from orchestrator.queue.attempts import AttemptState
+from orchestrator.queue.attempts import AttemptState, ran_s
 from orchestrator.queue.models import Attempt, AttemptEvent, Job
 
 POLICIES = ("never", "time-slice", "mps")
@@ -121,13 +121,14 @@ class Sharing:
         if not sharing:
             return None
         taken = {(node, gpu) for node, gpu, _ in self.claimed.values()} | self.booked_gpus()
-        best = None
-        for att, host in self._alone(sharing):
+        best, alone = None, self._alone(sharing)
+        before = self.earlier_s([a for a, host in alone if host.deadline is not None])
+        for att, host in alone:
             node = sharing.get(att.node)
             if node is None:
                 continue
             speeds = self.joins(job, _left_s(job, None, now_s), att, host, node, now_s,
-                                down, taken)  # fmt: skip
+                                down, taken, before.get(att.id, 0.0))  # fmt: skip
             if speeds is not None and (best is None or sum(speeds) > best[0]):
                 best = (sum(speeds), (att.node, att.gpu_ids[0]))
         if best is None:
@@ -138,14 +139,15 @@ class Sharing:
 
     def joins(
         self, job, left_s: float | None, att: Attempt, host: Job, node, now_s: float,
-        down: Collection[str] = (), taken: Collection = (),
+        down: Collection[str] = (), taken: Collection = (), host_before_s: float = 0.0,
     ) -> tuple[float, float] | None:  # fmt: skip
         """The rule, for ``job`` (``left_s`` of its work left at full speed: None, unknown)
         joining ``host``'s attempt ``att``, alone on its GPU of ``node``: the two speeds
         the model predicts, or None where it may not. One user's jobs only unless the
         node's root-owned config says so; each keeps ``MIN_SPEED`` and ends by its
         deadline at its paired speed (at the GPU's cap; the host's work left by
-        ``_left_s``); the energy per unit of work falls."""
+        ``_left_s``, its earlier attempts' ``host_before_s`` counted); the energy per unit
+        of work falls."""
         where = (att.node, att.gpu_ids[0])
         if where in taken or (host.uid != job.uid and not _across_users(node)):
             return None
@@ -160,10 +162,25 @@ class Sharing:
         rate = curve_for(node.model_of(att.gpu_ids)).throughput_fraction(att.cap or 1.0)
         if not (
             _in_time(job, left_s, speed_job * rate, now_s)
-            and _in_time(host, _left_s(host, att, now_s), speed_host * rate, now_s)
+            and _in_time(
+                host, _left_s(host, att, now_s, before_s=host_before_s), speed_host * rate, now_s
+            )
         ):
             return None
         return speed_job, speed_host
+
+    def earlier_s(self, atts: list[Attempt]) -> dict[int, float]:
+        """Attempt id -> how long its job's earlier attempts ran (``attempts.ran_s``)."""
+        if not atts:
+            return {}
+        with self.db.read() as session:
+            rows = session.exec(
+                select(Attempt).where(col(Attempt.job_id).in_({a.job_id for a in atts}))
+            ).all()
+        return {
+            a.id: ran_s([r for r in rows if r.job_id == a.job_id and r.number < a.number], None)
+            for a in atts
+        }
 
     def booked_gpus(self) -> set[tuple[str, int]]:
         """The GPUs moved jobs will restart on: nobody else joins them meanwhile."""
@@ -197,7 +214,8 @@ class Sharing:
 
     def _alone(self, nodes: dict) -> list[tuple[Attempt, Job]]:
         """Running one-GPU attempts of ``--share`` jobs, alone on their GPU, on ``nodes``
-        (not one told to checkpoint or killed: it is leaving its GPU)."""
+        (not one leaving its GPU: told to checkpoint, stop or cancel, killed, or running a
+        planned piece, which stops at its end)."""
         with self.db.read() as session:
             rows = session.exec(
                 select(Attempt, Job)
@@ -213,6 +231,8 @@ class Sharing:
             for att, job in rows
             if att.state in _RUNNING and job.share and not att.parts
             and att.suspend_sent_at is None and att.kill_sent_at is None
+            and att.term_sent_at is None and att.planned_until is None
+            and job.cancel_requested_at is None
             and len(att.gpu_ids or ()) == 1 and count[(att.node, att.gpu_ids[0])] == 1
         ]  # fmt: skip
 
@@ -345,19 +365,23 @@ def _in_time(job: Job, left_s: float | None, speed: float, now_s: float) -> bool
     return now_s + left_s / speed <= job.deadline.timestamp()
 
 
-def _left_s(job: Job, att: Attempt | None, now_s: float, reports: bool = True) -> float | None:
+def _left_s(
+    job: Job, att: Attempt | None, now_s: float, reports: bool = True, before_s: float = 0.0
+) -> float | None:
     """The daemon's estimate of ``job``'s work left at full speed (None: it has no
     ``--duration``): all of it for a newcomer; for a running attempt, the share its last
     progress report leaves (a job over-reporting its progress risks only its own
-    deadline; ``reports=False``: not read), else its duration less the time this attempt
-    ran."""
+    deadline; ``reports=False``: not read), else its duration less the time its attempts
+    ran: this one and, ``before_s``, its earlier ones (``Sharing.earlier_s``: pieces,
+    suspensions, moves; as ``attempts.remaining_run_s`` counts for the planner)."""
     if not job.duration_s:
         return None
     left = job.duration_s
     if reports and att is not None and att.progress_total and att.progress_done is not None:
         left = job.duration_s * (1.0 - min(1.0, max(0.0, att.progress_done / att.progress_total)))
     elif att is not None and att.started_at is not None:
-        left = max(0.0, job.duration_s - max(0.0, now_s - att.started_at.timestamp()))
+        ran = before_s + max(0.0, now_s - att.started_at.timestamp())
+        left = max(0.0, job.duration_s - ran)
     return left
 
 
