@@ -333,3 +333,14 @@ def test_a_cursor_at_the_end_of_time_disables_its_template_not_the_daemon(db, tm
     cron.materialise(db, T0 + timedelta(seconds=15), 4, UTC)
     assert _row(db, bad).fault.startswith("disabled: ")
     assert cron.next_fire(_row(db, bad), T0, UTC) is None
+
+
+@pytest.mark.backends("sqlite")
+def test_a_cron_job_wider_than_any_node_is_refused_as_a_plain_submit(cli, tmp_path):
+    """It was stored, and every occurrence then paused it: refused at once instead."""
+    cli.home.joinpath("gridshift.toml").write_text('[[nodes]]\nname = "a"\nfake_gpus = 4\n')
+    proc = cli.run("submit", "--cron", "0 3 * * *", "--window", "8h", "--gpus", "8",
+                   "--", "true", check=False)  # fmt: skip
+    assert proc.returncode == 2 and "needs 8 GPUs; the largest node has 4" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and json.loads(cli.run("cron", "ls", "--json").stdout) == []
+    cli.run("submit", "--cron", "0 3 * * *", "--window", "8h", "--gpus", "2-8", "--", "true")

@@ -64,9 +64,14 @@ def _add_cron(ctx, caller, raw: dict, cron: str, window: str, now, env) -> dict:
     from types import SimpleNamespace
 
     from orchestrator.daemon.energy.gputypes import check_requested
-    from orchestrator.queue.spec import parse_gpu_type
+    from orchestrator.nodes.inventory import largest_node_gpus
+    from orchestrator.queue.checks import too_wide
+    from orchestrator.queue.spec import parse_gpu_type, parse_gpus
 
-    wants = SimpleNamespace(gpu_type=parse_gpu_type(raw.get("gpu_type")))
+    gpus_min, _ = parse_gpus(raw.get("gpus", 1))
+    if (why := too_wide(gpus_min, largest_node_gpus(ctx.settings, ctx.db))) is not None:
+        raise SpecError(why)  # as a plain submit: every occurrence would be refused
+    wants = SimpleNamespace(gpu_type=parse_gpu_type(raw.get("gpu_type")), gpus_min=gpus_min)
     check_requested([wants], ctx.settings, ctx.db)  # as a plain submit: some node has it
     row = ctx.db.write_retrying(
         lambda session: crons.add(session, raw, cron, window_s, caller.user, now, env)
