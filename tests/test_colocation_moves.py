@@ -140,3 +140,29 @@ def test_a_move_is_only_for_gpus_that_let_the_waiting_job_start():
     assert frees_room(head, "a", 2, alloc) and not frees_room(head, "a", 1, alloc)
     typed = NS(gpus=1, min_gpus=1, gpu_type="p100")
     assert frees_room(typed, "b", 1, alloc) and not frees_room(typed, "a", 4, alloc)
+
+
+def test_asking_whether_a_move_lets_the_waiting_job_start_changes_no_placement(tmp_path):
+    """Review: the probe freed and held again on the real allocator, which reordered its
+    nodes: a run with moves on placed jobs differently even when it moved none."""
+    from types import SimpleNamespace as NS
+
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    _, daemon, _ = _run(_scenario(tmp_path, _rows(waiting=False)))
+
+    def three() -> ClusterAllocator:
+        alloc = ClusterAllocator(
+            ClusterTopology([NodeTopology.plain(f"n{i}", 4) for i in range(3)])
+        )
+        for i in range(3):
+            alloc.hold(("job", i), f"n{i}", [0])
+        return alloc
+
+    daemon.alloc, control = three(), three()
+    start = daemon._lets_start
+    assert start(NS(gpus=2, min_gpus=2, gpu_type=None), ("job", 0)) is False  # fits already
+    assert start(NS(gpus=4, min_gpus=4, gpu_type=None), ("job", 0)) is True  # n0 freed
+    assert daemon.alloc.held_masks() == control.held_masks()
+    assert daemon.alloc.allocate("next", 2).parts == control.allocate("next", 2).parts

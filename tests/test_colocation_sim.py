@@ -205,6 +205,8 @@ def test_pairs_run_at_gavels_measured_speeds_and_the_model_learns_them(tmp_path)
         ("missing.json", "cannot read"),
         ("garbage", "is not Gavel's throughputs JSON"),
         ("list", "is not Gavel's throughputs JSON"),
+        ("deep", "is not Gavel's throughputs JSON"),
+        ("/dev/zero", "larger than"),
     ],
 )
 def test_bad_pair_speeds_are_one_clear_error(tmp_path, text, why):
@@ -214,5 +216,18 @@ def test_bad_pair_speeds_are_one_clear_error(tmp_path, text, why):
         (tmp_path / "garbage").write_text("{not json")
     if text == "list":
         (tmp_path / "list").write_text("[1, 2]")
+    if text == "deep":
+        (tmp_path / "deep").write_text("[" * 200_000 + "]" * 200_000)
     with pytest.raises(SpecError, match=why):
         prepare(_scenario(tmp_path, pair_speeds=str(tmp_path / text)), ROOT)
+
+
+def test_a_measured_speed_is_kept_within_0_01_and_1():
+    from orchestrator.planning.devices.interfit import measured_speeds
+
+    a, b = f"('{HOST}', 1)", f"('{GUEST}', 1)"
+    table = {"v100": {a: {"null": 10.0, b: [1e-300, 1.0]}, b: {"null": 8.0, a: [80.0, 1.0]}},
+             "p100": {}, "k80": {}}  # fmt: skip
+    got = measured_speeds(table)
+    assert got[("v100", HOST, GUEST)] == 0.01  # not a run 10^300 times slower
+    assert ("v100", GUEST, HOST) not in got  # 10 times faster paired: no measurement

@@ -190,7 +190,6 @@ def _planning(scenario: Scenario, has_price: bool) -> dict:
 
 def _pair_speeds(text: str, base: Path) -> dict:
     """``[jobs] pair_speeds``: Gavel's measured pairs, from its throughputs JSON."""
-    import json
     import os
 
     from orchestrator.planning.devices.interfit import measured_speeds
@@ -201,11 +200,16 @@ def _pair_speeds(text: str, base: Path) -> dict:
     else:
         path = Path(os.path.expandvars(os.path.expanduser(text)))
         path = path if path.is_absolute() else base / path
+    from orchestrator.queue.spec import loads_strict, read_text_file
+
     try:
-        return measured_speeds(json.loads(path.read_text()))
-    except OSError as exc:
-        raise SpecError(f"jobs.pair_speeds: cannot read {path}: {exc.strerror}") from None
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError, SyntaxError) as exc:
+        text = read_text_file(path, "Gavel's throughputs file")
+    except SpecError as exc:
+        raise SpecError(f"jobs.pair_speeds: {exc}") from None
+    try:
+        return measured_speeds(loads_strict(text))
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError, SyntaxError,
+            RecursionError, MemoryError) as exc:  # fmt: skip
         raise SpecError(
             f"jobs.pair_speeds: {path} is not Gavel's throughputs JSON "
             f"(model | measured | a path to one): {type(exc).__name__}"

@@ -119,12 +119,13 @@ def unknown_job_error(coef: dict, rows: list) -> tuple[float, float]:
 
 
 def measured_speeds(data: dict) -> dict[tuple[str, str, str], float]:
-    """Gavel's measured relative speeds, (GPU type, job, partner) -> speed: what the
+    """Gavel's measured relative speeds, (GPU type, job, partner) -> speed in [0.01, 1]
+    (``interference.FLOOR``; one above 2 or not a number is no measurement): what the
     simulator runs a pair at when told to (``[jobs] pair_speeds``)."""
     out = {}
     for gpu in GPUS:
         rows, _ = pairs(data[gpu])
-        out.update({(gpu, a, b): min(1.0, r) for a, b, r in rows if 0 < r < float("inf")})
+        out.update({(gpu, a, b): min(1.0, max(0.01, r)) for a, b, r in rows if 0 < r < 2.0})
     return out
 
 

@@ -44,6 +44,7 @@ import signal
 import numpy as np
 
 from orchestrator.errors import PlacementError
+from orchestrator.planning.backfill import _copy as copy_allocator
 from orchestrator.planning.devices.interference import (
     MIN_SPEED,
     Interference,
@@ -225,21 +226,17 @@ class SharingDaemon(SimDaemon):
         return False
 
     def _lets_start(self, head, key) -> bool:
-        """Whether the waiting job ``head`` could be placed with ``key``'s GPUs free (the
-        allocator's own answer: buddy blocks, nodes off, its GPU type)."""
-        alloc, probe = self.alloc, ("move probe",)
-        parts = alloc.allocation(key).parts
-        ClusterAllocator.free(alloc, key)  # not the sharing hook: nothing leaves
+        """Whether the waiting job ``head`` could be placed only with ``key``'s GPUs free
+        (the allocator's own answer on a copy: buddy blocks, nodes off, its GPU type; one
+        that fits already waits for something else, such as the site's power)."""
+        probe, width = copy_allocator(self.alloc), head.min_gpus or head.gpus
         try:
-            got = alloc.allocate(probe, head.min_gpus or head.gpus, gpu_type=head.gpu_type)
+            if probe.allocate(("move probe",), width, gpu_type=head.gpu_type) is not None:
+                return False  # GPUs are not what it waits for
+            probe.free(key)
+            return probe.allocate(("move probe",), width, gpu_type=head.gpu_type) is not None
         except PlacementError:
-            got = None
-        finally:
-            if alloc.allocation(probe) is not None:
-                ClusterAllocator.free(alloc, probe)
-            for node, gpus in parts:
-                alloc.hold(key, node, gpus)
-        return got is not None
+            return False
 
     def _host_for(self, job, width: int, cap: float, now: float) -> tuple | None:
         """The job running alone on ``width`` GPUs that ``job`` should join (and their
