@@ -428,3 +428,30 @@ def test_nodes_refresh_does_not_ask_a_server_right_sizing_powered_off(cli):
     rows = {r["name"]: r for r in json.loads(cli.run("nodes", "--refresh", "--json").stdout)}
     assert rows["on1"]["reachable"] is False and rows["on1"]["error"], rows["on1"]  # asked
     assert rows["off1"]["power"] == "off" and rows["off1"]["error"] is None, rows["off1"]
+
+
+def test_a_failing_energy_step_is_logged_once_per_reason_and_swallowed(caplog):
+    """The energy levers' and the co-location moves' steps (``OncePerReason``): any
+    failure, the store's too, never ends the pass; a new reason is said again."""
+    import logging
+
+    from orchestrator.daemon.contain import OncePerReason
+    from orchestrator.errors import StoreError
+
+    faults = OncePerReason(logging.getLogger("gs.test"), "energy levers", "the daemon goes on")
+    with caplog.at_level("ERROR", logger="gs.test"):
+        for exc in (StoreError("the store went away"), StoreError("the store went away"),
+                    RuntimeError("a bug")):  # fmt: skip
+            with faults.step():
+                raise exc
+        with faults.step():
+            pass  # well again: the same reason is said once more
+        with faults.step():
+            raise StoreError("the store went away")
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "energy levers: StoreError: the store went away (the daemon goes on)",
+        "energy levers: RuntimeError: a bug (the daemon goes on)",
+        "energy levers: StoreError: the store went away (the daemon goes on)",
+    ]
+    assert not caplog.records[0].exc_info and caplog.records[1].exc_info  # a bug: traced

@@ -7,6 +7,10 @@ entity's fault: it is logged with its traceback the first time (a line at debug 
 the passes after, until it succeeds again), the entity's ``on_fault`` records why (the
 attempt's or job's reason, which ``show`` prints), and the pass goes on with the others.
 A defect in the loop itself is outside any of these and still stops the daemon.
+
+A step after the launches that no job depends on (the energy levers, co-location moves)
+runs in ``OncePerReason.step``: any failure there, the store's too, is logged once per
+reason and the pass's other steps run: the jobs come first.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import logging
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 
-from orchestrator.errors import DaemonError, StoreError, translate
+from orchestrator.errors import DaemonError, GridshiftError, StoreError, translate
 
 log = logging.getLogger(__name__)
 
@@ -70,3 +74,25 @@ class Faults:
         else:
             if self.failing.pop(entity, None) is not None:
                 log.info("%s: %s works again", entity, what)
+
+
+class OncePerReason:
+    """A step no job depends on: a failure (any) is logged once per reason, with its
+    traceback unless it is gridshift's own, and swallowed (``step``)."""
+
+    def __init__(self, logger: logging.Logger, what: str, then: str) -> None:
+        self.logger, self.what, self.then = logger, what, then
+        self.said: str | None = None  # the failure last logged
+
+    @contextmanager
+    def step(self) -> Iterator[None]:
+        try:
+            yield
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {exc}"
+            if why != self.said:
+                self.logger.error("%s: %s (%s)", self.what, why, self.then,
+                                  exc_info=not isinstance(exc, GridshiftError))  # fmt: skip
+                self.said = why
+        else:
+            self.said = None

@@ -5,8 +5,9 @@ as a step after the launches, ``start`` once it serves and ``stop`` when it stop
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from orchestrator.daemon.contain import OncePerReason
 from orchestrator.daemon.energy.idle import IdleMeter
 from orchestrator.daemon.energy.rightsizing import WAKE_FAILED, RightSizer
 from orchestrator.errors import GridshiftError
@@ -19,7 +20,9 @@ log = logging.getLogger(__name__)
 class Levers:
     power: RightSizer | None
     idle: IdleMeter
-    _said: str | None = None  # the failure last logged
+    _faults: OncePerReason = field(
+        default_factory=lambda: OncePerReason(log, "energy levers", "the daemon goes on")
+    )
 
     @classmethod
     def build(cls, settings, nodes: list, links: dict, db, carbon=None, caps=None) -> Levers:
@@ -88,19 +91,11 @@ class Levers:
     def after_pass(self, queue, scheduler, now_s: float) -> None:
         """Idle energy up to now, then right-sizing on this pass's reading. A failure of
         either is logged (once per reason) and the daemon goes on: the jobs come first."""
-        try:
+        with self._faults.step():
             self.idle.step(queue.alloc, now_s)
             if self.power is not None:
                 planned = scheduler.planned() if scheduler is not None else []
                 self.power.step(queue.alloc, planned, now_s)
-        except Exception as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            if why != self._said:
-                log.error("energy levers: %s (the daemon goes on)", why,
-                          exc_info=not isinstance(exc, GridshiftError))  # fmt: skip
-                self._said = why
-        else:
-            self._said = None
 
     def stop(self, now_s: float) -> None:
         if self.power is not None:

@@ -46,13 +46,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from sqlmodel import col, func, select
 
+from orchestrator.daemon.contain import OncePerReason
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
-from orchestrator.errors import GridshiftError
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import move_gain_j
 from orchestrator.planning.perfmodel import curve_for
@@ -95,22 +95,19 @@ class Mover:
     grace: Callable[[int, float], None] = lambda attempt_id, seconds: None
     grace_s: float = 0.0  # ``cancel_grace_s``
     moves: int = 0
-    _said: str | None = None  # the last failure logged (once per reason)
+    _faults: OncePerReason = field(
+        default_factory=lambda: OncePerReason(
+            log, "co-location moves", "no move this pass; the daemon goes on"
+        )
+    )
 
     def step(self, now_s: float) -> Move | None:
         """Move at most one job (SIGTERM, booked next to its host); the move, or None. A
         failure (a bug, the store away) is logged once per reason and the pass goes on
         with its other steps, as the energy levers' do: the jobs come first."""
-        try:
+        move = None
+        with self._faults.step():
             move = self._step(now_s)
-        except Exception as exc:
-            why = f"{type(exc).__name__}: {exc}"
-            if why != self._said:
-                log.error("co-location moves: %s (no move this pass; the daemon goes on)", why,
-                          exc_info=not isinstance(exc, GridshiftError))  # fmt: skip
-                self._said = why
-            return None
-        self._said = None
         return move
 
     def _step(self, now_s: float) -> Move | None:
