@@ -206,6 +206,28 @@ class ClusterAllocator:
             self._count[i] = new
             self._free_total += new - old
 
+    def copy(self) -> ClusterAllocator:
+        """A plain allocator holding what this one holds (to try placements on)."""
+        out = ClusterAllocator(self.topology)
+        for key, parts in self.allocations().items():
+            for node, gpus in parts.parts:
+                out.hold(key, node, gpus)
+        return out
+
+    def room_if_freed(self, key: object, k: int, gpu_type: str | None = None) -> bool:
+        """Whether ``k`` GPUs (of ``gpu_type``) that do not fit now would fit once
+        ``key``'s GPUs were free; tried on a copy, this allocator is left as it was."""
+        if self.allocation(key) is None:
+            return False
+        probe = self.copy()
+        try:
+            if probe.allocate(("room probe",), k, gpu_type=gpu_type) is not None:
+                return False  # it fits already: GPUs are not what it waits for
+            probe.free(key)
+            return probe.allocate(("room probe",), k, gpu_type=gpu_type) is not None
+        except PlacementError:
+            return False
+
     def allocations(self) -> dict[object, Allocation]:
         return {key: self._allocation(key) for key in self._held}
 

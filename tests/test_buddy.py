@@ -152,3 +152,25 @@ def test_make_room_releases_the_fewest_movable_gpus():
     assert alloc.make_room(16, movable) is None  # "pinned" holds n0
     assert sorted(alloc.make_room(16, [*movable, "pinned"]), key=str)[0] == "a0"
     assert alloc.make_room(4, []) is None
+
+
+def test_room_if_freed_is_asked_on_a_copy():
+    """Whether a job that does not fit now would once one allocation left (co-location
+    moves ask it): the allocator itself is left as it was, its placements unchanged."""
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    def three() -> ClusterAllocator:
+        nodes = [NodeTopology.plain(f"n{i}", 4) for i in range(3)]
+        alloc = ClusterAllocator(ClusterTopology(nodes))
+        for i in range(3):
+            alloc.hold(("job", i), f"n{i}", [0])
+        return alloc
+
+    alloc, control = three(), three()
+    assert alloc.room_if_freed(("job", 0), 2) is False  # it fits already
+    assert alloc.room_if_freed(("job", 0), 4) is True  # only with n0 freed
+    assert alloc.room_if_freed(("job", 9), 4) is False  # holds nothing
+    assert alloc.room_if_freed(("job", 0), 4, gpu_type="a100") is False  # no such GPUs
+    assert alloc.held_masks() == control.held_masks()
+    assert alloc.allocate("next", 2).parts == control.allocate("next", 2).parts

@@ -269,7 +269,7 @@ class Backfill:
         ``gpu_type``, when given) first fits (running jobs released in the order of their
         ends), and that time; (None, inf) when that waits for a job whose end nobody
         knows."""
-        shadow = _copy(self.alloc)
+        shadow = self.alloc.copy()
         typed = sum(n.gpus for n in shadow.topology.nodes if n.gpu == gpu_type)
         if gpu_type is not None and typed < width:
             return shadow, float("inf")  # more than its type's GPUs: it never starts here
@@ -365,10 +365,3 @@ def _fits(alloc: ClusterAllocator, width: int, gpu_type: str | None = None) -> b
 def _hold(alloc: ClusterAllocator, key: Hashable, parts) -> None:
     for node, gpus in parts:
         alloc.hold(key, node, gpus)
-
-
-def _copy(alloc: ClusterAllocator) -> ClusterAllocator:
-    out = ClusterAllocator(alloc.topology)
-    for key, a in alloc.allocations().items():
-        _hold(out, key, a.parts)
-    return out

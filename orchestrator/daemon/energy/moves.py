@@ -59,8 +59,6 @@ from orchestrator.planning.perfmodel import curve_for
 from orchestrator.queue.attempts import HOLDING, AttemptState, values
 from orchestrator.queue.models import Attempt, Event, Job
 from orchestrator.queue.states import JobState
-from placement.cluster import ClusterAllocator
-from placement.errors import PlacementError
 
 log = logging.getLogger(__name__)
 MOVE_AFTER_S = 600.0  # ``daemon.move_after``'s default
@@ -211,28 +209,16 @@ class Mover:
         return ran_s >= 2 * self._checkpoint_s(job) + self.after_s
 
     def _lets_start(self, head, node, att: Attempt, free: dict[str, int]) -> bool:
-        """Whether the waiting job ``head`` could be placed with ``att``'s GPUs free: the
-        pass's allocator's own answer (buddy blocks, a job across servers' parts, GPUs held
-        back, servers down, its GPU type), as the simulator asks it; without one (outside
-        a pass), by counting the node's free GPUs."""
+        """Whether the waiting job ``head`` could be placed only with ``att``'s GPUs free:
+        the pass's allocator's own answer (``room_if_freed``: buddy blocks, a job across
+        servers' parts, GPUs held back, servers down, its GPU type; one that fits already
+        waits for something else), as the simulator asks it; without one (outside a pass),
+        by counting the node's free GPUs."""
         alloc = self.alloc()
         if alloc is None:
             return _frees_room(head, node, att, free)
-        key, probe = ("attempt", att.id), ("move probe",)
-        held = alloc.allocation(key)
-        if held is None:  # its GPU is another's too: leaving frees nothing
-            return False
-        ClusterAllocator.free(alloc, key)
-        try:
-            got = alloc.allocate(probe, head.min_gpus or head.gpus, gpu_type=head.gpu_type)
-        except PlacementError:
-            got = None
-        finally:
-            if alloc.allocation(probe) is not None:
-                ClusterAllocator.free(alloc, probe)
-            for name, gpus in held.parts:
-                alloc.hold(key, name, gpus)
-        return got is not None
+        width = head.min_gpus or head.gpus
+        return alloc.room_if_freed(("attempt", att.id), width, head.gpu_type)
 
     def _in_flight(self) -> bool:
         """Whether a moved job still holds the GPU it left, or any running job was told to

@@ -43,8 +43,6 @@ import signal
 
 import numpy as np
 
-from orchestrator.errors import PlacementError
-from orchestrator.planning.backfill import _copy as copy_allocator
 from orchestrator.planning.devices.interference import (
     MIN_SPEED,
     Interference,
@@ -229,14 +227,7 @@ class SharingDaemon(SimDaemon):
         """Whether the waiting job ``head`` could be placed only with ``key``'s GPUs free
         (the allocator's own answer on a copy: buddy blocks, nodes off, its GPU type; one
         that fits already waits for something else, such as the site's power)."""
-        probe, width = copy_allocator(self.alloc), head.min_gpus or head.gpus
-        try:
-            if probe.allocate(("move probe",), width, gpu_type=head.gpu_type) is not None:
-                return False  # GPUs are not what it waits for
-            probe.free(key)
-            return probe.allocate(("move probe",), width, gpu_type=head.gpu_type) is not None
-        except PlacementError:
-            return False
+        return self.alloc.room_if_freed(key, head.min_gpus or head.gpus, head.gpu_type)
 
     def _host_for(self, job, width: int, cap: float, now: float) -> tuple | None:
         """The job running alone on ``width`` GPUs that ``job`` should join (and their
