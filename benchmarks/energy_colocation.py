@@ -16,8 +16,10 @@ at). For each policy in ``POLICIES``:
 The two keys are ``fifo``'s (EaCO's setting: the same scheduler with and without
 co-location, no time-shifting); ``_carbon_aware`` ones are ``lowest-window``'s, where jobs
 also wait for low-carbon hours (fewer run at once, so fewer pairs form). Each policy's
-figures are under ``colocation``; ``_with_moves``: ``fifo``'s with co-location moves on
-(``[jobs] moves``, off by default).
+figures are under ``colocation``. Co-location moves (``[jobs] moves``, off by default),
+``fifo``'s: ``_with_moves``, moves for jobs waiting for GPUs (``"waiting-jobs"``);
+``_emptying_servers``, moves that empty a server right-sizing then powers down
+(``"empty-servers"``).
 
     python benchmarks/energy.py --only colocation [--jobs N]
 """
@@ -45,7 +47,7 @@ CLUSTER = {
 }
 
 
-def scenario(jobs: int, share: float, right_size: bool = True, moves: bool = False) -> dict:
+def scenario(jobs: int, share: float, right_size: bool = True, moves: bool | str = False) -> dict:
     """The planner benchmark's stretch on DE-LU (``planner.scenario``), on the mixed
     cluster, with that share of the jobs allowed to share."""
     from planner import SKIP
@@ -72,8 +74,13 @@ def measure(jobs: int | None = None) -> dict:
     alone = simulate(Scenario.model_validate(scenario(jobs, 0.0)), ROOT)
     shared = simulate(Scenario.model_validate(scenario(jobs, 1.0)), ROOT)
     per_policy = {name: compare(alone, shared, name) for name in POLICIES}
-    moving = scenario(jobs, 1.0, moves=True) | {"policies": [POLICIES[0]]}
-    moved = compare(alone, simulate(Scenario.model_validate(moving), ROOT), POLICIES[0])
+    moved, emptied = (
+        compare(alone, simulate(Scenario.model_validate(moving), ROOT), POLICIES[0])
+        for moving in (
+            scenario(jobs, 1.0, moves=kind) | {"policies": [POLICIES[0]]}
+            for kind in ("waiting-jobs", "empty-servers")
+        )
+    )
     fifo, aware = per_policy[POLICIES[0]], per_policy[POLICIES[-1]]
     return {
         "colocation_energy_saving": fifo["energy_saving"],
@@ -84,12 +91,15 @@ def measure(jobs: int | None = None) -> dict:
         "colocation_jct_increase_carbon_aware": aware["jct_increase"],
         "colocation_energy_saving_with_moves": moved["energy_saving"],
         "colocation_jct_increase_with_moves": moved["jct_increase"],
+        "colocation_energy_saving_emptying_servers": emptied["energy_saving"],
+        "colocation_jct_increase_emptying_servers": emptied["jct_increase"],
         "colocation": {
             "jobs": jobs,
             "cluster": "16 x 8 V100 + 16 x 8 P100, right-sizing on (30m, wake 5m) in both runs",
             "pair_speeds": "Gavel's measured; the model decides, refined online",
             "policies": per_policy,
             "with_moves": moved,
+            "emptying_servers": emptied,
             "note": "[without, with] co-location; energy_saving: the cluster's (jobs + idle "
             "GPUs and servers on); energy_saving_jobs_only: the jobs' alone",
         },

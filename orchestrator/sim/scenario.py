@@ -23,7 +23,8 @@ flag of ``gridshift simulate``. Validated with pydantic; one clear error for bad
     models = "gavel"                  # model families of unnamed jobs: gavel (drawn) | none
     share = 0.5                       # share that may run two to a GPU (sim/hardware/colocation.py)
     pair_speeds = "model"             # a pair runs at: model | measured (Gavel's) | PATH.json
-    moves = false                     # checkpoint a job alone to join another, for one waiting
+    moves = false                     # checkpoint a job alone to join another: true |
+                                      # "empty-servers" | "waiting-jobs" (true: both)
 
     [grid]
     source = "synthetic:mean=300&days=21"    # any grid source spec, e.g. csv:PATH
@@ -69,6 +70,9 @@ from pydantic import (
 
 from orchestrator.errors import ConfigError, SpecError
 from orchestrator.queue.spec import read_text_file
+
+EMPTY_SERVERS, WAITING_JOBS = "empty-servers", "waiting-jobs"  # [jobs] moves, besides true
+MOVES = (EMPTY_SERVERS, WAITING_JOBS)
 
 
 def check_duration(value: str | None, never: bool = True) -> str | None:
@@ -192,9 +196,17 @@ class JobsConfig(BaseModel):
     # what a pair runs at: the model's prediction, or Gavel's measured speeds (a path to
     # its throughputs JSON, or "measured": the shared data's); the model decides either way
     pair_speeds: str = "model"
-    moves: bool = False  # co-location moves (sim.hardware.colocation), off by default
+    # co-location moves (sim.hardware.colocation), off by default; true: both kinds
+    moves: bool | str = False
 
     _shares = field_validator("interruptible", "elastic", "share", mode="before")(no_bool)
+
+    @field_validator("moves", mode="before")
+    @classmethod
+    def _moves(cls, value: object) -> bool | str:
+        if isinstance(value, bool) or value in MOVES:
+            return value
+        raise ValueError(f'moves is true, false, "{EMPTY_SERVERS}" or "{WAITING_JOBS}"')
 
     @field_validator("checkpoint_cost")
     @classmethod

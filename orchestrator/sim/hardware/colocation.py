@@ -17,15 +17,22 @@ predicts that
 Among the GPUs that qualify it takes the one where the pair's energy per unit of work is
 lowest; otherwise it gets GPUs of its own as usual.
 
-While a job waits for GPUs, a job alone that may share and be interrupted is moved to pair
-(``_regroup``, before each pass): when another job runs alone that it may join by the rule
-above and ``interference.move_gain_j`` says the pair saves more than twice what the
-checkpoint costs (with right-sizing, counting also the idle energy of its own server
-powered off sooner where it was the last to end there, less that of the other's server
-kept on longer where the pair ends last there), it is checkpointed and restarts next to
-that job in the same pass (it loses ``checkpoint_cost`` of run time, as any restart does).
-Jobs on the emptiest servers move first. With no job waiting, no move: it would slow two
-jobs down for a GPU nobody needs (measured: at 300 jobs, moves then doubled the JCT
+Co-location moves (``[jobs] moves``, off by default; ``_regroup``, after each pass): a
+job alone that may share and be interrupted is checkpointed and restarts next to another
+job running alone, by the rule above, in a pass at once (it loses ``checkpoint_cost`` of
+run time, as any restart does). Two kinds, ``true`` for both:
+
+- ``"waiting-jobs"``: while a job waits for GPUs, one whose GPUs let it start moves when
+  ``interference.move_gain_j`` says the pair saves more than twice what the checkpoint
+  costs, jobs on the emptiest servers first, one move per waiting job;
+- ``"empty-servers"``: while no job waits, with right-sizing on, the jobs of a server that
+  all run alone move when that empties the server and pays, idle draw included
+  (``sim.hardware.evacuation``).
+
+Measured on the co-location benchmark, moves for waiting jobs cost the cluster energy (the
+queue drains sooner and the GPUs it freed then idle on servers kept on); moves that empty
+servers save it. With no job waiting and no server to empty, no move: it would slow two
+jobs down for a GPU nobody needs (measured: at 300 jobs, such moves doubled the JCT
 increase). From the moment they pair until one of them
 leaves (it ends, or is suspended), each runs at its predicted speed and is charged its
 share of the GPU's draw (``interference.split``: the parts sum to the GPU's); the one left
@@ -55,7 +62,9 @@ from orchestrator.planning.devices.interference import (
 from orchestrator.planning.pieces import piece_index, width_of
 from orchestrator.planning.policies.base import Decision
 from orchestrator.sim.engine import SimDaemon
+from orchestrator.sim.hardware.evacuation import evacuations
 from orchestrator.sim.inputs import SimInputs
+from orchestrator.sim.scenario import EMPTY_SERVERS, WAITING_JOBS
 from placement.cluster import Allocation, ClusterAllocator
 
 
@@ -183,13 +192,21 @@ class SharingDaemon(SimDaemon):
 
     # -- pairs ---------------------------------------------------------------------------
     def _regroup(self, now: float) -> bool:
-        """After a pass that left a job waiting for GPUs: move a job alone that may share
-        and be interrupted, whose GPUs let the waiting job start, next to another job
-        alone on the same GPU type where that pays (``move_gain_j``); True when one was
-        checkpointed (it restarts in a pass at this time)."""
-        head = self.scheduler.blocked()
-        if not self.inputs.scenario.jobs.moves or head is None or self.clairvoyant:
-            return False  # a move slows two jobs down to free a GPU: only for a job waiting
+        """After a pass: while a job waits for GPUs, move a job alone that may share and
+        be interrupted, whose GPUs let the waiting job start, next to another job alone on
+        the same GPU type where that pays (``move_gain_j``); while none waits, the moves
+        that empty servers (``evacuations``). True when one was checkpointed (it restarts
+        in a pass at this time)."""
+        head, mode = self.scheduler.blocked(), self.inputs.scenario.jobs.moves
+        if not mode or self.clairvoyant:
+            return False
+        if head is None:  # nobody waits: only moves that empty a server (to power it down)
+            moves = evacuations(self, now) if mode in (True, EMPTY_SERVERS) else []
+            for x, host in moves:
+                self._move(x, host)
+            return bool(moves)
+        if mode not in (True, WAITING_JOBS):
+            return False
         movers = [x for x in self._open if self._interruptible[x]]
         if not movers or len(self._open) < 2:
             return False
@@ -216,12 +233,16 @@ class SharingDaemon(SimDaemon):
                 if gain > 0 and (best is None or gain > best[0]):
                     best = (gain, h, speed_x, speed_h)
             if best is not None:
-                self._moving[x] = best[1:]
-                self._reserved.add(best[1])
-                self.moves += 1
-                self.executor.signal(att.handle, signal.SIGTERM)
+                self._move(x, best[1:])
                 return True  # one move per waiting job: it fits now
         return False
+
+    def _move(self, x: int, host: tuple[int, float, float]) -> None:
+        """Checkpoint job ``x`` to restart next to ``host`` (job, speeds) in this pass."""
+        self._moving[x] = host
+        self._reserved.add(host[0])
+        self.moves += 1
+        self.executor.signal(self._running[self._att_of[x]].handle, signal.SIGTERM)
 
     def _lets_start(self, head, key) -> bool:
         """Whether the waiting job ``head`` could be placed only with ``key``'s GPUs free

@@ -1,0 +1,108 @@
+"""Co-location moves that empty a server (``[jobs] moves = "empty-servers"``): while no
+job waits, the jobs of a server that all run alone and may be interrupted move next to
+jobs alone on other servers, and right-sizing powers the emptied server down; never
+without right-sizing, never a job that may not be interrupted, never back and forth."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from orchestrator.planning.policies import resolve_policy
+from orchestrator.sim.hardware.colocation import daemon_class
+from orchestrator.sim.inputs import prepare
+from orchestrator.sim.runner import make_forecaster
+from orchestrator.sim.scenario import JobsConfig, Scenario
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.backends("sqlite")
+A, B = "Recommendation (batch size 4096)", "LM (batch size 20)"  # V100: 0.89, 0.85 paired
+AT = "2023-05-01T10:00:00"
+
+
+def _run(tmp_path, moves="empty-servers", host_may_stop=False, right_sizing=True,
+         movable=True, duration="6h"):  # fmt: skip
+    """H (A) alone on n0's one GPU, X (B) alone on n1, whose other GPU is free; both start
+    at 10:00 (a pair forms only with a job already running), nobody waits after."""
+    rows = [
+        {"submit": AT, "duration": duration, "gpus": 1, "name": A,
+         "interruptible": host_may_stop},
+        {"submit": AT, "duration": duration, "gpus": 1, "name": B, "interruptible": movable},
+    ]  # fmt: skip
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    cluster = {"gpu": "v100", "nodes": [{"name": "n0", "gpus": 1}, {"name": "n1", "gpus": 2}]}
+    if right_sizing:
+        cluster |= {"idle_off_after": "10m", "wake": "5m"}
+    scenario = Scenario.model_validate(
+        {
+            "policies": ["fifo"],
+            "jobs": {"source": str(trace), "deadline_rule": "none", "share": 1.0,
+                     "checkpoint_cost": "5m", "elastic": 0.0, "moves": moves},
+            "grid": {"source": "synthetic:days=14&start=2023-04-28"},
+            "cluster": cluster,
+        }
+    )  # fmt: skip
+    inputs = prepare(scenario, ROOT)
+    daemon = daemon_class(inputs)(
+        inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0)
+    )
+    return inputs, daemon, daemon.run()
+
+
+def _total_j(run, end_s: float) -> float:
+    """The jobs' energy and the idle draw's, to ``end_s``."""
+    jobs = float(np.sum(run.seg_power_w * (run.seg_end_s - run.seg_start_s)))
+    idle = run.idle.padded(end_s)
+    return jobs + float(np.sum(idle.power_w * (idle.end_s - idle.start_s)))
+
+
+def test_a_server_is_emptied_and_powered_down_and_the_cluster_draws_less(tmp_path):
+    inputs, daemon, run = _run(tmp_path)
+    assert run.moves == 1 and run.suspensions == 1  # X checkpointed, restarted next to H
+    (host, moved, when), *_ = daemon.pairs
+    assert (host, moved) == (0, 1) and when == pytest.approx(inputs.jobs.submit_s[0])
+    assert run.idle.power_offs >= 1  # n1, emptied, powered down after idle_off_after
+    _, _, stayed = _run(tmp_path, moves=False)
+    assert stayed.moves == 0 and not stayed.pairs
+    end = float(max(np.nanmax(run.finish_s), np.nanmax(stayed.finish_s)))
+    assert _total_j(run, end) < 0.9 * _total_j(stayed, end)  # the checkpoint included
+    assert run.finish_s[1] > stayed.finish_s[1]  # what it costs: X runs paired, slower
+
+
+def test_no_server_is_emptied_without_right_sizing(tmp_path):
+    # its idle GPUs would draw as much after the move: two jobs slowed down for nothing
+    _, daemon, run = _run(tmp_path, right_sizing=False)
+    assert run.moves == 0 and run.suspensions == 0 and not daemon.pairs
+
+
+def test_a_job_that_may_not_be_interrupted_keeps_its_server(tmp_path):
+    _, daemon, run = _run(tmp_path, movable=False)
+    assert run.moves == 0 and run.suspensions == 0 and not daemon.pairs
+
+
+def test_no_moves_that_end_too_soon_to_pay(tmp_path):
+    # four minutes each: the pair and the idle draw saved are worth less than twice the
+    # five-minute checkpoint (ten minutes each already pay, the idle draw saved included)
+    _, _, run = _run(tmp_path, duration="4m")
+    assert run.moves == 0 and run.suspensions == 0
+
+
+def test_one_server_is_emptied_and_nothing_moves_back(tmp_path):
+    # both may move: n0's job goes to n1 (or n1's to n0), the receiving server is not
+    # emptied in the same step, and a pair never moves after
+    _, daemon, run = _run(tmp_path, host_may_stop=True)
+    assert run.moves == 1 and run.suspensions == 1 and len(daemon.pairs) == 1
+
+
+def test_each_kind_of_move_is_asked_for_by_name(tmp_path):
+    _, _, waiting_only = _run(tmp_path, moves="waiting-jobs")
+    assert waiting_only.moves == 0  # nobody waits: moves for waiting jobs have no cause
+    _, _, both = _run(tmp_path, moves=True)
+    assert both.moves == 1
+    for bad in ("sideways", 1, 0.0, None, ["empty-servers"]):
+        with pytest.raises(ValidationError, match='moves is true, false, "empty-servers"'):
+            JobsConfig.model_validate({"moves": bad})
