@@ -855,6 +855,8 @@ def issue24_sim_cases() -> list[Case]:
     scen = [
         *[(f"jobs.share {v}", f"[jobs]\nshare = {v}\n")
           for v in ("1.5", "-0.1", "nan", "inf", '"half"', "true", "[0.5]")],
+        *[(f"jobs.moves {v}", f"[jobs]\nmoves = {v}\n")
+          for v in ('"sideways"', '"Empty-Servers"', '"true"', '""', "1", "0.5", '["x"]')],
         *[(f"jobs.models {v}", f"[jobs]\nmodels = {v}\n")
           for v in ('"Gavel"', '"all"', '""', "1", "true", '["gavel"]')],
         *[(f"cluster.idle_off_after {v[:20]}", f"[cluster]\nidle_off_after = {v}\n")
@@ -1125,7 +1127,8 @@ def issue24_controls() -> list[Case]:
         Case(c, "simulate scenario: issue 24's keys",
              ["simulate", "--json", "--policy", "fifo", "s.toml", "--jobs", "jobs.jsonl", "--grid",
               "csv:grid.csv"],
-             {"s.toml": '[jobs]\nshare = 0.5\nmodels = "none"\n[cluster]\ngpu = "p100"\n'
+             {"s.toml": '[jobs]\nshare = 0.5\nmodels = "none"\nmoves = "empty-servers"\n'
+              '[cluster]\ngpu = "p100"\n'
               'idle_off_after = "30m"\nwake = "5m"\nnode_idle_w = 100\ngpu_idle_w = 30\n'
               'nodes = [{name = "a", gpus = 8, gpu = "a100"}, {name = "b", gpus = 8}]\n',
               **jobs}, expect=0),
