@@ -205,6 +205,16 @@ def test_cluster_file_with_nodes(cli, tmp_path):
     assert data["scenario"]["gpus"] == 6
 
 
+def test_a_cluster_takes_the_pue_a_daemon_takes(tmp_path):
+    """The simulator's bound on PUE was 3 and the daemon's 5: a lab's config that the daemon
+    runs with could not be replayed."""
+    from orchestrator.sim.scenario import load_cluster_file
+
+    path = tmp_path / "c.toml"
+    path.write_text("[cluster]\npue = 4.0\n")
+    assert load_cluster_file(path).pue == 4.0
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -214,6 +224,7 @@ def test_cluster_file_with_nodes(cli, tmp_path):
         ("x = " + "[" * 100_000 + "]" * 100_000 + "\n", "nested too deeply"),
         ("[cluster]\nnode_idle_w = true\n", "node_idle_w"),
         ("[cluster]\npue = true\n", "pue"),
+        ("[cluster]\npue = 5.5\n", "pue"),  # above the daemon's bound too
         ('[[nodes]]\nname = "a"\ngpus = 2\ngpu_idle_w = true\n', "nodes.0.gpu_idle_w"),
     ],
 )

@@ -144,7 +144,7 @@ class ClusterConfig(BaseModel):
     nodes: list[SimNode] | None = None
     gpu: str = Field(default="v100", min_length=1, max_length=64)  # nodes' default type
     host_w_per_gpu: float = Field(default=50.0, ge=0)
-    pue: float = Field(default=1.0, ge=1.0, le=3.0)
+    pue: float = Field(default=1.0, ge=1.0, le=5.0)  # as the daemon's (settings)
     # idle power and right-sizing (sim.hardware.power): a node idle for idle_off_after is powered
     # off ("never"/None: never), and answers again wake after it is woken
     idle_off_after: str | None = None
