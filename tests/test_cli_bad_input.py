@@ -194,3 +194,17 @@ def test_a_slurm_node_without_slurms_commands_is_one_line(cli):
             "where)"
         ]
     assert cli.json("show", "1")["state"] == "queued", "nothing was lost"
+
+
+def test_plan_on_a_grid_file_that_ends_before_now_says_what_it_covers(cli):
+    """A CSV the user names that does not reach the plan's time is theirs to mend (exit 2,
+    its range said); it was exit 1, as if a provider had failed."""
+    trace = cli.home / "old.csv"
+    trace.write_text("timestamp,carbon_intensity\n2020-01-01T00:00Z,300\n2020-01-01T01:00Z,200\n")
+    proc = cli.run("plan", "--grid", f"csv:{trace}", check=False)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert "its data run from 2020-01-01 00:00 to 2020-01-01 01:00 UTC" in line, line
+    assert "plan --at" in line
+    inside = cli.run("plan", "--grid", f"csv:{trace}", "--at", "2020-01-01T00:30Z", "--json")
+    assert inside.returncode == 0

@@ -436,7 +436,7 @@ def test_gridshift_plan_shows_each_job_against_running_now(cli):
         (["--budget", "x"], "invalid budget"),
         (["--objective", "cost"], "needs a price signal"),
         (["--objective", "mix:7", "--price", "synthetic:quantity=price"], "carbon weight"),
-        (["--grid", "synthetic:start=1999-01-01&days=1"], "no forecast"),
+        (["--grid", "synthetic:start=1999-01-01&days=1"], "its data run from 1999-01-01 00:00"),
     ):
         proc = cli.run("plan", "--grid", grid, *args, check=False)
         assert proc.returncode in (1, 2) and message in proc.stderr, proc.stderr

@@ -145,6 +145,26 @@ def _forecast(settings, spec: str | None, now, horizon_s: float):
     chain = open_chain(settings, [spec] if spec else [])
     signal = chain.forecast(now, timedelta(seconds=horizon_s))
     if not len(signal.frame):
+        _not_covered(spec, chain.sources, now)
         raise GridDataError(f"{spec or 'grid source'}: no forecast from {now.isoformat()}")
     series, _ = StepSeries.from_signal(signal)
     return StepForecaster(series)
+
+
+def _not_covered(spec: str | None, sources: list, now) -> None:
+    """A file the user named (``--grid csv:PATH``) whose data end before the plan's time is
+    the user's to mend (exit 2), said with the range it covers; a provider that answered
+    nothing is not (the caller's ``GridDataError``)."""
+    from grid.sources.base import FileSource
+    from orchestrator.errors import SpecError
+
+    if not spec or not sources or not all(isinstance(s, FileSource) for s in sources):
+        return
+    index = sources[0].load().frame.index
+    if not len(index):
+        raise SpecError(f"{spec}: no data in it")
+    raise SpecError(
+        f"{spec}: its data run from {index[0]:%Y-%m-%d %H:%M} to {index[-1]:%Y-%m-%d %H:%M} "
+        f"UTC, not from {now:%Y-%m-%d %H:%M} UTC: plan --at a time inside it, or give a grid "
+        "source that covers it"
+    )
