@@ -30,14 +30,14 @@ from __future__ import annotations
 
 from sqlmodel import col, select
 
-from orchestrator.daemon.energy.moves import Move, Mover, _work_left
 from orchestrator.daemon.energy.sharing import _policy
 from orchestrator.queue.attempts import HOLDING, values
 from orchestrator.queue.models import Attempt
 
 
-def emptying(mover: Mover, now_s: float) -> list[Move]:
-    """The moves that empty one server now (each with ``server`` set); none: []."""
+def emptying(mover, now_s: float) -> list:
+    """The moves that empty one server now (each a ``moves.Move`` with ``server`` set;
+    none: []), for ``mover`` (``moves.Mover``, which calls this: its rules, its gains)."""
     sharing = mover.sharing
     nodes = {n.name: n for n in sharing.nodes if _policy(n) != "never"}
     down = set(mover.down())
@@ -65,15 +65,15 @@ def emptying(mover: Mover, now_s: float) -> list[Move]:
     return []
 
 
-def _plan(mover: Mover, name: str, jobs: list, alone: list, nodes: dict, now_s: float,
-          down: set, before: dict, busy: int) -> list[Move] | None:  # fmt: skip
+def _plan(mover, name: str, jobs: list, alone: list, nodes: dict, now_s: float,
+          down: set, before: dict, busy: int) -> list | None:  # fmt: skip
     """A host elsewhere for each of ``jobs`` (distinct hosts), when the moves pay with
     the idle draw the server saves; else None."""
     taken = set(mover.sharing.booked_gpus())
     moves, gain_j, last_s = [], 0.0, 0.0
     for att, job in jobs:
         best = mover.best_host(att, job, alone, nodes, now_s, down, before, taken, {name})
-        left = _work_left(job, att, now_s, before.get(att.id, 0.0))
+        left = mover.work_left(job, att, now_s, before.get(att.id, 0.0))
         if best is None or left is None:
             return None
         best.server = name
@@ -85,7 +85,7 @@ def _plan(mover: Mover, name: str, jobs: list, alone: list, nodes: dict, now_s: 
     return moves if gain_j + idle_j > 0 else None
 
 
-def _held(mover: Mover, names: list[str]) -> tuple[dict[str, set], dict[str, int]]:
+def _held(mover, names: list[str]) -> tuple[dict[str, set], dict[str, int]]:
     """On each of ``names``: what holds GPUs there (attempt ids; ``None`` for anything
     else: a job across servers, a reservation, a block), and how many GPUs are held."""
     held: dict[str, set] = {}

@@ -57,6 +57,7 @@ from datetime import UTC, datetime
 from sqlmodel import col, func, select
 
 from orchestrator.daemon.contain import OncePerReason
+from orchestrator.daemon.energy.emptying import emptying
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import move_gain_j
@@ -127,11 +128,11 @@ class Mover:
         # waiting for one, or to empty a server (the simulator's rule, sim.hardware)
         if not (self.waiting_jobs if head is not None else self.empty_servers):
             return None
+        if head is None and not self.emptiable():  # no server right-sizing may power off
+            return None
         if self._in_flight():  # the GPU it frees is not free yet: the head waits for it
             return None
         if head is None:  # nobody waits: all the jobs of one server, or none
-            from orchestrator.daemon.energy.emptying import emptying
-
             moves = emptying(self, now_s)
         else:
             moves = [m] if (m := self.pick(now_s, head)) is not None else []
@@ -231,6 +232,10 @@ class Mover:
             if best is None or gain > best.gain_j:
                 best = Move(att, job, host_att, host, gain)
         return best
+
+    @staticmethod
+    def work_left(job: Job, att: Attempt, now_s: float, before_s: float = 0.0) -> float | None:
+        return _work_left(job, att, now_s, before_s)
 
     def _may_move(self, att: Attempt, job: Job, now_s: float, down: set) -> bool:
         if not (job.share and job.interruptible and job.duration_s) or att.node in down:
