@@ -191,6 +191,25 @@ def test_a_job_in_a_pair_keeps_its_server_on(db):
     assert _step(db) == []
 
 
+def test_a_reservation_or_block_the_pass_holds_there_keeps_the_server_on(db):
+    from placement.cluster import ClusterAllocator
+    from placement.topology import ClusterTopology, NodeTopology
+
+    _add(db, "a", 0, interruptible=False)
+    b = _add(db, "b", 0)
+    alloc = ClusterAllocator(
+        ClusterTopology((NodeTopology.plain("a", 2), NodeTopology.plain("b", 2)))
+    )
+    mover, told = _mover(db)
+    mover.alloc = lambda: alloc
+    mover.step(NOW.timestamp())
+    assert told == [b]
+    alloc.hold(("backfill", 7), "b", [1])  # the pass keeps b's other GPU for a job
+    mover, told = _mover(db)
+    mover.alloc = lambda: alloc
+    assert mover.step(NOW.timestamp()) is None and told == []
+
+
 def test_another_users_job_is_joined_only_where_the_node_says_any(db):
     _add(db, "a", 0, interruptible=False, uid=1001, user="v")
     b = _add(db, "b", 0)
