@@ -40,7 +40,7 @@ def test_a_server_whose_job_moves_next_to_another_is_powered_off(cli, ssh_server
     script = tmp_path / "job.py"
     script.write_text(JOB)
     ids = []  # the host first (placed on box), then the job on B, which may be interrupted
-    jobs = ((SECOND, 4.5, ["--priority", "1"]),
+    jobs = ((SECOND, 3.5, ["--priority", "1"]),
             (FIRST, 1.5, ["--interruptible", "--checkpoint-cost", "0.2s"]))  # fmt: skip
     for name, run_s, extra in jobs:
         out = tmp_path / f"{name.split()[-1].rstrip(')')}.env"
