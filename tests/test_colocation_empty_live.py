@@ -149,6 +149,16 @@ def test_the_jobs_of_a_server_move_when_that_empties_it_and_each_gets_its_own_ho
     assert mover.step(NOW.timestamp()) is None, "none while they are in flight"
 
 
+def test_the_emptiest_server_goes_first_and_one_server_a_pass(db):
+    _add(db, "a", 0, interruptible=False)
+    _add(db, "a", 1, interruptible=False)
+    _add(db, "b", 0)
+    _add(db, "b", 1)  # b could be emptied too (two hosts on a), but holds more
+    c = _add(db, "c", 0)
+    nodes = [_node("a"), _node("b"), _node("c")]
+    assert _step(db, nodes=nodes, emptiable=("b", "c")) == [c]
+
+
 def test_the_idle_draw_saved_makes_a_move_pay_that_the_pair_alone_would_not(db):
     # 20 min left each: LM next to LM (2/3 each) saves less than twice a 5 min checkpoint
     _add(db, "a", 0, interruptible=False, duration_s=4800.0)

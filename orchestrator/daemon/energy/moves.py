@@ -166,8 +166,10 @@ class Mover:
             session.add(row)
             session.add(Event(job_id=row.id, at=now, from_state=row.state, to_state=row.state,
                               reason=row.reason, actor="daemon"))  # fmt: skip
-        log.info("job %s: %s (predicted to save %.1f kJ net of twice its checkpoint's cost); "
-                 "SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3)  # fmt: skip
+        also = "; with its server's other moves and idle draw, it pays" if move.server else ""
+        log.info("job %s: %s (the pair predicted to save %.1f kJ net of twice its checkpoint's "
+                 "cost%s); SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3,
+                 also)  # fmt: skip
         self.moves += 1
         return True
 
