@@ -151,6 +151,7 @@ class Daemon:
         self.mover = None  # co-location moves (daemon.energy.moves): where a node shares
         if sharing is not None and cfg.moves:
             from orchestrator.daemon.energy.moves import Mover
+            from orchestrator.settings import EMPTY_SERVERS, WAITING_JOBS
 
             self.mover = Mover(
                 sharing,
@@ -162,6 +163,10 @@ class Daemon:
                 alloc=lambda: self.queue.alloc,  # after the launches: this pass's reading
                 grace=self.suspender.grant,
                 grace_s=self.settings.cancel_grace_s,
+                waiting_jobs=cfg.moves in (True, WAITING_JOBS),
+                empty_servers=cfg.moves in (True, EMPTY_SERVERS),
+                emptiable=lambda: self.levers.emptiable(),  # right-sizing's (built below)
+                idle_w=lambda name, gpus, busy: self.levers.idle.draw_w(name, gpus, busy),
             )
         self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner,
                               backfill=cfg.backfill)  # fmt: skip

@@ -34,6 +34,11 @@ from orchestrator.settings.nodes import (  # noqa: F401 (re-exported)
     _not_bool,
 )
 
+EMPTY_SERVERS, WAITING_JOBS = "empty-servers", "waiting-jobs"  # daemon.moves, besides true
+MOVES = (EMPTY_SERVERS, WAITING_JOBS)
+_BOOL_WORDS = {w: True for w in ("true", "1", "yes", "on")} | {
+    w: False for w in ("false", "0", "no", "off")
+}
 DEFAULT_HOME = Path("~/.local/share/gridshift").expanduser()
 CONFIG_NAME = "gridshift.toml"
 MAX_CONFIG_BYTES = 1 << 20
@@ -87,10 +92,12 @@ class DaemonSettings(BaseModel):
         description="run time a suspension (checkpoint, restart) costs a job without its "
         "own --checkpoint-cost; 0 to 1d",
     )
-    moves: bool = Field(
+    moves: bool | str = Field(
         default=False,
         description="co-location moves: a running --share --interruptible job alone may be "
-        "checkpointed to join another, for a job waiting for GPUs (off by default)",
+        'checkpointed to join another: "waiting-jobs" (for a job waiting for GPUs), '
+        '"empty-servers" (to empty a server right-sizing may power off), true (both); '
+        "off by default",
     )
     move_after: str = Field(
         default="10m",
@@ -143,6 +150,16 @@ class DaemonSettings(BaseModel):
     @classmethod
     def _durations(cls, value: str | None, info: ValidationInfo) -> str | None:
         return _duration(value, checkpoint=info.field_name == "checkpoint_cost")
+
+    @field_validator("moves", mode="before")
+    @classmethod
+    def _moves(cls, value: object) -> bool | str:
+        word = value.strip().lower() if isinstance(value, str) else None
+        if word in _BOOL_WORDS:  # an environment variable's (GRIDSHIFT_DAEMON__MOVES=1)
+            return _BOOL_WORDS[word]
+        if isinstance(value, bool) or value in MOVES:
+            return value
+        raise ValueError(f'moves is true, false, "{EMPTY_SERVERS}" or "{WAITING_JOBS}"')
 
     @field_validator("pue", mode="before")
     @classmethod

@@ -55,6 +55,14 @@ class Levers:
                 if x is not None and x.cfg.idle_off_after is not None]  # fmt: skip
         return per_gpu_w, (max(offs) if len(offs) == len(counted) else None)
 
+    def emptiable(self) -> set[str]:
+        """The servers right-sizing may power off once idle: on, with ``idle_off_after``
+        (co-location moves may empty them, ``daemon.energy.emptying``)."""
+        if self.power is None:
+            return set()
+        return {n for n, p in self.power.nodes.items()
+                if p.state == ON and not p.busy and p.cfg.idle_off_after is not None}  # fmt: skip
+
     def awake(self, links: dict) -> dict:
         """The SSH links of servers that are on (discovery leaves the others alone)."""
         if self.power is None:

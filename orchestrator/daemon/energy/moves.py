@@ -40,6 +40,11 @@ its progress once it exits 0, the move named as the reason), and
 that job, unless the host has ended, has a partner, is leaving or does not answer by then
 (it restarts as any job). The move is a job event: its history keeps it. Bookings and
 graces are in memory: after a daemon restart a moved job restarts as any.
+
+``daemon.moves`` says which moves: ``"waiting-jobs"`` (the above), ``"empty-servers"``
+(while no job waits, all the jobs of a server right-sizing may power off move next to
+jobs alone on other servers, when that pays with the idle draw saved:
+``daemon.energy.emptying``), ``true`` both.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from datetime import UTC, datetime
 from sqlmodel import col, func, select
 
 from orchestrator.daemon.contain import OncePerReason
+from orchestrator.daemon.energy.emptying import emptying
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import move_gain_j
@@ -76,6 +82,7 @@ class Move:
     host_att: Attempt
     host: Job
     gain_j: float
+    server: str | None = None  # the server its move empties (``emptying``), if any
 
 
 @dataclass
@@ -92,6 +99,12 @@ class Mover:
     # a moved job's grace before SIGKILL, by attempt (``Suspender.grant``), and the lab's
     grace: Callable[[int, float], None] = lambda attempt_id, seconds: None
     grace_s: float = 0.0  # ``cancel_grace_s``
+    waiting_jobs: bool = True  # ``daemon.moves``: moves for a job waiting for GPUs
+    empty_servers: bool = False  # and moves that empty a server (``emptying``)
+    # the servers right-sizing may power off once idle (on, ``idle_off_after`` set)
+    emptiable: Callable[[], Collection[str]] = frozenset
+    # a server's idle draw with ``busy`` of its ``gpus`` held (``IdleMeter.draw_w``, PUE in)
+    idle_w: Callable[[str, int, int], float] = lambda name, gpus, busy: 0.0
     moves: int = 0
     _faults: OncePerReason = field(
         default_factory=lambda: OncePerReason(
@@ -100,7 +113,8 @@ class Mover:
     )
 
     def step(self, now_s: float) -> Move | None:
-        """Move at most one job (SIGTERM, booked next to its host); the move, or None. A
+        """Move one job for a job waiting, or the jobs that empty one server (SIGTERM,
+        each booked next to its host); the (first) move, or None. A
         failure (a bug, the store away) is logged once per reason and the pass goes on
         with its other steps, as the energy levers' do: the jobs come first."""
         move = None
@@ -109,19 +123,30 @@ class Mover:
         return move
 
     def _step(self, now_s: float) -> Move | None:
-        sharing = self.sharing
         self._forget()
         head = self.waiting()  # a move slows two jobs down to free a GPU: only for a job
-        if head is None:  # waiting for one (the simulator's rule, sim.hardware.colocation)
+        # waiting for one, or to empty a server (the simulator's rule, sim.hardware)
+        if not (self.waiting_jobs if head is not None else self.empty_servers):
+            return None
+        if head is None and not self.emptiable():  # no server right-sizing may power off
             return None
         if self._in_flight():  # the GPU it frees is not free yet: the head waits for it
             return None
-        move = self.pick(now_s, head)
-        if move is None:
-            return None
+        if head is None:  # nobody waits: all the jobs of one server, or none
+            moves = emptying(self, now_s)
+        else:
+            moves = [m] if (m := self.pick(now_s, head)) is not None else []
+        started = [m for m in moves if self._start(m, now_s)]
+        return started[0] if started else None
+
+    def _start(self, move: Move, now_s: float) -> bool:
+        """SIGTERM to checkpoint, booked next to its host; whether it was delivered."""
+        sharing = self.sharing
         now = datetime.fromtimestamp(now_s, UTC)
         gpu = move.host_att.gpu_ids[0]
         note = f"moved to share GPU {gpu} on {move.host_att.node} with job {move.host.id}"
+        if move.server is not None:
+            note += f" to empty server {move.server}"
         booking = Booking(move.host_att.node, gpu, move.host_att.id, move.host.id, move.att.id)
         sharing.booked[move.job.id], sharing.notes[move.job.id] = booking, note
         sent = False
@@ -134,17 +159,19 @@ class Mover:
                 sharing.booked.pop(move.job.id)
                 sharing.notes.pop(move.job.id)
         if not sent:
-            return None
+            return False
         with sharing.db.write() as session:  # in its history: said even if it then fails
             row = session.get(Job, move.job.id)
             row.reason = f"{note}: SIGTERM to checkpoint"
             session.add(row)
             session.add(Event(job_id=row.id, at=now, from_state=row.state, to_state=row.state,
                               reason=row.reason, actor="daemon"))  # fmt: skip
-        log.info("job %s: %s (predicted to save %.1f kJ net of twice its checkpoint's cost); "
-                 "SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3)  # fmt: skip
+        also = "; with its server's other moves and idle draw, it pays" if move.server else ""
+        log.info("job %s: %s (the pair predicted to save %.1f kJ net of twice its checkpoint's "
+                 "cost%s); SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3,
+                 also)  # fmt: skip
         self.moves += 1
-        return move
+        return True
 
     def pick(self, now_s: float, head=None) -> Move | None:
         """The move to make now, if any (nothing done); with ``head`` (the job waiting for
@@ -169,34 +196,48 @@ class Mover:
         movers.sort(key=lambda r: (-free.get(r[0].node, 0), r[0].id))
         before = self.sharing.earlier_s([att for att, _ in alone]) if movers else {}
         for att, job in movers:
-            ckpt = self._checkpoint_s(job)
-            left = _work_left(job, att, now_s, before.get(att.id, 0.0))
-            if left is None:
-                continue
-            power = _draw_w(nodes[att.node], att)
-            best = None
-            mine_type = type_of(nodes[att.node].model_of(att.gpu_ids))
-            for host_att, host in alone:
-                node = nodes.get(host_att.node)
-                if host_att.id == att.id or host_att.id in hosts_booked or node is None:
-                    continue
-                if type_of(node.model_of(host_att.gpu_ids)) != mine_type:
-                    continue  # its draw and time left are on its own GPU type
-                # its deadline: as the pairing check reads it
-                mine = _left_s(job, att, now_s, before_s=before.get(att.id, 0.0))
-                host_before = before.get(host_att.id, 0.0)
-                speeds = self.sharing.joins(job, mine + ckpt, host_att, host, node, now_s,
-                                            down, taken, host_before)  # fmt: skip
-                left_host = _work_left(host, host_att, now_s, host_before)
-                if speeds is None or left_host is None:
-                    continue
-                power_host = _draw_w(node, host_att)
-                gain = move_gain_j(power, power_host, *speeds, left, left_host, ckpt)
-                if gain > 0 and (best is None or gain > best.gain_j):
-                    best = Move(att, job, host_att, host, gain)
-            if best is not None:
+            best = self.best_host(att, job, alone, nodes, now_s, down, before, taken)
+            if best is not None and best.gain_j > 0:
                 return best
         return None
+
+    def best_host(self, att: Attempt, job: Job, alone: list, nodes: dict, now_s: float,
+                  down: set, before: dict, taken: Collection, avoid: Collection = ()
+                  ) -> Move | None:  # fmt: skip
+        """``job``'s move next to the job alone that it may join with the largest gain
+        (of any sign; None: none it may join): not a booked host, not on ``avoid``'s
+        servers, nor on a GPU in ``taken``."""
+        hosts_booked = {b.host_attempt for b in self.sharing.booked.values()}
+        ckpt = self._checkpoint_s(job)
+        left = _work_left(job, att, now_s, before.get(att.id, 0.0))
+        if left is None:
+            return None
+        power = _draw_w(nodes[att.node], att)
+        best = None
+        mine_type = type_of(nodes[att.node].model_of(att.gpu_ids))
+        for host_att, host in alone:
+            node = nodes.get(host_att.node)
+            if host_att.id == att.id or host_att.id in hosts_booked or node is None:
+                continue
+            if host_att.node in avoid or type_of(node.model_of(host_att.gpu_ids)) != mine_type:
+                continue  # its draw and time left are on its own GPU type
+            # its deadline: as the pairing check reads it
+            mine = _left_s(job, att, now_s, before_s=before.get(att.id, 0.0))
+            host_before = before.get(host_att.id, 0.0)
+            speeds = self.sharing.joins(job, mine + ckpt, host_att, host, node, now_s,
+                                        down, taken, host_before)  # fmt: skip
+            left_host = _work_left(host, host_att, now_s, host_before)
+            if speeds is None or left_host is None:
+                continue
+            power_host = _draw_w(node, host_att)
+            gain = move_gain_j(power, power_host, *speeds, left, left_host, ckpt)
+            if best is None or gain > best.gain_j:
+                best = Move(att, job, host_att, host, gain)
+        return best
+
+    @staticmethod
+    def work_left(job: Job, att: Attempt, now_s: float, before_s: float = 0.0) -> float | None:
+        return _work_left(job, att, now_s, before_s)
 
     def _may_move(self, att: Attempt, job: Job, now_s: float, down: set) -> bool:
         if not (job.share and job.interruptible and job.duration_s) or att.node in down:
