@@ -70,9 +70,7 @@ from pydantic import (
 
 from orchestrator.errors import ConfigError, SpecError
 from orchestrator.queue.spec import read_text_file
-
-EMPTY_SERVERS, WAITING_JOBS = "empty-servers", "waiting-jobs"  # [jobs] moves, besides true
-MOVES = (EMPTY_SERVERS, WAITING_JOBS)
+from orchestrator.settings import EMPTY_SERVERS, MOVES, WAITING_JOBS  # the daemon's moves
 
 
 def check_duration(value: str | None, never: bool = True) -> str | None:
