@@ -19,7 +19,9 @@ also wait for low-carbon hours (fewer run at once, so fewer pairs form). Each po
 figures are under ``colocation``. Co-location moves (``[jobs] moves``, off by default),
 ``fifo``'s: ``_with_moves``, moves for jobs waiting for GPUs (``"waiting-jobs"``);
 ``_emptying_servers``, moves that empty a server right-sizing then powers down
-(``"empty-servers"``).
+(``"empty-servers"``). ``colocation_seeds``: ``fifo``'s savings without and with moves
+that empty servers for the scenario's seed and ``SEEDS`` more (each draws the jobs' models,
+who may be interrupted and the deadlines anew): one run is one sample.
 
     python benchmarks/energy.py --only colocation [--jobs N]
 """
@@ -36,6 +38,7 @@ sys.path.append(str(Path(__file__).parent))
 JOBS = 2000
 RIGHT_SIZING = {"idle_off_after": "30m", "wake": "5m"}  # benchmarks/energy_idle.py's
 POLICIES = ("fifo", "lowest-window")
+SEEDS = (1, 2)  # fifo's savings are also measured with these seeds
 # mixed: 16 servers of 8 V100s and 16 of 8 P100s; traced durations are V100 runs
 CLUSTER = {
     "gpu": "v100",
@@ -82,6 +85,15 @@ def measure(jobs: int | None = None) -> dict:
         )
     )
     fifo, aware = per_policy[POLICIES[0]], per_policy[POLICIES[-1]]
+    seeds = [{"seed": 0, "saving": fifo["energy_saving"], "emptying": emptied["energy_saving"]}]
+    for seed in SEEDS:
+        specs = [
+            scenario(jobs, share, moves=kind) | {"policies": [POLICIES[0]], "seed": seed}
+            for share, kind in ((0.0, False), (1.0, False), (1.0, "empty-servers"))
+        ]
+        runs = [simulate(Scenario.model_validate(spec), ROOT) for spec in specs]  # fmt: skip
+        saving, empty = (compare(runs[0], run, POLICIES[0])["energy_saving"] for run in runs[1:])
+        seeds.append({"seed": seed, "saving": saving, "emptying": empty})
     return {
         "colocation_energy_saving": fifo["energy_saving"],
         "colocation_jct_increase": fifo["jct_increase"],
@@ -93,6 +105,7 @@ def measure(jobs: int | None = None) -> dict:
         "colocation_jct_increase_with_moves": moved["jct_increase"],
         "colocation_energy_saving_emptying_servers": emptied["energy_saving"],
         "colocation_jct_increase_emptying_servers": emptied["jct_increase"],
+        "colocation_seeds": seeds,
         "colocation": {
             "jobs": jobs,
             "cluster": "16 x 8 V100 + 16 x 8 P100, right-sizing on (30m, wake 5m) in both runs",

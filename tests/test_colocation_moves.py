@@ -49,13 +49,14 @@ def _scenario(tmp_path, rows, interruptible=1.0, checkpoint="5m", moves=True) ->
 
 def _rows(duration="4h", a_within=None, waiting=True):
     """A and B start at once on two of the three GPUs, each alone (a pair forms only with
-    a job already running). A job needing two GPUs arrives at 10:15 and waits: a move
-    (due in that pass) lets it start. One more arrives at 10:30."""
+    a job already running). A job needing two GPUs arrives at 10:25 and waits: a move
+    (due in that pass: both have run 20 min, twice the checkpoint plus 10 min) lets it
+    start. One more arrives at 10:40."""
     rows = [
         {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": A},
         {"submit": "2023-05-01T10:00:00", "duration": duration, "gpus": 1, "name": B},
-        {"submit": "2023-05-01T10:15:00", "duration": "10m", "gpus": 2, "name": OTHER},
-        {"submit": "2023-05-01T10:30:00", "duration": "10m", "gpus": 1, "name": OTHER},
+        {"submit": "2023-05-01T10:25:00", "duration": "10m", "gpus": 2, "name": OTHER},
+        {"submit": "2023-05-01T10:40:00", "duration": "10m", "gpus": 1, "name": OTHER},
     ]
     if not waiting:
         del rows[2]
@@ -95,10 +96,10 @@ def test_a_job_alone_moves_next_to_another_and_the_pair_saves_energy(tmp_path):
     inputs, daemon, run = _run(_scenario(tmp_path, _rows()))
     assert daemon.moves == 1 and run.moves == 1
     assert run.suspensions == 1  # a move is a checkpoint and a restart
-    quarter_past = inputs.jobs.submit_s[2]
+    waits = inputs.jobs.submit_s[2]
     assert sorted(daemon.pairs[0][:2]) == [0, 1]
-    assert daemon.pairs[0][2] == pytest.approx(quarter_past)  # at once, as the job waits
-    assert run.first_start_s[2] == pytest.approx(quarter_past)  # the waiting job started
+    assert daemon.pairs[0][2] == pytest.approx(waits)  # at once, as the job waits
+    assert run.first_start_s[2] == pytest.approx(waits)  # the waiting job started
     _, off, _ = _run(_scenario(tmp_path, _rows(), moves=False))
     assert off.moves == 0  # moves are off by default ([jobs] moves)
     _, still, alone = _run(_scenario(tmp_path, _rows(), interruptible=0.0))
@@ -108,19 +109,31 @@ def test_a_job_alone_moves_next_to_another_and_the_pair_saves_energy(tmp_path):
 
 
 def test_no_move_for_a_pair_that_ends_too_soon_to_pay(tmp_path):
-    # 20 min each: at 10:15, when a job starts waiting, five minutes are left: the pair
+    # 35 min each: at 10:25, when a job starts waiting, ten minutes are left: the pair
     # would save less than twice the checkpoint's worth
-    _, daemon, run = _run(_scenario(tmp_path, _rows(duration="20m")))
+    _, daemon, run = _run(_scenario(tmp_path, _rows(duration="35m")))
     assert daemon.moves == 0 and run.suspensions == 0
     assert all(sorted(p[:2]) != [0, 1] for p in daemon.pairs)  # the third may join one
 
 
 def test_no_move_that_would_break_a_deadline(tmp_path):
-    # due by 14:20: alone they end at 14:00; paired from 10:30 at 0.85-0.89, well after
+    # due by 14:20: alone they end at 14:00; paired from 10:25 at 0.85-0.89, well after
     inputs, daemon, run = _run(_scenario(tmp_path, _rows(a_within="4h20m")))
     assert daemon.moves == 0
     assert all(sorted(p[:2]) != [0, 1] for p in daemon.pairs)
     assert (run.finish_s[:2] <= inputs.deadline_s[:2]).all()
+
+
+def test_a_job_moves_only_once_it_has_run_long_enough(tmp_path):
+    # the job waiting arrives at 10:15: A and B have run 15 min, less than twice the
+    # five-minute checkpoint plus daemon.move_after's 10 min (the daemon's rule): no move
+    # then; at 10:20 the first of them may move, and the waiting job starts then
+    rows = _rows()
+    rows[2]["submit"] = "2023-05-01T10:15:00"
+    inputs, daemon, run = _run(_scenario(tmp_path, rows))
+    assert run.moves == 1
+    assert daemon.pairs[0][2] == pytest.approx(inputs.jobs.submit_s[0] + 20 * 60)
+    assert run.first_start_s[2] == pytest.approx(inputs.jobs.submit_s[0] + 20 * 60)
 
 
 def test_no_move_while_no_job_waits_for_gpus(tmp_path):

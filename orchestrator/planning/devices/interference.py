@@ -43,6 +43,7 @@ SHARED_EXTRA = 0.10  # a GPU with two jobs draws this much above the larger draw
 MIN_SPEED = 0.5  # co-location: each job of a pair keeps at least this share of its speed
 FLOOR = 0.01  # the least relative speed a measurement records
 MOVE_MARGIN = 2.0  # a move must be predicted to save this many times what its checkpoint costs
+MOVE_AFTER_S = 600.0  # a job moves no sooner than this plus twice its checkpoint after it started
 
 
 @lru_cache(maxsize=1)
@@ -150,6 +151,24 @@ def pair_saving_j(
     each alone on its own GPU (negative: sharing costs more)."""
     alone_w = power_a_w * speed_a + power_b_w * speed_b
     return (alone_w - shared_power_w(power_a_w, power_b_w)) * max(0.0, overlap_s)
+
+
+def may_move_again(ran_s: float, checkpoint_s: float, after_s: float = MOVE_AFTER_S) -> bool:
+    """Whether a job that started ``ran_s`` ago may be moved: never twice in quick
+    succession, nor before its checkpoint handler is up (the daemon's rule too)."""
+    return ran_s >= 2.0 * checkpoint_s + after_s
+
+
+def pair_ends_s(
+    work_x_s: float, work_h_s: float, speed_x: float, speed_h: float
+) -> tuple[float, float]:
+    """When each of two jobs that start sharing now ends (from now): paired while both
+    run, the one left alone at full speed after. ``work_*_s``: their work at full speed."""
+    if work_x_s / speed_x <= work_h_s / speed_h:
+        end_x = work_x_s / speed_x
+        return end_x, end_x + (work_h_s - end_x * speed_h)
+    end_h = work_h_s / speed_h
+    return end_h + (work_x_s - end_h * speed_x), end_h
 
 
 def move_gain_j(

@@ -52,8 +52,10 @@ import numpy as np
 
 from orchestrator.planning.devices.interference import (
     MIN_SPEED,
+    MOVE_AFTER_S,
     Interference,
     job_types,
+    may_move_again,
     move_gain_j,
     shared_power_w,
     split,
@@ -124,7 +126,7 @@ class SharingDaemon(SimDaemon):
         self._partner: dict[int, int] = {}
         self._held_by: dict[int, int] = {}  # job -> the job whose allocation holds its GPU
         self.pairs: list[tuple[int, int, float]] = []  # (running job, newcomer, when) formed
-        self._moving: dict[int, tuple] = {}  # checkpointed to join a host: host, speeds
+        self._moving: dict[int, tuple] = {}  # checkpointed to join a host: host, speeds, cap
         self._reserved: set[int] = set()  # hosts a moving job will join in this pass
         self.moves = 0
 
@@ -142,7 +144,7 @@ class SharingDaemon(SimDaemon):
             host = self._moving.pop(i, None)
             if host is not None:  # moved to join it: still alone?
                 self._reserved.discard(host[0])
-                host = host if host[0] in self._open else None
+                host = host[:3] if host[0] in self._open else None
             if host is None:
                 host = self._host_for(job, width_of(job, decision, now), cap, now)
             if host is not None:  # claimed until the next pass (backfill may not start it)
@@ -165,7 +167,8 @@ class SharingDaemon(SimDaemon):
         if i not in self._moving:
             return super()._requeue(att, now)
         left = self._duration[i] * (1.0 - self.done[i]) + self.inputs.checkpoint_s
-        self.scheduler.add_planned(self._queued(i, left), Decision(now, gpus=att.gpus))
+        cap = self._moving[i][3]  # the cap it ran at (planned, or the site limit's)
+        self.scheduler.add_planned(self._queued(i, left), Decision(now, gpus=att.gpus, cap=cap))
 
     def launch(self, job, decision, allocation, now: float) -> None:
         super().launch(job, decision, allocation, now)
@@ -201,9 +204,12 @@ class SharingDaemon(SimDaemon):
         if not mode or self.clairvoyant:
             return False
         if head is None:  # nobody waits: only moves that empty a server (to power it down)
-            moves = evacuations(self, now) if mode in (True, EMPTY_SERVERS) else []
+            if mode not in (True, EMPTY_SERVERS) or not self.power.enabled:
+                return False
+            moves = evacuations(self, now)
             for x, host in moves:
                 self._move(x, host)
+            self._wake_when_movable(now)
             return bool(moves)
         if mode not in (True, WAITING_JOBS):
             return False
@@ -218,31 +224,48 @@ class SharingDaemon(SimDaemon):
             node = alloc.node_of(("job", x))
             if att is None or node is None or att.suspend_event is not None:
                 continue  # ending, or stopping at its piece's end anyway
+            if not may_move_again(now - att.start_s, ckpt):
+                continue  # never twice in quick succession (the daemon's rule)
             if not frees_room(head, node, free[node] + att.gpus, alloc):
                 continue  # cheap first: the GPUs it frees are too few or of another type
             left, done = self.executor.remaining_s(att.handle), self.executor.done_now(att.handle)
-            if left is None or done is None or not self._lets_start(head, ("job", x)):
+            cap_w = self.executor.cap_of(att.handle)  # (cap, watts) it runs at now
+            if None in (left, done, cap_w) or not self._lets_start(head, ("job", x)):
                 continue
             job = self._queued(x, self._duration[x] * (1.0 - done) + ckpt)
             gpu, best = self._gpu_type(x), None
-            for _, h, speed_x, speed_h, left_h in self._hosts(job, att.gpus, 1.0, now):
-                if self._gpu_type(h) != gpu:
+            for _, h, speed_x, speed_h, left_h in self._hosts(job, att.gpus, cap_w[0], now):
+                host_w = self.executor.cap_of(self._running[self._att_of[h]].handle)
+                if self._gpu_type(h) != gpu or host_w is None:
                     continue  # its draw and time left are on its own type
-                power_h = self._running[self._att_of[h]].power_w
-                gain = move_gain_j(att.power_w, power_h, speed_x, speed_h, left, left_h, ckpt)
+                gain = move_gain_j(cap_w[1], host_w[1], speed_x, speed_h, left, left_h, ckpt)
                 if gain > 0 and (best is None or gain > best[0]):
                     best = (gain, h, speed_x, speed_h)
             if best is not None:
                 self._move(x, best[1:])
                 return True  # one move per waiting job: it fits now
+        self._wake_when_movable(now)  # one may move later, the job still waiting
         return False
+
+    def _wake_when_movable(self, now: float) -> None:
+        """A pass when the next job alone that may be interrupted has run long enough to
+        move (``may_move_again``), as the daemon's passes would find it."""
+        ckpt, due = self.inputs.checkpoint_s, []
+        for x in self._open:
+            att = self._running.get(self._att_of.get(x, -1))
+            if att is not None and self._interruptible[x]:
+                due.append(att.start_s + 2.0 * ckpt + MOVE_AFTER_S)
+        later = [at for at in due if at > now]
+        if later:
+            self._wake(min(later))
 
     def _move(self, x: int, host: tuple[int, float, float]) -> None:
         """Checkpoint job ``x`` to restart next to ``host`` (job, speeds) in this pass."""
-        self._moving[x] = host
+        handle = self._running[self._att_of[x]].handle
+        self._moving[x] = (*host, self.executor.cap_of(handle)[0])  # restarts at its cap
         self._reserved.add(host[0])
         self.moves += 1
-        self.executor.signal(self._running[self._att_of[x]].handle, signal.SIGTERM)
+        self.executor.signal(handle, signal.SIGTERM)
 
     def _lets_start(self, head, key) -> bool:
         """Whether the waiting job ``head`` could be placed only with ``key``'s GPUs free

@@ -13,17 +13,21 @@ the pairing rule: ``SharingDaemon._hosts``) and the moves pay, all of them toget
     the pairs' predicted saving, less ``MOVE_MARGIN`` × each checkpoint's cost
     (``interference.move_gain_j``), plus the idle draw the server no longer has for as
     long as its last job would have run there (its free GPUs' share of the server's idle
-    draw, × PUE).
+    draw, × PUE, as the jobs' draws count it), less the idle draw of each server that
+    receives a job for as long as it then stays on longer (the host slowed down, the moved
+    job's end; only where right-sizing would power that server off).
 
 The emptiest servers go first. A server that receives a job in this step is not emptied in
-it, and the jobs of a pair never move (pairs make a server ineligible), so no job moves
-back and forth. Pure on the simulator's state: it says which moves; the simulator makes
-them (``SharingDaemon._regroup``).
+it, the jobs of a pair never move (pairs make a server ineligible), and a job moves no
+sooner than ``MOVE_AFTER_S`` (10 min) plus twice its checkpoint cost after it started, as
+on the daemon. Each job's draw and cap are those it runs at now (a planned cap, or one the
+site limit set); it restarts at that cap. Pure on the simulator's state: it says which
+moves; the simulator makes them (``SharingDaemon._regroup``).
 """
 
 from __future__ import annotations
 
-from orchestrator.planning.devices.interference import move_gain_j
+from orchestrator.planning.devices.interference import may_move_again, move_gain_j, pair_ends_s
 from orchestrator.sim.hardware.power import ON
 
 
@@ -39,7 +43,7 @@ def evacuations(daemon, now: float) -> list[tuple[int, tuple[int, float, float]]
         name
         for name, jobs in jobs_on.items()
         if jobs and nodes[name].state == ON and nodes[name].off_after_s is not None
-        and all(_movable(daemon, i) for i in jobs)
+        and all(_movable(daemon, i, now) for i in jobs)
     ]  # fmt: skip
     candidates.sort(key=lambda name: (nodes[name].gpus - free[name], name))
     receiving: set[str] = set()
@@ -49,15 +53,11 @@ def evacuations(daemon, now: float) -> list[tuple[int, tuple[int, float, float]]
     for name in candidates:
         if name in receiving:
             continue
-        plan = _empty(daemon, name, jobs_on[name], emptied | {name}, taken, now)
-        if plan is None:
+        moves, gain_j = _empty(daemon, name, jobs_on, emptied | {name}, taken, now, free)
+        if moves is None:
             continue
-        moves, gain_j = plan
-        node = nodes[name]
-        last_s = max(daemon.executor.remaining_s(daemon._running[daemon._att_of[i]].handle)
-                     for i in jobs_on[name])  # fmt: skip
-        idle_j = node.idle_w * power.pue * free[name] / node.gpus * last_s
-        if gain_j + idle_j <= 0:
+        last_s = max(_left_s(daemon, i) for i in jobs_on[name])
+        if gain_j + _idle_w(daemon, name, free) * last_s <= 0:
             continue
         emptied.add(name)
         for x, host in moves:
@@ -81,36 +81,75 @@ def _jobs_on(daemon) -> dict[str, list[int]]:
     return out
 
 
-def _movable(daemon, i: int) -> bool:
-    """A job alone on its GPUs that may share and be interrupted, not stopping already."""
+def _movable(daemon, i: int, now: float) -> bool:
+    """A job alone on its GPUs that may share and be interrupted, not stopping already,
+    that has run long enough to move (``may_move_again``)."""
     if i < 0 or i not in daemon._open or not daemon._interruptible[i]:
         return False
     att = daemon._running.get(daemon._att_of.get(i, -1))
-    return att is not None and att.suspend_event is None
+    if att is None or att.suspend_event is not None:
+        return False
+    return may_move_again(now - att.start_s, daemon.inputs.checkpoint_s)
 
 
-def _empty(daemon, name: str, jobs: list[int], avoid: set[str], taken: set[int], now: float):
-    """A host elsewhere for each of ``jobs`` (the best gain each; hosts not on ``avoid``'s
-    nodes nor already taken), and the moves' total gain; None when one has none."""
+def _left_s(daemon, i: int) -> float:
+    """Job ``i``'s time left at its speed now (0: unknown, or ending)."""
+    att = daemon._running.get(daemon._att_of.get(i, -1))
+    left = None if att is None else daemon.executor.remaining_s(att.handle)
+    return left or 0.0
+
+
+def _last_end_s(daemon, jobs: list[int], skip: int) -> float:
+    """When the last of ``jobs`` (and their partners) ends from now, ``skip`` left out."""
+    ends = [0.0]
+    for i in jobs:
+        if i != skip and i >= 0:
+            ends.append(_left_s(daemon, i))
+            partner = daemon._partner.get(i)
+            if partner is not None:
+                ends.append(_left_s(daemon, partner))
+    return max(ends)
+
+
+def _idle_w(daemon, name: str, free: dict[str, int]) -> float:
+    """The idle draw of ``name``'s free GPUs (their share of its idle draw, × PUE): what
+    it draws besides its jobs while on."""
+    node = next(n for n in daemon.power.nodes if n.name == name)
+    return node.idle_w * daemon.power.pue * free[name] / node.gpus
+
+
+def _empty(daemon, name: str, jobs_on, avoid: set[str], taken: set[int], now: float, free):
+    """A host elsewhere for each of ``name``'s jobs (the best gain each, net of the idle
+    draw of the receiving server kept on longer; hosts not on ``avoid``'s nodes nor already
+    taken), as (moves, their total gain); (None, 0) when one has none."""
     alloc, ckpt = daemon.alloc, daemon.inputs.checkpoint_s
+    right_sized = {n.name for n in daemon.power.nodes if n.off_after_s is not None}
     moves, total, mine = [], 0.0, set(taken)
-    for x in jobs:
+    for x in jobs_on[name]:
         att = daemon._running[daemon._att_of[x]]
         left = daemon.executor.remaining_s(att.handle)
         done = daemon.executor.done_now(att.handle)
-        if left is None or done is None:
-            return None
+        cap_w = daemon.executor.cap_of(att.handle)  # (cap, watts) now
+        if left is None or done is None or cap_w is None:
+            return None, 0.0
         job = daemon._queued(x, daemon._duration[x] * (1.0 - done) + ckpt)
         gpu, best = daemon._gpu_type(x), None
-        for _, h, speed_x, speed_h, left_h in daemon._hosts(job, att.gpus, 1.0, now):
-            if h in mine or alloc.node_of(("job", h)) in avoid or daemon._gpu_type(h) != gpu:
+        for _, h, speed_x, speed_h, left_h in daemon._hosts(job, att.gpus, cap_w[0], now):
+            recv = alloc.node_of(("job", h))
+            if h in mine or recv in avoid or daemon._gpu_type(h) != gpu:
                 continue
-            power_h = daemon._running[daemon._att_of[h]].power_w
-            gain = move_gain_j(att.power_w, power_h, speed_x, speed_h, left, left_h, ckpt)
+            host_w = daemon.executor.cap_of(daemon._running[daemon._att_of[h]].handle)
+            if host_w is None:
+                continue
+            gain = move_gain_j(cap_w[1], host_w[1], speed_x, speed_h, left, left_h, ckpt)
+            if recv in right_sized:  # it stays on for them: longer, if they end later
+                before = max(_last_end_s(daemon, jobs_on[recv], h), left_h)
+                after = max(before, *pair_ends_s(left + ckpt, left_h, speed_x, speed_h))
+                gain -= _idle_w(daemon, recv, free) * (after - before)
             if best is None or gain > best[0]:
                 best = (gain, h, speed_x, speed_h)
         if best is None:
-            return None
+            return None, 0.0
         mine.add(best[1])
         moves.append((x, best[1:]))
         total += best[0]
