@@ -43,7 +43,9 @@ MOVE_GRACE_CAP_S = 1800.0  # a moved job's grace to checkpoint: its cost, at mos
 @dataclass
 class Suspender:
     """Signals running jobs to leave their GPUs: at the end of a planned piece, and for
-    the deadline guard."""
+    the deadline guard. A job told to checkpoint by a daemon before this one started (a
+    restart: the longer graces were in its memory) gets its checkpoint's cost plus
+    ``grace_s``, at most ``MOVE_GRACE_CAP_S``, before SIGKILL."""
 
     db: Database
     executor: Executor

@@ -6,7 +6,8 @@ While no job waits for GPUs and no earlier move is in flight, one server is empt
 pass, if one may be:
 
 - right-sizing may power it off (``power_off``, ``power_on`` and ``idle_off_after`` set;
-  it is on), it answers, and it shares;
+  it is on; its last ``power_off`` since it came on neither failed nor was refused:
+  ``Levers.emptiable``), it answers, and it shares;
 - everything that holds GPUs there (its attempts, and what the pass's allocator holds:
   resize reservations, backfill blocks, jobs just launched) is a job that may move
   (``Mover._may_move``: ``--share --interruptible --duration``, alone on its GPU, not
@@ -14,18 +15,18 @@ pass, if one may be:
   job's host; a job of a pair, or across servers, keeps its server on;
 - each of them may join a job alone on another server that answers (``Sharing.joins``:
   the same GPU type, one user's jobs unless its node says ``share_users = "any"``, their
-  speeds and deadlines), each next to a host of its own (the best gain each), no host on
-  the server emptied;
+  speeds and deadlines), each next to a host of its own (the best net gain each, below),
+  no host on the server emptied;
 - the moves pay, all of them together, on one basis (IT energy, no PUE on either side):
   the sum of each pair's ``move_gain_j`` (its saving less ``MOVE_MARGIN`` × its
   checkpoint's cost), less each receiving server's idle draw for as long as its moves keep
-  it on later than its jobs would have (``_kept_on_j``: the host slowed by its paired
+  it on later than its jobs would have (``_KeptOn``: the host slowed by its paired
   speed, the moved job paired while both run and alone after; only where right-sizing
   may power that server off), plus the idle draw the server emptied no longer has (its
   free GPUs and their share of its own draw, ``IdleMeter.draw_w`` without PUE) from the
   end of its longest checkpoint to the end of the longest work left of its jobs, is
   positive;
-- discovery sees no GPU in use there that none of its attempts holds (someone else's
+- discovery sees no GPU in use there that nothing the pass knows holds (someone else's
   process keeps it on).
 
 The emptiest servers (fewest GPUs held) go first; the first that may be emptied has its

@@ -38,13 +38,16 @@ checkpoint's cost plus ``cancel_grace_s``, at most ``MOVE_GRACE_CAP_S``; requeue
 its progress once it exits 0, the move named as the reason), and
 ``Sharing.booked`` keeps its host's GPU for it: it restarts at once (``pinned``) next to
 that job, unless the host has ended, has a partner, is leaving or does not answer by then
-(it restarts as any job). The move is a job event: its history keeps it. Bookings and
-graces are in memory: after a daemon restart a moved job restarts as any.
+(it restarts as any job). The move is a job event: its history keeps it. A job whose
+checkpoint cost plus ``cancel_grace_s`` is over ``MOVE_GRACE_CAP_S`` never moves.
+Bookings and graces are in memory: after a daemon restart a moved job restarts as any,
+and one still checkpointing gets its checkpoint's cost from its job row
+(``Suspender.suspend_due``).
 
 ``daemon.moves`` says which moves: ``"waiting-jobs"`` (the above), ``"empty-servers"``
-(while no job waits, all the jobs of a server right-sizing may power off move next to
-jobs alone on other servers, when that pays with the idle draw saved:
-``daemon.energy.emptying``), ``true`` both.
+(while no job waits, the jobs of a server right-sizing may power off move next to jobs
+alone on other servers, when that pays with the idle draw saved and the receiving
+servers' kept on: ``daemon.energy.emptying``), ``true`` both (``settings.move_kinds``).
 """
 
 from __future__ import annotations
@@ -108,7 +111,8 @@ class Mover:
     empty_servers: bool = False  # and moves that empty a server (``emptying``)
     # the servers right-sizing may power off once idle (on, ``idle_off_after`` set)
     emptiable: Callable[[], Collection[str]] = frozenset
-    # a server's idle draw with ``busy`` of its ``gpus`` held (``IdleMeter.draw_w``, PUE in)
+    # a server's idle draw with ``busy`` of its ``gpus`` held, IT power as the gains are
+    # (``Levers.it_idle_w``: ``IdleMeter.draw_w`` without PUE)
     idle_w: Callable[[str, int, int], float] = lambda name, gpus, busy: 0.0
     moves: int = 0
     _faults: OncePerReason = field(
