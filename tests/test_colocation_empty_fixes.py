@@ -220,3 +220,32 @@ def test_each_moves_value_makes_its_moves():
     assert move_kinds("waiting-jobs") == {"waiting_jobs": True, "empty_servers": False}
     assert move_kinds("empty-servers") == {"waiting_jobs": False, "empty_servers": True}
     assert move_kinds(False) == {"waiting_jobs": False, "empty_servers": False}
+
+
+@pytest.mark.backends("sqlite")  # the daemon's wiring, not the store's backend
+@pytest.mark.parametrize(
+    ("value", "flags"),
+    [("waiting-jobs", (True, False)), ("Empty-Servers", (False, True)), ("true", (True, True)),
+     ("false", None)],
+)  # fmt: skip
+def test_the_daemon_wires_each_moves_value(tmp_path, db_url, value, flags):
+    from orchestrator.daemon.service import Daemon
+    from orchestrator.queue.db import Database
+    from orchestrator.settings import Settings
+
+    box = {"name": "box", "executor": "local", "fake_gpus": 2, "share": "time-slice",
+           "gpu_model": "NVIDIA A100-SXM4-80GB"}  # fmt: skip
+    settings = Settings(home=tmp_path / "home", nodes=[box],
+                        daemon={"policy": "fifo", "grid": ["synthetic:days=2"], "moves": value,
+                                "pue": 2.0, "checkpoint_cost": "4m"})  # fmt: skip
+    db = Database(db_url)
+    db.ensure_schema()
+    daemon = Daemon(settings=settings, db=db)
+    assert daemon.suspender.checkpoint_s == 240.0, "a restart mid-checkpoint: the lab's cost"
+    if flags is None:
+        assert daemon.mover is None
+        return
+    mover = daemon.mover
+    assert (mover.waiting_jobs, mover.empty_servers) == flags
+    facility = daemon.levers.idle.draw_w("box", 2, 1)
+    assert facility > 0 and mover.idle_w("box", 2, 1) == pytest.approx(facility / 2.0), "IT"
