@@ -249,3 +249,16 @@ def test_the_daemon_wires_each_moves_value(tmp_path, db_url, value, flags):
     assert (mover.waiting_jobs, mover.empty_servers) == flags
     facility = daemon.levers.idle.draw_w("box", 2, 1)
     assert facility > 0 and mover.idle_w("box", 2, 1) == pytest.approx(facility / 2.0), "IT"
+
+
+def test_a_part_of_a_job_across_servers_keeps_the_server_on(db):
+    _add(db, "a", 0, interruptible=False)
+    b = _add(db, "b", 0)
+    across = _add(db, "c", 0, share=False)
+    nodes = [_node("a"), _node("b"), _node("c")]
+    assert _step(db, nodes=nodes) == [b]
+    with db.write() as session:
+        att = session.exec(select(Attempt).where(Attempt.job_id == across)).one()
+        att.parts = [{"node": "c", "gpu_ids": [0]}, {"node": "b", "gpu_ids": [1]}]
+        session.add(att)
+    assert _step(db, nodes=nodes) == []
