@@ -113,8 +113,8 @@ class _KeptOn:
 
     def __call__(self, move) -> float:
         node = move.host_att.node
-        if node not in self.managed or node not in self.nodes:
-            return 0.0
+        if node not in self.managed or node not in self.nodes or min(move.speeds) <= 0:
+            return 0.0  # (a speed of 0: ``move_gain_j`` says -inf already)
         if node not in self.ends:
             self.ends[node] = _ends_s(self.mover, node, self.now_s)
         others = [e for i, e in self.ends[node].items() if i != move.host_att.id]
