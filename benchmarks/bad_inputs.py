@@ -560,7 +560,7 @@ def issue24_config_toml() -> list[tuple[str, str]]:
         out.append((f"daemon.power_limit {v!r}", f"[daemon]\npower_limit = {_tv(v)}\n"))
     for v in (0.5, 0, "nan", "inf", 5.5, "high", True):
         out.append((f"daemon.pue {v!r}", f"[daemon]\npue = {_tv(v)}\n"))
-    for v in ("sideways", "Empty-Servers", "", 2, 0.5, "[]"):
+    for v in ("sideways", "empty_servers", "", 2, 0.5, "[]"):
         out.append((f"daemon.moves {v!r}", f"[daemon]\nmoves = {_tv(v)}\n"))
     return out
 

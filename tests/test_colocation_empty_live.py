@@ -240,7 +240,7 @@ def test_no_host_on_the_server_emptied_nor_on_a_server_down(db):
 
 
 @pytest.mark.backends("sqlite")
-@pytest.mark.parametrize("value", ['"sometimes"', "1", '"empty"'])
+@pytest.mark.parametrize("value", ['"sometimes"', "1", '"empty"', '"empty_servers"'])
 def test_a_bad_moves_setting_is_one_line_and_exit_2(cli, value):
     (cli.home / "gridshift.toml").write_text(f"[daemon]\nmoves = {value}\n")
     proc = cli.run("nodes", check=False)
@@ -250,7 +250,9 @@ def test_a_bad_moves_setting_is_one_line_and_exit_2(cli, value):
 
 
 @pytest.mark.backends("sqlite")
-@pytest.mark.parametrize("value", ["empty-servers", "waiting-jobs", "true", "false"])
+@pytest.mark.parametrize(
+    "value", ["empty-servers", "waiting-jobs", "true", "false", " Empty-Servers "]
+)
 def test_each_moves_setting_is_taken(cli, value):
     cli.env["GRIDSHIFT_DAEMON__MOVES"] = value
     assert cli.run("nodes", check=False).returncode == 0

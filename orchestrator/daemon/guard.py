@@ -37,12 +37,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 ACTOR = "daemon"
+MOVE_GRACE_CAP_S = 1800.0  # a moved job's grace to checkpoint: its cost, at most this
 
 
 @dataclass
 class Suspender:
     """Signals running jobs to leave their GPUs: at the end of a planned piece, and for
-    the deadline guard."""
+    the deadline guard. A job told to checkpoint by a daemon before this one started (a
+    restart: the longer graces were in its memory) gets its checkpoint's cost plus
+    ``grace_s``, at most ``MOVE_GRACE_CAP_S``, before SIGKILL."""
 
     db: Database
     executor: Executor
@@ -50,6 +53,8 @@ class Suspender:
     mode: str = "signal"  # signal (SIGTERM, requeue) | stop (SIGSTOP/SIGCONT)
     # longer graces, by attempt (a co-location move's: its checkpoint's cost; in memory)
     graces: dict[int, float] = field(default_factory=dict)
+    checkpoint_s: float = 0.0  # the lab's checkpoint cost, for a job without its own
+    _sent: set[int] = field(default_factory=set)  # attempts this daemon told to checkpoint
 
     def grant(self, attempt_id: int, seconds: float) -> None:
         """The attempt's next SIGTERM to checkpoint is killed only ``seconds`` after it
@@ -61,8 +66,8 @@ class Suspender:
         the SIGTERM for the grace period. Returns how many were signalled."""
         grace = timedelta(seconds=self.grace_s)
         with self.db.read() as session:
-            rows = session.exec(
-                select(Attempt)
+            found = session.exec(
+                select(Attempt, Job.checkpoint_s)
                 .join(Job, col(Job.id) == col(Attempt.job_id))
                 .where(Attempt.state == AttemptState.RUNNING)
                 .where(col(Job.cancel_requested_at).is_(None))
@@ -71,11 +76,17 @@ class Suspender:
                     | col(Attempt.suspend_sent_at).is_not(None)
                 )
             ).all()
-        self.graces = {i: s for i, s in self.graces.items() if i in {a.id for a in rows}}
+        ids = {att.id for att, _ in found}
+        self.graces = {i: s for i, s in self.graces.items() if i in ids}
+        self._sent &= ids
         count = 0
-        for att in rows:
+        for att, ckpt in found:
             if att.suspend_sent_at is not None:
                 mine = max(grace, timedelta(seconds=self.graces.get(att.id, 0.0)))
+                if att.id not in self._sent:  # told by a daemon before a restart (a move's
+                    # grace was in its memory): at least its checkpoint's cost, as a move's
+                    own = self.checkpoint_s if ckpt is None else ckpt
+                    mine = max(mine, timedelta(seconds=min(own + self.grace_s, MOVE_GRACE_CAP_S)))
                 if att.kill_sent_at is None and now - att.suspend_sent_at >= mine:
                     self._send(att, signal.SIGKILL, "kill_sent_at", now)
                 continue
@@ -147,6 +158,8 @@ class Suspender:
             return 0
         if not sent:
             return 0  # not started yet, or ended meanwhile (the next reap records it)
+        if stamp == "suspend_sent_at":
+            self._sent.add(att.id)
         with self.db.write() as session:
             row = session.get(Attempt, att.id)
             setattr(row, stamp, now)

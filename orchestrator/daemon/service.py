@@ -146,12 +146,17 @@ class Daemon:
             power_sample_s=cfg.seconds("power_sample"),
             moved=sharing.notes if sharing is not None else {},  # why a moved job left
         )
-        self.suspender = Suspender(self.db, self.executor, self.settings.cancel_grace_s,
-                                   cfg.suspend)  # fmt: skip
+        self.suspender = Suspender(
+            self.db,
+            self.executor,
+            self.settings.cancel_grace_s,
+            cfg.suspend,
+            checkpoint_s=cfg.seconds("checkpoint_cost"),
+        )
         self.mover = None  # co-location moves (daemon.energy.moves): where a node shares
         if sharing is not None and cfg.moves:
             from orchestrator.daemon.energy.moves import Mover
-            from orchestrator.settings import EMPTY_SERVERS, WAITING_JOBS
+            from orchestrator.settings import move_kinds
 
             self.mover = Mover(
                 sharing,
@@ -163,10 +168,9 @@ class Daemon:
                 alloc=lambda: self.queue.alloc,  # after the launches: this pass's reading
                 grace=self.suspender.grant,
                 grace_s=self.settings.cancel_grace_s,
-                waiting_jobs=cfg.moves in (True, WAITING_JOBS),
-                empty_servers=cfg.moves in (True, EMPTY_SERVERS),
+                **move_kinds(cfg.moves),
                 emptiable=lambda: self.levers.emptiable(),  # right-sizing's (built below)
-                idle_w=lambda name, gpus, busy: self.levers.idle.draw_w(name, gpus, busy),
+                idle_w=lambda name, gpus, busy: self.levers.it_idle_w(name, gpus, busy),
             )
         self.queue = SqlQueue(self.db, self.dispatcher, self.reaper, self.suspender, self.planner,
                               backfill=cfg.backfill)  # fmt: skip

@@ -36,6 +36,14 @@ from orchestrator.settings.nodes import (  # noqa: F401 (re-exported)
 
 EMPTY_SERVERS, WAITING_JOBS = "empty-servers", "waiting-jobs"  # daemon.moves, besides true
 MOVES = (EMPTY_SERVERS, WAITING_JOBS)
+
+
+def move_kinds(moves: bool | str) -> dict[str, bool]:
+    """``daemon.moves`` as the ``Mover``'s flags: which moves it makes."""
+    return {"waiting_jobs": moves in (True, WAITING_JOBS),
+            "empty_servers": moves in (True, EMPTY_SERVERS)}  # fmt: skip
+
+
 _BOOL_WORDS = {w: True for w in ("true", "1", "yes", "on")} | {
     w: False for w in ("false", "0", "no", "off")
 }
@@ -157,7 +165,9 @@ class DaemonSettings(BaseModel):
         word = value.strip().lower() if isinstance(value, str) else None
         if word in _BOOL_WORDS:  # an environment variable's (GRIDSHIFT_DAEMON__MOVES=1)
             return _BOOL_WORDS[word]
-        if isinstance(value, bool) or value in MOVES:
+        if word in MOVES:  # as the booleans: case and spaces aside ("Empty-Servers")
+            return word
+        if isinstance(value, bool):
             return value
         raise ValueError(f'moves is true, false, "{EMPTY_SERVERS}" or "{WAITING_JOBS}"')
 

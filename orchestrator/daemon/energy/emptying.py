@@ -6,7 +6,8 @@ While no job waits for GPUs and no earlier move is in flight, one server is empt
 pass, if one may be:
 
 - right-sizing may power it off (``power_off``, ``power_on`` and ``idle_off_after`` set;
-  it is on), it answers, and it shares;
+  it is on; its last ``power_off`` since it came on neither failed nor was refused:
+  ``Levers.emptiable``), it answers, and it shares;
 - everything that holds GPUs there (its attempts, and what the pass's allocator holds:
   resize reservations, backfill blocks, jobs just launched) is a job that may move
   (``Mover._may_move``: ``--share --interruptible --duration``, alone on its GPU, not
@@ -14,16 +15,26 @@ pass, if one may be:
   job's host; a job of a pair, or across servers, keeps its server on;
 - each of them may join a job alone on another server that answers (``Sharing.joins``:
   the same GPU type, one user's jobs unless its node says ``share_users = "any"``, their
-  speeds and deadlines), each next to a host of its own (the best gain each), no host on
-  the server emptied;
-- the moves pay, all of them together: the sum of each pair's ``move_gain_j`` (its
-  saving less ``MOVE_MARGIN`` × its checkpoint's cost), plus the idle draw the server no
-  longer has (its free GPUs and their share of its own draw, × PUE: the idle accounting's
-  ``IdleMeter.draw_w``) for as long as the longest work left of its jobs, is positive.
+  speeds and deadlines), each next to a host of its own (the best net gain each, below),
+  no host on the server emptied;
+- the moves pay, all of them together, on one basis (IT energy, no PUE on either side):
+  the sum of each pair's ``move_gain_j`` (its saving less ``MOVE_MARGIN`` × its
+  checkpoint's cost), less each receiving server's idle draw for as long as its moves keep
+  it on later than its jobs would have (``_KeptOn``: the host slowed by its paired
+  speed, the moved job paired while both run and alone after; only where right-sizing
+  may power that server off), plus the idle draw the server emptied no longer has (its
+  free GPUs and their share of its own draw, ``IdleMeter.draw_w`` without PUE) from the
+  end of its longest checkpoint to the end of the longest work left of its jobs, is
+  positive;
+- discovery sees no GPU in use there that nothing the pass knows holds (someone else's
+  process keeps it on).
 
-The emptiest servers (fewest GPUs held) go first; the first that may be emptied has all
-its jobs moved in that pass (a server that receives a job is never the one emptied, and
-the jobs of a pair never move), then none until they have left (``Mover._in_flight``).
+The emptiest servers (fewest GPUs held) go first; the first that may be emptied has its
+moves sent in that pass, the best pair gain first, and none after one that is not
+delivered (``Mover._step``: the server then stays on, its moves sent already go ahead; a
+server that receives a job is never the one emptied, and the jobs of a pair never move);
+then none until they have left (``Mover._in_flight``). Right-sizing powers the server off
+once idle, if it then can (its ``power_off`` may still be refused).
 """
 
 from __future__ import annotations
@@ -31,8 +42,9 @@ from __future__ import annotations
 from sqlmodel import col, select
 
 from orchestrator.daemon.energy.sharing import _policy
+from orchestrator.nodes.idleask import gpu_use
 from orchestrator.queue.attempts import HOLDING, values
-from orchestrator.queue.models import Attempt
+from orchestrator.queue.models import Attempt, Gpu, Job
 
 
 def emptying(mover, now_s: float) -> list:
@@ -53,41 +65,107 @@ def emptying(mover, now_s: float) -> list:
         for att, job in alone
         if att.node in names and att.id not in hosts and mover._may_move(att, job, now_s, down)
     }
-    held, busy = _held(mover, names)
-    candidates = [n for n in names if held.get(n) and held[n] <= set(movers)]
+    held, busy, gpus = _held(mover, list(nodes))
+    foreign = _foreign(mover, names, gpus)
+    candidates = [n for n in names if held.get(n) and held[n] <= set(movers) and n not in foreign]
     candidates.sort(key=lambda n: (busy.get(n, 0), n))
     before = sharing.earlier_s([att for att, _ in alone]) if candidates else {}
     for name in candidates:
         jobs = [movers[i] for i in sorted(held[name])]
-        moves = _plan(mover, name, jobs, alone, nodes, now_s, down, before, busy.get(name, 0))
+        moves = _plan(mover, name, jobs, alone, nodes, now_s, down, before, busy)
         if moves:
             return moves
     return []
 
 
 def _plan(mover, name: str, jobs: list, alone: list, nodes: dict, now_s: float,
-          down: set, before: dict, busy: int) -> list | None:  # fmt: skip
-    """A host elsewhere for each of ``jobs`` (distinct hosts), when the moves pay with
-    the idle draw the server saves; else None."""
+          down: set, before: dict, busy: dict) -> list | None:  # fmt: skip
+    """A host elsewhere for each of ``jobs`` (distinct hosts, the best net gain each), when
+    the moves pay with the idle draw the server saves; else None."""
     taken = set(mover.sharing.booked_gpus())
-    moves, gain_j, last_s = [], 0.0, 0.0
+    kept = _KeptOn(mover, nodes, now_s, busy)
+    moves, gain_j, last_s, ckpt_s = [], 0.0, 0.0, 0.0
     for att, job in jobs:
-        best = mover.best_host(att, job, alone, nodes, now_s, down, before, taken, {name})
+        best = mover.best_host(att, job, alone, nodes, now_s, down, before, taken, {name}, kept)
         left = mover.work_left(job, att, now_s, before.get(att.id, 0.0))
         if best is None or left is None:
             return None
         best.server = name
         taken.add((best.host_att.node, best.host_att.gpu_ids[0]))  # one job per host
         moves.append(best)
-        gain_j += best.gain_j
+        gain_j += best.gain_j - best.kept_j
         last_s = max(last_s, left)
-    idle_j = mover.idle_w(name, nodes[name].gpu_count, busy) * last_s
-    return moves if gain_j + idle_j > 0 else None
+        ckpt_s = max(ckpt_s, best.ckpt_s)
+    # the server stays on while its jobs checkpoint: saved from the longest's end on
+    idle_w = mover.idle_w(name, nodes[name].gpu_count, busy.get(name, 0))
+    return moves if gain_j + idle_w * max(0.0, last_s - ckpt_s) > 0 else None
 
 
-def _held(mover, names: list[str]) -> tuple[dict[str, set], dict[str, int]]:
+class _KeptOn:
+    """What a move costs the server receiving it: its idle draw for as long as the move
+    keeps it on later than its jobs would have kept it (only a server right-sizing may
+    power off; a job there without an estimate is left out, so this counts at most)."""
+
+    def __init__(self, mover, nodes: dict, now_s: float, busy: dict) -> None:
+        self.mover, self.nodes, self.now_s, self.busy = mover, nodes, now_s, busy
+        self.managed = set(mover.emptiable())
+        self.ends: dict[str, dict[int, float]] = {}
+
+    def __call__(self, move) -> float:
+        node = move.host_att.node
+        if node not in self.managed or node not in self.nodes or min(move.speeds) <= 0:
+            return 0.0  # (a speed of 0: ``move_gain_j`` says -inf already)
+        if node not in self.ends:
+            self.ends[node] = _ends_s(self.mover, node, self.now_s)
+        others = [e for i, e in self.ends[node].items() if i != move.host_att.id]
+        before = max([move.host_left_s, *others])
+        after = max(before, *_paired_ends_s(move))
+        watts = self.mover.idle_w(node, self.nodes[node].gpu_count, self.busy.get(node, 0))
+        return watts * (after - before)
+
+
+def _paired_ends_s(m) -> tuple[float, float]:
+    """When the moved job and its host end, from now: paired at their speeds while both
+    run (the moved job's work counts its checkpoint's cost, as ``move_gain_j`` does),
+    the one left alone at full speed after."""
+    speed_x, speed_h = m.speeds
+    work_x, work_h = m.left_s + m.ckpt_s, m.host_left_s
+    t_x, t_h = work_x / speed_x, work_h / speed_h
+    if t_x <= t_h:
+        return t_x, t_x + (work_h - speed_h * t_x)
+    return t_h + (work_x - speed_x * t_h), t_h
+
+
+def _ends_s(mover, node: str, now_s: float) -> dict[int, float]:
+    """When each job holding GPUs on ``node`` with an estimate ends, from now, by attempt
+    (its work left: at full speed)."""
+    with mover.sharing.db.read() as session:
+        rows = session.exec(
+            select(Attempt, Job)
+            .join(Job, col(Job.id) == col(Attempt.job_id))
+            .where(col(Attempt.state).in_(values(HOLDING)), Attempt.node == node)
+        ).all()
+    before = mover.sharing.earlier_s([att for att, _ in rows])
+    ends = {att.id: mover.work_left(job, att, now_s, before.get(att.id, 0.0)) for att, job in rows}
+    return {i: e for i, e in ends.items() if e is not None}
+
+
+def _foreign(mover, names: list[str], gpus: dict[str, set]) -> set[str]:
+    """Of ``names``, the servers where discovery last saw a GPU in use that nothing the
+    daemon knows of holds (someone else's process: it keeps the server on)."""
+    with mover.sharing.db.read() as session:
+        rows = session.exec(select(Gpu).where(col(Gpu.node).in_(names))).all()
+    return {
+        g.node for g in rows
+        if g.memory_used_mb is not None and g.utilization_pct is not None
+        and gpu_use(g.memory_used_mb, g.utilization_pct) is not None
+        and g.index not in gpus.get(g.node, ())
+    }  # fmt: skip
+
+
+def _held(mover, names: list[str]) -> tuple[dict[str, set], dict[str, int], dict[str, set]]:
     """On each of ``names``: what holds GPUs there (attempt ids; ``None`` for anything
-    else: a job across servers, a reservation, a block), and how many GPUs are held."""
+    else: a job across servers, a reservation, a block), how many GPUs are held, and which."""
     held: dict[str, set] = {}
     gpus: dict[str, set] = {}
     with mover.sharing.db.read() as session:
@@ -110,4 +188,4 @@ def _held(mover, names: list[str]) -> tuple[dict[str, set], dict[str, int]]:
             if node in names:
                 held.setdefault(node, set()).add(key[1] if attempt else None)
                 gpus.setdefault(node, set()).update(ids)
-    return held, {name: len(ids) for name, ids in gpus.items()}
+    return held, {name: len(ids) for name, ids in gpus.items()}, gpus

@@ -63,8 +63,9 @@ class IdleMeter:
     _measured_at: float = -1e18
     _counted_at: float = -1e18
 
-    def draw_w(self, name: str, gpus: int, busy: int) -> float:
-        """A node's idle draw now: its free GPUs and their share of the server's own."""
+    def draw_w(self, name: str, gpus: int, busy: int, facility: bool = True) -> float:
+        """A node's idle draw now: its free GPUs and their share of the server's own, × its
+        PUE (``facility=False``: IT power, no PUE)."""
         if self.nodes.get(name) not in ("local", "ssh") or self.off(name):
             return 0.0
         cfg = self.configs.get(name)
@@ -73,6 +74,7 @@ class IdleMeter:
             gpu_w = self._measured.get(name, DEFAULT_GPU_IDLE_W)
         host_w = cfg.node_idle_w if cfg is not None else DEFAULT_HOST_IDLE_W
         pue = cfg.pue if cfg is not None and cfg.pue is not None else self.pue
+        pue = pue if facility else 1.0
         free = max(0, gpus - busy)
         return (free * gpu_w + (host_w * free / gpus if gpus else host_w)) * pue
 

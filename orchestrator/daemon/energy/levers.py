@@ -56,12 +56,20 @@ class Levers:
         return per_gpu_w, (max(offs) if len(offs) == len(counted) else None)
 
     def emptiable(self) -> set[str]:
-        """The servers right-sizing may power off once idle: on, with ``idle_off_after``
-        (co-location moves may empty them, ``daemon.energy.emptying``)."""
+        """The servers right-sizing may power off once idle: on, with ``idle_off_after``,
+        whose last ``power_off`` since they came on did not fail nor was refused (someone
+        logged in must not make a server a standing target for checkpoints); co-location
+        moves may empty them (``daemon.energy.emptying``)."""
         if self.power is None:
             return set()
         return {n for n, p in self.power.nodes.items()
-                if p.state == ON and not p.busy and p.cfg.idle_off_after is not None}  # fmt: skip
+                if p.state == ON and not p.busy and p.error is None
+                and p.cfg.idle_off_after is not None}  # fmt: skip
+
+    def it_idle_w(self, name: str, gpus: int, busy: int) -> float:
+        """A server's idle draw with ``busy`` of its ``gpus`` held, IT power (no PUE): on
+        the basis co-location gains are (``daemon.energy.emptying``)."""
+        return self.idle.draw_w(name, gpus, busy, facility=False)
 
     def awake(self, links: dict) -> dict:
         """The SSH links of servers that are on (discovery leaves the others alone)."""

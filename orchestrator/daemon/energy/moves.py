@@ -38,13 +38,16 @@ checkpoint's cost plus ``cancel_grace_s``, at most ``MOVE_GRACE_CAP_S``; requeue
 its progress once it exits 0, the move named as the reason), and
 ``Sharing.booked`` keeps its host's GPU for it: it restarts at once (``pinned``) next to
 that job, unless the host has ended, has a partner, is leaving or does not answer by then
-(it restarts as any job). The move is a job event: its history keeps it. Bookings and
-graces are in memory: after a daemon restart a moved job restarts as any.
+(it restarts as any job). The move is a job event: its history keeps it. A job whose
+checkpoint cost plus ``cancel_grace_s`` is over ``MOVE_GRACE_CAP_S`` never moves.
+Bookings and graces are in memory: after a daemon restart a moved job restarts as any,
+and one still checkpointing gets its checkpoint's cost from its job row
+(``Suspender.suspend_due``).
 
 ``daemon.moves`` says which moves: ``"waiting-jobs"`` (the above), ``"empty-servers"``
-(while no job waits, all the jobs of a server right-sizing may power off move next to
-jobs alone on other servers, when that pays with the idle draw saved:
-``daemon.energy.emptying``), ``true`` both.
+(while no job waits, the jobs of a server right-sizing may power off move next to jobs
+alone on other servers, when that pays with the idle draw saved and the receiving
+servers' kept on: ``daemon.energy.emptying``), ``true`` both (``settings.move_kinds``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from sqlmodel import col, func, select
 from orchestrator.daemon.contain import OncePerReason
 from orchestrator.daemon.energy.emptying import emptying
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
+from orchestrator.daemon.guard import MOVE_GRACE_CAP_S
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import move_gain_j
 from orchestrator.planning.perfmodel import curve_for
@@ -68,7 +72,6 @@ from orchestrator.queue.states import JobState
 
 log = logging.getLogger(__name__)
 MOVE_AFTER_S = 600.0  # ``daemon.move_after``'s default
-MOVE_GRACE_CAP_S = 1800.0  # a moved job's grace to checkpoint: its cost, at most this
 _WAITING = (JobState.RUNNING.value, JobState.SUSPENDED.value, JobState.QUEUED.value,
             JobState.PLANNED.value)  # fmt: skip
 
@@ -83,6 +86,11 @@ class Move:
     host: Job
     gain_j: float
     server: str | None = None  # the server its move empties (``emptying``), if any
+    speeds: tuple[float, float] = (1.0, 1.0)  # its and the host's, paired
+    left_s: float = 0.0  # its work left, at full speed
+    host_left_s: float = 0.0  # the host's
+    ckpt_s: float = 0.0  # its checkpoint's cost
+    kept_j: float = 0.0  # the idle draw of the server it joins, kept on longer (``emptying``)
 
 
 @dataclass
@@ -103,7 +111,8 @@ class Mover:
     empty_servers: bool = False  # and moves that empty a server (``emptying``)
     # the servers right-sizing may power off once idle (on, ``idle_off_after`` set)
     emptiable: Callable[[], Collection[str]] = frozenset
-    # a server's idle draw with ``busy`` of its ``gpus`` held (``IdleMeter.draw_w``, PUE in)
+    # a server's idle draw with ``busy`` of its ``gpus`` held, IT power as the gains are
+    # (``Levers.it_idle_w``: ``IdleMeter.draw_w`` without PUE)
     idle_w: Callable[[str, int, int], float] = lambda name, gpus, busy: 0.0
     moves: int = 0
     _faults: OncePerReason = field(
@@ -136,8 +145,17 @@ class Mover:
             moves = emptying(self, now_s)
         else:
             moves = [m] if (m := self.pick(now_s, head)) is not None else []
-        started = [m for m in moves if self._start(m, now_s)]
-        return started[0] if started else None
+        moves.sort(key=lambda m: -m.gain_j)  # those that pay on their own first
+        first = None
+        for i, move in enumerate(moves):
+            if not self._start(move, now_s):  # the server stays on: no more checkpoints
+                if i + 1 < len(moves):
+                    log.warning("job %s: SIGTERM to move it not delivered: server %s stays "
+                                "on; its %d other move(s) not sent", move.job.id,
+                                move.server, len(moves) - i - 1)  # fmt: skip
+                break
+            first = first or move
+        return first
 
     def _start(self, move: Move, now_s: float) -> bool:
         """SIGTERM to checkpoint, booked next to its host; whether it was delivered."""
@@ -202,11 +220,12 @@ class Mover:
         return None
 
     def best_host(self, att: Attempt, job: Job, alone: list, nodes: dict, now_s: float,
-                  down: set, before: dict, taken: Collection, avoid: Collection = ()
-                  ) -> Move | None:  # fmt: skip
+                  down: set, before: dict, taken: Collection, avoid: Collection = (),
+                  kept: Callable[[Move], float] | None = None) -> Move | None:  # fmt: skip
         """``job``'s move next to the job alone that it may join with the largest gain
-        (of any sign; None: none it may join): not a booked host, not on ``avoid``'s
-        servers, nor on a GPU in ``taken``."""
+        (of any sign; None: none it may join), less ``kept`` (what it costs the server
+        it joins, ``Move.kept_j``): not a booked host, not on ``avoid``'s servers, nor on
+        a GPU in ``taken``."""
         hosts_booked = {b.host_attempt for b in self.sharing.booked.values()}
         ckpt = self._checkpoint_s(job)
         left = _work_left(job, att, now_s, before.get(att.id, 0.0))
@@ -231,8 +250,11 @@ class Mover:
                 continue
             power_host = _draw_w(node, host_att)
             gain = move_gain_j(power, power_host, *speeds, left, left_host, ckpt)
-            if best is None or gain > best.gain_j:
-                best = Move(att, job, host_att, host, gain)
+            move = Move(att, job, host_att, host, gain, None, tuple(speeds), left, left_host,
+                        ckpt)  # fmt: skip
+            move.kept_j = kept(move) if kept is not None else 0.0
+            if best is None or gain - move.kept_j > best.gain_j - best.kept_j:
+                best = move
         return best
 
     @staticmethod
@@ -246,6 +268,8 @@ class Mover:
             return False  # on its way out, or running a planned piece (it stops at its end)
         if att.term_sent_at is not None or att.started_at is None:
             return False
+        if self._checkpoint_s(job) + self.grace_s > MOVE_GRACE_CAP_S:
+            return False  # it could not finish its checkpoint before its SIGKILL
         ran_s = now_s - att.started_at.timestamp()
         return ran_s >= 2 * self._checkpoint_s(job) + self.after_s
 
