@@ -858,7 +858,7 @@ def issue24_sim_cases() -> list[Case]:
         *[(f"jobs.share {v}", f"[jobs]\nshare = {v}\n")
           for v in ("1.5", "-0.1", "nan", "inf", '"half"', "true", "[0.5]")],
         *[(f"jobs.moves {v}", f"[jobs]\nmoves = {v}\n")
-          for v in ('"sideways"', '"Empty-Servers"', '"true"', '""', "1", "0.5", '["x"]')],
+          for v in ('"sideways"', '"empty_servers"', '"true"', '""', "1", "0.5", '["x"]')],
         *[(f"jobs.models {v}", f"[jobs]\nmodels = {v}\n")
           for v in ('"Gavel"', '"all"', '""', "1", "true", '["gavel"]')],
         *[(f"cluster.idle_off_after {v[:20]}", f"[cluster]\nidle_off_after = {v}\n")

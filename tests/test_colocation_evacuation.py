@@ -133,3 +133,8 @@ def test_each_kind_of_move_is_asked_for_by_name(tmp_path):
     for bad in ("sideways", 1, 0.0, None, ["empty-servers"]):
         with pytest.raises(ValidationError, match='moves is true, false, "empty-servers"'):
             JobsConfig.model_validate({"moves": bad})
+
+
+def test_the_kinds_of_move_are_the_daemons_words_case_aside():
+    for word in ("Empty-Servers", " waiting-jobs "):
+        assert JobsConfig.model_validate({"moves": word}).moves == word.strip().lower()

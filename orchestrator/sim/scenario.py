@@ -202,8 +202,9 @@ class JobsConfig(BaseModel):
     @field_validator("moves", mode="before")
     @classmethod
     def _moves(cls, value: object) -> bool | str:
-        if isinstance(value, bool) or value in MOVES:
-            return value
+        word = value.strip().lower() if isinstance(value, str) else None
+        if isinstance(value, bool) or word in MOVES:  # the daemon's words, case aside
+            return value if isinstance(value, bool) else word
         raise ValueError(f'moves is true, false, "{EMPTY_SERVERS}" or "{WAITING_JOBS}"')
 
     @field_validator("checkpoint_cost")

@@ -43,6 +43,7 @@ from sqlmodel import col, select
 
 from orchestrator.daemon.energy.sharing import _policy
 from orchestrator.nodes.idleask import gpu_use
+from orchestrator.planning.devices.interference import pair_ends_s
 from orchestrator.queue.attempts import HOLDING, values
 from orchestrator.queue.models import Attempt, Gpu, Job
 
@@ -119,21 +120,10 @@ class _KeptOn:
             self.ends[node] = _ends_s(self.mover, node, self.now_s)
         others = [e for i, e in self.ends[node].items() if i != move.host_att.id]
         before = max([move.host_left_s, *others])
-        after = max(before, *_paired_ends_s(move))
+        work_x = move.left_s + move.ckpt_s  # its checkpoint's cost counted, as move_gain_j does
+        after = max(before, *pair_ends_s(work_x, move.host_left_s, *move.speeds))
         watts = self.mover.idle_w(node, self.nodes[node].gpu_count, self.busy.get(node, 0))
         return watts * (after - before)
-
-
-def _paired_ends_s(m) -> tuple[float, float]:
-    """When the moved job and its host end, from now: paired at their speeds while both
-    run (the moved job's work counts its checkpoint's cost, as ``move_gain_j`` does),
-    the one left alone at full speed after."""
-    speed_x, speed_h = m.speeds
-    work_x, work_h = m.left_s + m.ckpt_s, m.host_left_s
-    t_x, t_h = work_x / speed_x, work_h / speed_h
-    if t_x <= t_h:
-        return t_x, t_x + (work_h - speed_h * t_x)
-    return t_h + (work_x - speed_x * t_h), t_h
 
 
 def _ends_s(mover, node: str, now_s: float) -> dict[int, float]:

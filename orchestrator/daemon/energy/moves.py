@@ -64,14 +64,13 @@ from orchestrator.daemon.energy.emptying import emptying
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
 from orchestrator.daemon.guard import MOVE_GRACE_CAP_S
 from orchestrator.planning.devices.gputypes import type_of
-from orchestrator.planning.devices.interference import move_gain_j
+from orchestrator.planning.devices.interference import MOVE_AFTER_S, may_move_again, move_gain_j
 from orchestrator.planning.perfmodel import curve_for
 from orchestrator.queue.attempts import HOLDING, AttemptState, values
 from orchestrator.queue.models import Attempt, Event, Job
 from orchestrator.queue.states import JobState
 
 log = logging.getLogger(__name__)
-MOVE_AFTER_S = 600.0  # ``daemon.move_after``'s default
 _WAITING = (JobState.RUNNING.value, JobState.SUSPENDED.value, JobState.QUEUED.value,
             JobState.PLANNED.value)  # fmt: skip
 
@@ -271,7 +270,7 @@ class Mover:
         if self._checkpoint_s(job) + self.grace_s > MOVE_GRACE_CAP_S:
             return False  # it could not finish its checkpoint before its SIGKILL
         ran_s = now_s - att.started_at.timestamp()
-        return ran_s >= 2 * self._checkpoint_s(job) + self.after_s
+        return may_move_again(ran_s, self._checkpoint_s(job), self.after_s)
 
     def _lets_start(self, head, node, att: Attempt, free: dict[str, int]) -> bool:
         """Whether the waiting job ``head`` could be placed only with ``att``'s GPUs free:
