@@ -72,10 +72,15 @@ class _Signals:
         return True
 
 
-def _told_to_checkpoint(db, checkpoint_s: float | None) -> int:
-    """A running attempt told to checkpoint at NOW (by a daemon since restarted)."""
+def _told_to_checkpoint(db, checkpoint_s: float | None, moved: bool = True) -> int:
+    """A running attempt a move (or, ``moved`` False, the deadline guard) told to
+    checkpoint at NOW, by a daemon since restarted."""
     job = _add(db, "b", 0, checkpoint_s=checkpoint_s)
     with db.write() as session:
+        if moved:
+            row = session.get(Job, job)
+            row.reason = "moved to share GPU 0 on a with job 1: SIGTERM to checkpoint"
+            session.add(row)
         att = session.exec(select(Attempt)
                            .where(Attempt.job_id == job)).one()  # fmt: skip
         att.handle = {"attempt_id": att.id, "run_dir": "", "data": {}}
@@ -102,6 +107,17 @@ def test_after_a_restart_a_job_without_its_own_cost_has_the_labs(db):
     fresh.suspend_due(NOW + timedelta(seconds=125))
     assert signals.sent == []
     fresh.suspend_due(NOW + timedelta(seconds=131))
+    assert signals.sent == [(att, "SIGKILL")]
+
+
+def test_after_a_restart_a_job_the_guard_told_to_checkpoint_keeps_the_labs_grace(db):
+    """Review: after a restart every job told to checkpoint got a move's long grace, so a
+    job whose owner set a 1-day checkpoint cost and ignores SIGTERM kept another user's
+    deadline job waiting 30 min. Only a moved job (its reason says so) gets it."""
+    att = _told_to_checkpoint(db, 86400.0, moved=False)
+    signals = _Signals()
+    fresh = Suspender(db, signals, 10.0)
+    fresh.suspend_due(NOW + timedelta(seconds=11))
     assert signals.sent == [(att, "SIGKILL")]
 
 

@@ -179,3 +179,29 @@ def test_asking_whether_a_move_lets_the_waiting_job_start_changes_no_placement(t
     assert start(NS(gpus=4, min_gpus=4, gpu_type=None), ("job", 0)) is True  # n0 freed
     assert daemon.alloc.held_masks() == control.held_masks()
     assert daemon.alloc.allocate("next", 2).parts == control.allocate("next", 2).parts
+
+
+def test_a_moved_job_restarts_at_its_planned_cap_not_the_site_limits(tmp_path):
+    """Review: a move under a site power limit kept the cap the limit had lowered it to as
+    its planned cap, so it never rose again once power freed up."""
+    rows = _rows(duration="6h")
+    rows.insert(2, {"submit": "2023-05-01T10:00:00", "duration": "6h", "gpus": 1, "name": OTHER})
+    scenario = _scenario(tmp_path, rows)
+    scenario = Scenario.model_validate(
+        scenario.model_dump() | {"power_limit_w": 500.0, "cluster": {"gpus": 4, "gpus_per_node": 4}}
+    )
+    inputs = prepare(scenario, ROOT)
+    daemon = daemon_class(inputs)(
+        inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0)
+    )
+    seen = []
+    move = daemon._move
+
+    def recorded(x, host):
+        seen.append(daemon.executor.cap_of(daemon._running[daemon._att_of[x]].handle)[0])
+        move(x, host)
+        seen.append(daemon._moving[x][3])
+
+    daemon._move = recorded
+    assert daemon.run().moves >= 1
+    assert seen[0] < 1.0 and seen[1] == 1.0  # ran limited; restarts at fifo's cap, 1.0

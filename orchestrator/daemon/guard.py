@@ -38,14 +38,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 ACTOR = "daemon"
 MOVE_GRACE_CAP_S = 1800.0  # a moved job's grace to checkpoint: its cost, at most this
+MOVED = "moved to share GPU"  # how a co-location move's reason starts (the daemon writes it)
 
 
 @dataclass
 class Suspender:
     """Signals running jobs to leave their GPUs: at the end of a planned piece, and for
-    the deadline guard. A job told to checkpoint by a daemon before this one started (a
-    restart: the longer graces were in its memory) gets its checkpoint's cost plus
-    ``grace_s``, at most ``MOVE_GRACE_CAP_S``, before SIGKILL."""
+    the deadline guard. A job a co-location move told to checkpoint, by a daemon before
+    this one started (a restart: the longer graces were in its memory; its reason, which
+    only the daemon writes, says it moved), gets its checkpoint's cost plus ``grace_s``, at
+    most ``MOVE_GRACE_CAP_S``, before SIGKILL; any other, ``grace_s`` as before."""
 
     db: Database
     executor: Executor
@@ -67,7 +69,7 @@ class Suspender:
         grace = timedelta(seconds=self.grace_s)
         with self.db.read() as session:
             found = session.exec(
-                select(Attempt, Job.checkpoint_s)
+                select(Attempt, Job.checkpoint_s, Job.reason)
                 .join(Job, col(Job.id) == col(Attempt.job_id))
                 .where(Attempt.state == AttemptState.RUNNING)
                 .where(col(Job.cancel_requested_at).is_(None))
@@ -76,15 +78,16 @@ class Suspender:
                     | col(Attempt.suspend_sent_at).is_not(None)
                 )
             ).all()
-        ids = {att.id for att, _ in found}
+        ids = {att.id for att, _, _ in found}
         self.graces = {i: s for i, s in self.graces.items() if i in ids}
         self._sent &= ids
         count = 0
-        for att, ckpt in found:
+        for att, ckpt, reason in found:
             if att.suspend_sent_at is not None:
                 mine = max(grace, timedelta(seconds=self.graces.get(att.id, 0.0)))
-                if att.id not in self._sent:  # told by a daemon before a restart (a move's
-                    # grace was in its memory): at least its checkpoint's cost, as a move's
+                moved = (reason or "").startswith(MOVED)
+                if moved and att.id not in self._sent:  # a move told by a daemon before a
+                    # restart (its grace was in that one's memory): its checkpoint's cost
                     own = self.checkpoint_s if ckpt is None else ckpt
                     mine = max(mine, timedelta(seconds=min(own + self.grace_s, MOVE_GRACE_CAP_S)))
                 if att.kill_sent_at is None and now - att.suspend_sent_at >= mine:

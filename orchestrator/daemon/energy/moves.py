@@ -62,7 +62,7 @@ from sqlmodel import col, func, select
 from orchestrator.daemon.contain import OncePerReason
 from orchestrator.daemon.energy.emptying import emptying
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
-from orchestrator.daemon.guard import MOVE_GRACE_CAP_S
+from orchestrator.daemon.guard import MOVE_GRACE_CAP_S, MOVED
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import MOVE_AFTER_S, may_move_again, move_gain_j
 from orchestrator.planning.perfmodel import curve_for
@@ -161,7 +161,7 @@ class Mover:
         sharing = self.sharing
         now = datetime.fromtimestamp(now_s, UTC)
         gpu = move.host_att.gpu_ids[0]
-        note = f"moved to share GPU {gpu} on {move.host_att.node} with job {move.host.id}"
+        note = f"{MOVED} {gpu} on {move.host_att.node} with job {move.host.id}"
         if move.server is not None:
             note += f" to empty server {move.server}"
         booking = Booking(move.host_att.node, gpu, move.host_att.id, move.host.id, move.att.id)

@@ -167,7 +167,7 @@ class SharingDaemon(SimDaemon):
         if i not in self._moving:
             return super()._requeue(att, now)
         left = self._duration[i] * (1.0 - self.done[i]) + self.inputs.checkpoint_s
-        cap = self._moving[i][3]  # the cap it ran at (planned, or the site limit's)
+        cap = self._moving[i][3]  # the cap its plan gave it
         self.scheduler.add_planned(self._queued(i, left), Decision(now, gpus=att.gpus, cap=cap))
 
     def launch(self, job, decision, allocation, now: float) -> None:
@@ -254,18 +254,20 @@ class SharingDaemon(SimDaemon):
         for x in self._open:
             att = self._running.get(self._att_of.get(x, -1))
             if att is not None and self._interruptible[x]:
-                due.append(att.start_s + 2.0 * ckpt + MOVE_AFTER_S)
+                due.append(att.start_s + 2.0 * ckpt + MOVE_AFTER_S + 1e-6)  # not rounded under
         later = [at for at in due if at > now]
         if later:
             self._wake(min(later))
 
     def _move(self, x: int, host: tuple[int, float, float]) -> None:
         """Checkpoint job ``x`` to restart next to ``host`` (job, speeds) in this pass."""
-        handle = self._running[self._att_of[x]].handle
-        self._moving[x] = (*host, self.executor.cap_of(handle)[0])  # restarts at its cap
+        att = self._running[self._att_of[x]]
+        # it restarts at its planned cap (the site limit may lower it at launch, not for good)
+        planned = att.decision.piece_config(piece_index(att.decision, self.loop.now))[1]
+        self._moving[x] = (*host, planned)
         self._reserved.add(host[0])
         self.moves += 1
-        self.executor.signal(handle, signal.SIGTERM)
+        self.executor.signal(att.handle, signal.SIGTERM)
 
     def _lets_start(self, head, key) -> bool:
         """Whether the waiting job ``head`` could be placed only with ``key``'s GPUs free
