@@ -58,9 +58,13 @@ class SchemaStatus:
 
 
 def read_status(conn: Connection) -> SchemaStatus:
-    known, found = revisions(), inspect(conn)
-    if not found.has_table(VERSION_TABLE):
-        state = "legacy" if _OURS & set(found.get_table_names()) else "empty"
+    known = revisions()
+    # the tables in one query: asked apart ("is there a version table?", then "which
+    # tables?"), another process creating the schema could commit in between, and a
+    # fresh database read as a legacy one (seen on PostgreSQL with 8 first commands)
+    names = set(inspect(conn).get_table_names())
+    if VERSION_TABLE not in names:
+        state = "legacy" if _OURS & names else "empty"
         return SchemaStatus(None, known[-1], state)
     rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).scalars().all()
     current = rows[0] if len(rows) == 1 else None
