@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 
 import pytest
 
@@ -19,6 +18,8 @@ from orchestrator.planning.policies.base import QueuedJob
 from orchestrator.queue.models import Job
 from tests.conftest import E2E
 from tests.helpers.waiting import wait_for
+from tests.test_colocation_moves_guards import _node as _guards_node
+from tests.test_colocation_moves_guards import db as db  # the fixture
 from tests.test_colocation_moves_live import FIRST, JOB, SECOND
 from tests.test_rightsize_live import _calls, _kill_server, _power_node, write_config
 
@@ -75,19 +76,7 @@ NOW = datetime(2026, 11, 24, 12, tzinfo=UTC)
 
 
 def _node(name: str, users: str = "same", gpus: int = 2):
-    config = SimpleNamespace(share="time-slice", share_users=users)
-    return SimpleNamespace(name=name, executor="ssh", config=config, gpu_count=gpus,
-                           model_of=lambda _gpus: "Tesla V100-SXM2")  # fmt: skip
-
-
-@pytest.fixture
-def db(request, db_backend, tmp_path):
-    from orchestrator.queue.db import Database
-    from tests.conftest import new_db_url
-
-    database = Database(new_db_url(request, db_backend, tmp_path / "empty.db"))
-    database.ensure_schema()
-    return database
+    return _guards_node(name, gpus, "ssh", users)
 
 
 def _add(db, node: str, gpu: int, ran_s: float = 3600.0, **job) -> int:

@@ -21,8 +21,8 @@ NOW = datetime(2026, 11, 24, 12, tzinfo=UTC)
 HEAD = QueuedJob(id=99, gpus=1, submitted_s=0.0)  # the job waiting for a GPU
 
 
-def _node(name="box", gpus=2, executor="local"):
-    config = SimpleNamespace(share="time-slice", share_users="same")
+def _node(name="box", gpus=2, executor="local", users="same"):
+    config = SimpleNamespace(share="time-slice", share_users=users)
     return SimpleNamespace(name=name, executor=executor, config=config, gpu_count=gpus,
                            model_of=lambda g: "Tesla V100-SXM2")  # fmt: skip
 
