@@ -205,3 +205,35 @@ def test_a_moved_job_restarts_at_its_planned_cap_not_the_site_limits(tmp_path):
     daemon._move = recorded
     assert daemon.run().moves >= 1
     assert seen[0] < 1.0 and seen[1] == 1.0  # ran limited; restarts at fifo's cap, 1.0
+
+
+def test_a_moved_job_restarts_at_the_cap_its_plan_gave_it(tmp_path):
+    """A plan that caps (a budget's, here every job at 0.6): the job moved restarts at
+    0.6, not at full power (the simulator's ``_requeue``, checked here through the cap
+    its restarted attempt runs at)."""
+    from dataclasses import replace
+
+    from orchestrator.planning.policies.baselines import Fifo
+
+    class Capped(Fifo):
+        def plan(self, snapshot):
+            return {i: replace(d, cap=0.6) for i, d in super().plan(snapshot).items()}
+
+    inputs = prepare(_scenario(tmp_path, _rows(duration="6h")), ROOT)
+    daemon = daemon_class(inputs)(inputs, Capped(), make_forecaster("perfect", inputs, 0))
+    moved, caps = set(), {}
+    move, launch = daemon._move, daemon.launch
+
+    def recorded_move(x, host):
+        moved.add(x)
+        move(x, host)
+
+    def recorded_launch(job, decision, allocation, now):
+        launch(job, decision, allocation, now)
+        att = daemon._running[daemon._att_of[job.id]]
+        caps.setdefault(job.id, []).append(daemon.executor.cap_of(att.handle)[0])
+
+    daemon._move, daemon.launch = recorded_move, recorded_launch
+    assert daemon.run().moves >= 1
+    for x in moved:
+        assert caps[x] == [0.6, 0.6]  # ran capped, restarted capped
