@@ -391,3 +391,53 @@ def test_a_schema_another_process_commits_meanwhile_is_not_read_as_legacy(tmp_pa
     monkeypatch.setattr(schema, "inspect", Between)
     with create_engine(f"sqlite:///{tmp_path / 'q.db'}", poolclass=NullPool).connect() as conn:
         assert schema.read_status(conn).state == "up to date"
+
+
+def test_0013_keeps_the_idle_ledgers_day_rows_under_their_midnight(cli):
+    """0013 makes ``idle_usage`` per hour (``day`` becomes ``hour``): the rows written per
+    day before keep their energy and carbon (unknown carbon too) under the day's 00:00,
+    where each holds its whole day; ``report --since`` counts one when it reaches back
+    to that midnight, and the key still refuses a second row for one node and hour."""
+    from alembic import command
+    from sqlalchemy.exc import IntegrityError
+
+    db = Database(cli.db_url)
+    with db._writer.begin() as conn:
+        command.upgrade(schema._config(conn), "0012")
+    db.dispose()
+    days = [(datetime(2026, 6, 9), "a", 3.6e6 * 2, 150.0),
+            (datetime(2026, 6, 10), "a", 3.6e6 * 5, None),
+            (datetime(2026, 6, 10), "b", 3.6e6 * 0.5, 20.5)]  # fmt: skip
+    written = [{"day": d, "node": n, "energy_j": e, "carbon_g": c} for d, n, e, c in days]
+    _insert(cli.db_url, "idle_usage", written)
+
+    cli.run("db", "upgrade")
+    assert _db_status(cli)["current"] == schema.head()
+    rows = cli.db_rows("SELECT hour, node, energy_j, carbon_g FROM idle_usage ORDER BY hour, node")
+    assert [(_naive(h), n, e, c) for h, n, e, c in rows] == days
+    assert "day" not in _columns(cli.db_url)["idle_usage"]
+    report = cli.json("report", "--since", "2026-06-10T00:00Z")["idle"]
+    assert report["energy_kwh"] == 5.5 and report["carbon_kg"] is None
+    assert report["by_node"]["b"] == {"energy_kwh": 0.5, "carbon_kg": 0.0205}
+    assert cli.json("report", "--since", "2026-06-10T10:00Z")["idle"]["energy_kwh"] == 0
+    with pytest.raises(IntegrityError):
+        again = {"node": "a", "hour": datetime(2026, 6, 10), "energy_j": 1, "carbon_g": 1}
+        _insert(cli.db_url, "idle_usage", [again])
+
+
+def _insert(url: str, table: str, rows: list[dict]) -> None:
+    """Rows written as gridshift writes them: through the columns' types (SQLite stores a
+    DateTime as SQLAlchemy's text, which the queries compare)."""
+    engine = _engine(url)
+    meta = MetaData()
+    meta.reflect(engine, only=[table])
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(meta.tables[table]), rows)
+    finally:
+        engine.dispose()
+
+
+def _naive(value) -> datetime:
+    """A stored time as the naive UTC datetime gridshift writes (SQLite hands back text)."""
+    return datetime.fromisoformat(value) if isinstance(value, str) else value.replace(tzinfo=None)

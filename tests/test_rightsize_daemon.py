@@ -193,6 +193,42 @@ def test_idle_energy_by_hand(tmp_path):
     assert got["by_node"]["a"]["energy_kwh"] == pytest.approx(292.5 * 310 / 3.6e6, abs=2e-6)
 
 
+def test_a_stretch_over_an_hours_end_is_split_between_the_two_hours(tmp_path):
+    """The ledger is per node and UTC hour: 4 s before 15:00 and 6 s after go to the
+    14:00 and 15:00 rows, each with its own energy and carbon; a stretch over several
+    hours is cut at each hour."""
+    from datetime import UTC, datetime
+
+    from sqlmodel import select
+
+    from orchestrator.daemon.energy.idle import IdleMeter, _hours
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import IdleUsage, Node
+    from orchestrator.settings.nodes import NodeConfig
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        session.add(Node(name="a", executor="ssh", gpus=1, gpu_source="config",
+                         updated_at=datetime.now(UTC)))  # fmt: skip
+    cfg = {"a": NodeConfig(name="a", executor="ssh", host="h", gpu_idle_w=100, node_idle_w=0)}
+    meter = IdleMeter(db, {"a": "ssh"}, cfg, carbon=lambda a, b: 200.0 * (b - a))
+    alloc = ClusterAllocator(ClusterTopology((NodeTopology.plain("a", 1),)))
+    three = datetime(2026, 11, 24, 15, tzinfo=UTC)
+    meter.step(alloc, three.timestamp() - 4)
+    meter.step(alloc, three.timestamp() + 6)  # 10 s at 100 W: flushed
+    with db.read() as session:
+        rows = {r.hour: r for r in session.exec(select(IdleUsage)).all()}
+    assert sorted(rows) == [three.replace(hour=14), three]
+    assert rows[three.replace(hour=14)].energy_j == pytest.approx(400.0)
+    assert rows[three].energy_j == pytest.approx(600.0)
+    assert rows[three].carbon_g == pytest.approx(600.0 * 200 / 3.6e6)
+    t = three.timestamp()
+    assert list(_hours(t - 1800, t + 3600 + 60)) == [
+        (t - 1800, t), (t, t + 3600), (t + 3600, t + 3660)
+    ]  # fmt: skip
+
+
 # -- the config ----------------------------------------------------------------------------
 BAD = {
     "relative program": (

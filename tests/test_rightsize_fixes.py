@@ -427,7 +427,9 @@ def test_right_sizing_keeps_to_the_gpu_type_a_job_asks_for(tmp_path):
     assert sizer.nodes["a"].state == "on" and not calls.exists(), "A100 server powered off"
 
 
-def test_report_says_idle_energy_is_counted_by_whole_utc_day(cli):
+def test_report_since_counts_idle_energy_by_whole_utc_hour(cli):
+    """``--since`` at 15:30 counts the 15:00 row (and later hours), not the 09:00 row of
+    the same day, nor the day before; the text says how."""
     from datetime import UTC, datetime
 
     from orchestrator.queue.db import Database
@@ -436,8 +438,15 @@ def test_report_says_idle_energy_is_counted_by_whole_utc_day(cli):
     cli.run("status", check=False)  # the store exists
     db = Database(cli.db_url)
     db.ensure_schema()
-    day = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    day = datetime(2026, 6, 10, tzinfo=UTC)
+    kwh = {day.replace(day=9, hour=23): 1, day.replace(hour=9): 2, day.replace(hour=15): 4,
+           day.replace(hour=16): 8}  # fmt: skip
     with db.write() as session:
-        session.add(IdleUsage(node="n", day=day, energy_j=3.6e6 * 13, carbon_g=None))
-    out = cli.run("report", "--since", "1h").stdout
-    assert "idle: 13.000 kWh" in out and "by whole UTC day" in out, out
+        for hour, n in kwh.items():
+            session.add(IdleUsage(node="n", hour=hour, energy_j=3.6e6 * n, carbon_g=None))
+    report = cli.json("report", "--since", "2026-06-10T15:30Z")
+    assert report["total"]["idle_energy_kwh"] == pytest.approx(12.0)
+    assert report["idle"]["by_node"]["n"]["energy_kwh"] == pytest.approx(12.0)
+    assert cli.json("report", "--since", "2026-06-10T09:00Z")["idle"]["energy_kwh"] == 14.0
+    out = cli.run("report", "--since", "2026-06-10T15:30Z").stdout
+    assert "idle: 12.000 kWh" in out and "by whole UTC hour" in out, out

@@ -137,13 +137,15 @@ def _add(bucket: dict, row: dict) -> None:
 
 def idle_energy(session: Session, since: datetime | None) -> dict:
     """Idle energy (``idle_usage``: idle GPUs, servers on without a job, times the PUE)
-    in all and per node, from the UTC day of ``since`` on."""
+    in all and per node, from the UTC hour of ``since`` on (a row written before revision
+    0013 holds its whole UTC day under its 00:00: counted when ``since`` is at or before
+    that midnight)."""
     from orchestrator.queue.models import IdleUsage
 
     query = select(IdleUsage)
     if since is not None:
-        day = since.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-        query = query.where(col(IdleUsage.day) >= day)
+        hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+        query = query.where(col(IdleUsage.hour) >= hour)
     energy: dict[str, float] = defaultdict(float)
     carbon: dict[str, float | None] = defaultdict(float)
     for row in session.exec(query).all():

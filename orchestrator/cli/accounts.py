@@ -230,8 +230,8 @@ def _print_report(data: dict, plot) -> None:
     if idle.get("energy_kwh"):  # right-sizing's part: what the cluster drew besides its jobs
         kg = "-" if idle["carbon_kg"] is None else num(idle["carbon_kg"], 3)
         say(f"idle: {num(idle['energy_kwh'], 3)} kWh, {kg} kg CO2e (idle GPUs and servers on "
-            "without a job, times the PUE; not in the rows above; by whole UTC day: "
-            "--since counts each day it reaches in full)", "dim")  # fmt: skip
+            "without a job, times the PUE; not in the rows above; by whole UTC hour: "
+            "--since counts from the start of its hour)", "dim")  # fmt: skip
     if data.get("signal"):
         came = _history_note(data, "signal_from")
         say(f"saved: against running each job at submission, on {data['signal']}"

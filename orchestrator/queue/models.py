@@ -260,12 +260,14 @@ class Calibration(SQLModel, table=True):
 
 
 class IdleUsage(SQLModel, table=True):
-    """Idle energy per node and UTC day (idle GPUs, and the server's own draw while on
+    """Idle energy per node and UTC hour (idle GPUs, and the server's own draw while on
     without a job, times the PUE), added to as each stretch is accounted: the stretch and
-    the node's ``idle_until`` move in one transaction, so each is counted once."""
+    the node's ``idle_until`` move in one transaction, so each is counted once. Rows
+    written before revision 0013 are per UTC day: each holds its whole day under the
+    day's 00:00 (where hours written since may add to it)."""
 
     __tablename__ = "idle_usage"
     node: str = Field(primary_key=True)
-    day: datetime = Field(sa_column=Column(UTCDateTime(), primary_key=True))
+    hour: datetime = Field(sa_column=Column(UTCDateTime(), primary_key=True))
     energy_j: float = 0.0
     carbon_g: float | None = 0.0  # None: some stretch had no signal

@@ -16,13 +16,14 @@ all times the PUE (the node's ``pue``, else ``[daemon] pue``, default 1.0), as t
 simulator counts it (``sim.power``). A server that is off (right-sizing) or whose wake
 failed draws nothing; one waking or powering off counts as on. The draw found at one
 pass holds until the next: each stretch between passes is counted in memory and written
-to the ``idle_usage`` ledger (per node and UTC day, with its carbon from the daemon's
-signal) every ``FLUSH_EVERY_S``, in the same transaction that moves the node's
-``idle_until``, before which nothing is added again: a daemon killed at any point counts
-each stretch at most once (and loses at most its last 10 s). Time no daemon watched
-(before its first pass, or a stretch between passes longer than ``MAX_STRETCH_S``) is not
-counted. Slurm nodes are not counted: the partition's idle machines are Slurm's (and its
-power saving's) business.
+to the ``idle_usage`` ledger (per node and UTC hour, a stretch over several hours adding
+to each hour's row, with its carbon from the daemon's signal; rows written before revision
+0013 are per UTC day, under the day's 00:00) every ``FLUSH_EVERY_S``, in the same
+transaction that moves the node's ``idle_until``, before which nothing is added again: a
+daemon killed at any point counts each stretch at most once (and loses at most its last
+10 s). Time no daemon watched (before its first pass, or a stretch between passes longer
+than ``MAX_STRETCH_S``) is not counted. Slurm nodes are not counted: the partition's idle
+machines are Slurm's (and its power saving's) business.
 """
 
 from __future__ import annotations
@@ -125,11 +126,11 @@ class IdleMeter:
                     continue
                 floor = row.idle_until.timestamp() if row.idle_until else -1e18
                 for a0, b0, w in stretches:
-                    for a, b in _days(max(a0, floor), b0):
-                        day = datetime.fromtimestamp(a, UTC).replace(hour=0, minute=0, second=0,
-                                                                     microsecond=0)  # fmt: skip
-                        usage = session.get(IdleUsage, (name, day)) or IdleUsage(
-                            node=name, day=day, energy_j=0.0, carbon_g=0.0
+                    for a, b in _hours(max(a0, floor), b0):
+                        hour = datetime.fromtimestamp(a, UTC).replace(minute=0, second=0,
+                                                                      microsecond=0)  # fmt: skip
+                        usage = session.get(IdleUsage, (name, hour)) or IdleUsage(
+                            node=name, hour=hour, energy_j=0.0, carbon_g=0.0
                         )
                         usage.energy_j += w * (b - a)
                         integral = self.carbon(a, b)
@@ -199,11 +200,11 @@ class IdleMeter:
         return out
 
 
-def _days(a: float, b: float):
-    """``[a, b]`` cut at UTC midnights."""
+def _hours(a: float, b: float):
+    """``[a, b]`` cut at UTC hours."""
     while a < b:
         start = datetime.fromtimestamp(a, UTC)
-        midnight = (start + timedelta(days=1)).replace(hour=0, minute=0, second=0, microsecond=0)
-        end = min(b, midnight.timestamp())
+        next_hour = (start + timedelta(hours=1)).replace(minute=0, second=0, microsecond=0)
+        end = min(b, next_hour.timestamp())
         yield a, end
         a = end
