@@ -127,8 +127,8 @@ def _launch(s: Scheduler, a: ClusterAllocator, ends: dict) -> list[int]:
 def test_the_daemons_cluster_gives_each_running_attempt_the_end_it_may_trust(tmp_path):
     import os
     from datetime import UTC, datetime, timedelta
-    from types import SimpleNamespace
 
+    from orchestrator.daemon.guard import MOVED, Suspender
     from orchestrator.daemon.sqlqueue import SqlQueue
     from orchestrator.planning.snapshot import RunEstimate
     from orchestrator.queue.db import Database
@@ -144,6 +144,8 @@ def test_the_daemons_cluster_gives_each_running_attempt_the_end_it_may_trust(tmp
         "lowballs": (36000.0, 1.0, None),
         "no_duration": (None, None, None),
         "checkpointing": (36000.0, None, now - timedelta(seconds=10)),
+        "moving": (36000.0, None, now - timedelta(seconds=10)),  # granted its checkpoint's 10 min
+        "moved_before_restart": (36000.0, None, now - timedelta(seconds=10)),
     }
     with db.write() as session:
         for name, (duration, done, sent) in cases.items():
@@ -159,12 +161,17 @@ def test_the_daemons_cluster_gives_each_running_attempt_the_end_it_may_trust(tmp
             session.add(att)
             session.flush()
             ids[name] = (job.id, att.id)
+            if name == "moved_before_restart":  # the daemon that moved it wrote its reason
+                job.reason, job.checkpoint_s = f"{MOVED} 0 on local with job 1", 300.0
+                session.add(job)
     known = {
         ids["lowballs"][0]: RunEstimate(360000.0, "progress", "1 % done"),
         ids["no_duration"][0]: RunEstimate(4 * 3600.0, "default", "the lab's"),
     }
-    queue = SqlQueue(db=db, dispatcher=None, reaper=None,
-                     suspender=SimpleNamespace(grace_s=30.0), known=known)  # fmt: skip
+    suspender = Suspender(db=db, executor=None, grace_s=30.0)
+    suspender.grant(ids["moving"][1], 600.0)  # a co-location move's grace (Mover._start)
+    queue = SqlQueue(db=db, dispatcher=None, reaper=None, suspender=suspender,
+                     known=known)  # fmt: skip
     _, ends = queue.cluster(now.timestamp())
     end = {name: ends[("attempt", att_id)] for name, (_, att_id) in ids.items()}
     n = now.timestamp()
@@ -172,3 +179,5 @@ def test_the_daemons_cluster_gives_each_running_attempt_the_end_it_may_trust(tmp
     assert end["lowballs"] == n + 36000.0 - 3600.0  # before: 99 % of 100 h
     assert end["no_duration"] is None  # the lab's 4 h is nobody's promise
     assert end["checkpointing"] == n + 20.0  # before: its --duration
+    assert end["moving"] == n + 590.0  # before: n + 20 s, its grace_s, not its 10 min
+    assert end["moved_before_restart"] == n + 320.0  # its checkpoint's cost + grace_s

@@ -63,10 +63,22 @@ class Suspender:
         (never less than ``grace_s``)."""
         self.graces[attempt_id] = seconds
 
+    def kill_after_s(
+        self, attempt_id: int, checkpoint_s: float | None, reason: str | None
+    ) -> float:
+        """How long after its SIGTERM to checkpoint the attempt is killed: ``grace_s``, or
+        the longer grace granted to a move; a move told by a daemon before a restart (its
+        grace was in that one's memory; its reason says it moved) gets its checkpoint's
+        cost plus ``grace_s``, at most ``MOVE_GRACE_CAP_S``."""
+        mine = max(self.grace_s, self.graces.get(attempt_id, 0.0))
+        if (reason or "").startswith(MOVED) and attempt_id not in self._sent:
+            own = self.checkpoint_s if checkpoint_s is None else checkpoint_s
+            mine = max(mine, min(own + self.grace_s, MOVE_GRACE_CAP_S))
+        return mine
+
     def suspend_due(self, now: datetime) -> int:
         """Suspend running jobs whose planned piece has ended; SIGKILL those that ignored
         the SIGTERM for the grace period. Returns how many were signalled."""
-        grace = timedelta(seconds=self.grace_s)
         with self.db.read() as session:
             found = session.exec(
                 select(Attempt, Job.checkpoint_s, Job.reason)
@@ -84,12 +96,7 @@ class Suspender:
         count = 0
         for att, ckpt, reason in found:
             if att.suspend_sent_at is not None:
-                mine = max(grace, timedelta(seconds=self.graces.get(att.id, 0.0)))
-                moved = (reason or "").startswith(MOVED)
-                if moved and att.id not in self._sent:  # a move told by a daemon before a
-                    # restart (its grace was in that one's memory): its checkpoint's cost
-                    own = self.checkpoint_s if ckpt is None else ckpt
-                    mine = max(mine, timedelta(seconds=min(own + self.grace_s, MOVE_GRACE_CAP_S)))
+                mine = timedelta(seconds=self.kill_after_s(att.id, ckpt, reason))
                 if att.kill_sent_at is None and now - att.suspend_sent_at >= mine:
                     self._send(att, signal.SIGKILL, "kill_sent_at", now)
                 continue

@@ -144,7 +144,9 @@ class RunningViews:
                 run_s = job.duration_s or (est.run_s if est else None)
                 leaves = None
                 if att.suspend_sent_at is not None:
-                    leaves = att.suspend_sent_at.timestamp() + self.suspender.grace_s
+                    leaves = att.suspend_sent_at.timestamp() + self.suspender.kill_after_s(
+                        att.id, job.checkpoint_s, job.reason
+                    )  # a move's grace is its checkpoint's cost: it may leave that late
                 reported = None
                 if est is not None and est.source == "progress":
                     reported = remaining_run_s(session, job, now, est.run_s)
