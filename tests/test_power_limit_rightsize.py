@@ -168,3 +168,25 @@ def test_right_sizing_wakes_only_what_the_site_limit_admits_and_says_how_to_coun
     assert sizer.counted("a") == MAY_BE_ON
     sizer.nodes["a"].state, sizer.nodes["a"].checking = "off", True  # asked after a restart
     assert sizer.counted("a") == MAY_BE_ON
+
+
+def test_simulate_holds_the_limit_with_right_sizing_a_wake_being_an_admission():
+    """Review: with ``idle_off_after`` beside ``power_limit_w`` a wake-up's idle draw was
+    not admitted: 4 kW on this scenario peaked at 4.16 kW (``limit_exceeded``), while the
+    same run without right-sizing held. A wake now fits beside the running jobs at their
+    lowest caps, or the node stays off until an end frees power."""
+    from orchestrator.sim.runner import simulate
+    from orchestrator.sim.scenario import Scenario
+    from tests.conftest import ROOT
+
+    scenario = {
+        "jobs": {"source": "synthetic:count=600&days=14", "max_jobs": 200,
+                 "deadline_rule": "within:24h", "interruptible": 0.5},
+        "grid": {"source": "synthetic:mean=300&days=21&solar=0.35&weekly=0.1&noise=0.08"},
+        "cluster": {"gpus": 32, "gpus_per_node": 8, "gpu": "v100", "host_w_per_gpu": 50.0,
+                    "pue": 1.2, "idle_off_after": "30m", "wake": "5m"},
+        "policies": ["fifo"], "seed": 1, "power_limit_w": 4000.0,
+    }  # fmt: skip
+    got = simulate(Scenario.model_validate(scenario), ROOT).results["fifo"]
+    assert got["wakes"] > 0 and got["jobs"] == 200
+    assert got["peak_power_kw"] <= 4.0 + 1e-3 and got["limit_exceeded"] is False

@@ -81,6 +81,14 @@ class SimSiteLimit:
             return True
         return False
 
+    def wake_fits(self, extra_w: float, now_s: float) -> bool:
+        """Whether a node's wake-up (``extra_w``: its idle draw, × PUE) fits beside every
+        running and admitted job at its lowest cap and the idle draw: a wake is an
+        admission (with nothing running it always fits: the limit holds every server idle)."""
+        running = self.power.daemon._running
+        jobs = [*self._running(running, now_s), *self.pending.values()]
+        return lowest_w(jobs) + self.idle_w() + extra_w <= self.limit_w + 1e-6
+
     def launch_cap(self, job_id: int, gpus: int, planned_cap: float, model: JobModel,
                    running: dict, now_s: float) -> float:  # fmt: skip
         """The cap the job starts under: its share of a split with it; the running jobs'
