@@ -11,7 +11,9 @@ launch the running jobs' caps are lowered first and it starts under its own shar
 every pass the caps are split again (``planning.policies.powersplit``: by each job's
 gradient, within each node, then across nodes), lowered before any is raised. A job
 that does not fit the limit even alone at its lowest cap starts only when nothing else
-runs (a run never deadlocks; ``limit_exceeded`` then says so).
+runs (a run never deadlocks; ``limit_exceeded`` then says so). With right-sizing a node
+off draws nothing and its wake-up is an admission (``wake_fits``: its idle draw beside the
+running jobs at their lowest caps; else it stays off until an end frees power).
 
 ``peak_w``: the largest draw over power segments; ``site_peak_w``: a run's, idle included.
 """
