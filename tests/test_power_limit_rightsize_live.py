@@ -107,3 +107,27 @@ def test_the_site_limit_holds_while_a_server_is_powered_off_and_woken(cli, ssh_s
     lowered = sum(at(ch, seen[1][1]) for ch in local.values())
     assert lowered <= LIMIT_W - 600.0, local  # the running job lowered before power_on
     assert max(w for ch in local.values() for _, w in ch) > 100.5  # it ran above that
+
+
+def test_a_limit_that_could_never_wake_a_server_left_off_is_one_line_and_exit_2(cli):
+    """A server a daemon left off counts 0 W at start, its GPUs' range from their type's
+    curve (300 W at most): a limit under its GPUs at their highest plus this host's at
+    their lowest could never wake it, and is refused; one that can starts."""
+    import sqlite3
+
+    far = {"name": "far", "executor": "ssh", "host": "127.0.0.1", "port": 1, "gpus": 2,
+           "connect_timeout": "1s", "idle_off_after": "1s", "power_off": ["/bin/true"],
+           "power_on": ["/bin/true"]}  # fmt: skip
+    here = {"name": "here", "executor": "local", "fake_gpus": 2}
+    write_config(cli.home, [here, far], top={"daemon_interval_s": 0.2})
+    cli.run("daemon", "--until-idle")  # the node rows
+    with sqlite3.connect(cli.db_url.removeprefix("sqlite:///")) as con:  # a daemon left it off
+        con.execute("UPDATE node SET power_state = 'off' WHERE name = 'far'")
+    proc = cli.run("daemon", "--until-idle", "--power-limit", "700W", check=False)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("gridshift: error")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert errors[0].endswith(
+        "700 W could never wake node far (right-sized): its 2 GPUs at their highest "
+        "limits (600 W) and the other GPUs at their lowest (200 W) exceed it"
+    )
+    assert cli.run("daemon", "--until-idle", "--power-limit", "800W").returncode == 0
