@@ -369,21 +369,6 @@ def test_no_limit_is_raised_while_a_decrease_failed():
     assert ok  # nothing to lower: nothing stands in the way
 
 
-def test_a_site_limit_is_refused_beside_right_sizing():
-    """An off server's GPU limits can be neither read nor parked: the two levers are not
-    combined yet, and the daemon says so in one line rather than counting it as 0 W."""
-    from orchestrator.daemon.energy.sitelimit import SiteLimit
-    from orchestrator.errors import ConfigError
-    from orchestrator.nodes.inventory import ResolvedNode
-    from orchestrator.settings.nodes import NodeConfig
-
-    cfg = NodeConfig(name="a", executor="ssh", host="h", gpus=2, idle_off_after="30m",
-                     power_off=["/bin/true"], power_on=["/bin/true"])  # fmt: skip
-    node = ResolvedNode(name="a", executor="ssh", gpus=(), gpu_source="config", config=cfg)
-    with pytest.raises(ConfigError, match="right-sized"):
-        SiteLimit(15_000.0, caps=None, nodes=[node], db=None).check()
-
-
 class _Server:
     """A server's GPU control: 2 GPUs, 100-300 W; ``down``: it does not answer."""
 

@@ -179,6 +179,8 @@ class Daemon:
         self.levers = Levers.build(self.settings, nodes, self.links, self.db, caps=self.caps,
                                    carbon=feed.integral if feed is not None else None)  # fmt: skip
         self.queue.power = self.levers.power  # packing prefers servers on; wakes one off
+        if self.site is not None and self.levers.power is not None:  # off: 0 W; a wake admitted
+            self.site.power, self.levers.power.may_wake = self.levers.power.counted, self.site.wakes
         if self.planner is not None:  # with right-sizing: a waiting job keeps GPUs idle
             self.planner.idle_cost = self.levers.idle_cost(nodes)
         self.onepass = Pass(
@@ -368,11 +370,11 @@ class Daemon:
             sync_inventory(session, self.dispatcher.nodes, now)
             sshnodes.record(session, self.discovery, now)
         self.reaper.recover(now)
+        self.levers.start(now.timestamp(), kept)  # servers off before the site limit counts
         if self.site is not None:
             self.site.rebalance()  # idle GPUs parked, running jobs' shares, decreases first
         else:
             self.reaper.reconcile_caps()
-        self.levers.start(now.timestamp(), kept)
         self._announce()
         self._wake.clear()
         timers = []

@@ -11,7 +11,9 @@ launch the running jobs' caps are lowered first and it starts under its own shar
 every pass the caps are split again (``planning.policies.powersplit``: by each job's
 gradient, within each node, then across nodes), lowered before any is raised. A job
 that does not fit the limit even alone at its lowest cap starts only when nothing else
-runs (a run never deadlocks; ``limit_exceeded`` then says so).
+runs (a run never deadlocks; ``limit_exceeded`` then says so). With right-sizing a node
+off draws nothing and its wake-up is an admission (``wake_fits``: its idle draw beside the
+running jobs at their lowest caps; else it stays off until an end frees power).
 
 ``peak_w``: the largest draw over power segments; ``site_peak_w``: a run's, idle included.
 """
@@ -80,6 +82,14 @@ class SimSiteLimit:
             self.pending[job_id] = new
             return True
         return False
+
+    def wake_fits(self, extra_w: float, now_s: float) -> bool:
+        """Whether a node's wake-up (``extra_w``: its idle draw, × PUE) fits beside every
+        running and admitted job at its lowest cap and the idle draw: a wake is an
+        admission (with nothing running it always fits: the limit holds every server idle)."""
+        running = self.power.daemon._running
+        jobs = [*self._running(running, now_s), *self.pending.values()]
+        return lowest_w(jobs) + self.idle_w() + extra_w <= self.limit_w + 1e-6
 
     def launch_cap(self, job_id: int, gpus: int, planned_cap: float, model: JobModel,
                    running: dict, now_s: float) -> float:  # fmt: skip

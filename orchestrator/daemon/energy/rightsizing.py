@@ -52,6 +52,7 @@ from orchestrator.settings.nodes import NodeConfig
 
 log = logging.getLogger(__name__)
 POWERING_OFF, WAKE_FAILED = "powering off", "wake failed"
+MAY_BE_ON = "may be on"  # how the site power limit counts a server waking or uncertain
 RETRY_MIN_S, RETRY_MAX_S = 60.0, 1800.0  # a failed wake is tried again after this
 PROBE_EVERY_S = 1.0  # how often a woken server is asked whether it answers
 OFF_MISSES = 3  # no answer this many times in a row after power_off: the server is off
@@ -88,6 +89,7 @@ class RightSizer:
     ask_idle: Callable[[str], str | None] = lambda _n: "not asked"  # None: idle; else why not
     boot: Callable[[str], str | None] = lambda _n: None  # the server's boot_id; None: no answer
     lease_check: Callable | None = None  # raises LeaseLost inside a write transaction
+    may_wake: Callable[[str, object], bool] = lambda _n, _k: True  # the site limit admits it
     _stop: threading.Event = field(default_factory=threading.Event)
     _gen: int = 0  # bumped when the lease is lost: older threads' outcomes are dropped
 
@@ -127,7 +129,7 @@ class RightSizer:
             if woken:
                 alloc.free(key)
                 for name in sorted(woken):
-                    self.wake(name, now_s, f"for {_job(key)}")
+                    self.wake(name, now_s, f"for {_job(key)}", key)
                 got = None
         finally:
             for name in barred:
@@ -204,12 +206,25 @@ class RightSizer:
         for p in self.nodes.values():
             p.result, p.checking, p.stored = None, False, True
 
+    def counted(self, name: str) -> str:
+        """How the site power limit counts a server (``sitelimit``): ON (its limits read
+        and set), OFF (0 W), POWERING_OFF (its parked limits until off), else MAY_BE_ON
+        (waking, a failed wake, or asked whether it answers: its GPUs at their highest)."""
+        p = self.nodes.get(name)
+        if p is None or p.state in (ON, POWERING_OFF):
+            return ON if p is None else p.state
+        return OFF if p.state == OFF and not p.checking else MAY_BE_ON
+
     # -- transitions ---------------------------------------------------------------------
-    def wake(self, name: str, now_s: float, why: str) -> None:
+    def wake(self, name: str, now_s: float, why: str, key: object = None) -> None:
+        """Wake a server for job ``key`` (None: the plan's next jobs) if the site power
+        limit admits it (``may_wake``, else it stays off and the job waits)."""
         p = self.nodes[name]
         if p.busy or p.state in (ON, WAKING, POWERING_OFF):
             return  # on, on its way, or powering off (woken once off)
         if p.state == WAKE_FAILED and now_s < p.retry_at_s:
+            return
+        if not self.may_wake(name, key):
             return
         log.info("node %s: waking it (%s)", name, why)
         self._set(p, WAKING, now_s)

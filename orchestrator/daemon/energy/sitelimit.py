@@ -11,6 +11,16 @@ later) has its GPUs counted at their highest limit, neither read nor set, and bl
 admission elsewhere; when it answers again, the next split lowers its limits (back at
 their defaults after a reboot) before any job starts there.
 
+With right-sizing (``daemon.energy.rightsizing``, which says how to count each server):
+a server confirmed off counts 0 W (its limits can be neither read nor set); one powering
+off counts the limits last read (parked) until it is off; one waking, whose wake failed,
+or that may be on after a restart counts at its GPUs' highest (their default after a
+boot) until it answers, as an unreachable one. A wake is an admission (``wakes``): the
+split with that server at its highest must fit, what it lowers lowered before power_on;
+else the server stays off and the job that needs it waits, saying why. At start a limit
+that could never wake a right-sized server (its GPUs at their highest, the others' at
+their lowest) is refused.
+
 How it holds: a stopped job (SIGSTOP) counts as idle, its GPUs parked at their lowest; its
 resume is an admission. A job starts only when the split (``planning.policies.powersplit``) of the
 limit over the jobs that hold GPUs and it fits; its admission lowers the others' limits
@@ -36,9 +46,11 @@ from dataclasses import dataclass, field, replace
 
 from sqlmodel import col, select
 
+from orchestrator.daemon.energy.rightsizing import MAY_BE_ON, POWERING_OFF
 from orchestrator.errors import ConfigError
 from orchestrator.nodes.inventory import ResolvedNode
 from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+from orchestrator.planning.devices.rightsizing import OFF, ON
 from orchestrator.planning.perfmodel import curve_for
 from orchestrator.planning.policies.powersplit import PowerJob, measured_progress, split_fair
 from orchestrator.queue import attempts
@@ -88,23 +100,26 @@ class SiteLimit:
     unreachable: Callable[[], dict] = dict  # the executor's unreachable nodes (name -> since)
     down: set[int] = field(default_factory=set)  # PowerCaps ids that did not answer
     refused: dict[int, str] = field(default_factory=dict)  # job id -> why it waits for power
+    power: Callable[[str], str] = lambda _n: ON  # right-sizing's count (RightSizer.counted)
+    off: set[int] = field(default_factory=set)  # PowerCaps ids of servers off: 0 W
+    parking: set[int] = field(default_factory=set)  # servers powering off: limits last read
+    last: dict[GpuKey, float] = field(default_factory=dict)  # the limit last read on a GPU
 
     # -- start ----------------------------------------------------------------------------
     def check(self) -> None:
         """Check that the limit can hold (ConfigError, one line, otherwise); from now on a
         GPU its job left goes to its lowest limit. ``rebalance`` then parks the idle GPUs
         and splits the limit over the running jobs (once this daemon serves the queue)."""
+        stored = self._stored_power()
         for node in self.nodes:
-            if node.config is not None and node.config.idle_off_after:
-                raise ConfigError(  # an off server's GPU limits can be neither read nor set
-                    f"invalid --power-limit: node {node.name} is right-sized (idle_off_after); "
-                    "a site limit and right-sizing are not combined yet"
-                )
             if not node.gpu_count:
                 continue
             caps = self.caps.by_node.get(node.name)
+            if caps is not None and stored.get(node.name) == OFF:
+                self._budget_down(node, caps, self.off)  # off: 0 W, its range by its type
+                continue
             if caps is not None and not caps.enabled and self._is_down(node.name, caps):
-                self._budget_down(node, caps)  # counted at its highest until it answers
+                self._budget_down(node, caps, self.down)  # counted at its highest until it answers
                 continue
             if caps is None or not caps.enabled:
                 why = caps.reason if caps is not None else f"a {node.executor} node"
@@ -116,52 +131,99 @@ class SiteLimit:
                 low, high = caps.ctl.power_limit_range_w(g.index)
                 self.gpus[(id(caps), g.index)] = _Gpu(caps, g.index, float(low), float(high))
             caps.park_low = True  # a GPU its job left goes to its lowest limit
-        lowest = sum(g.high_w if k[0] in self.down else g.low_w for k, g in self.gpus.items())
+        lowest = sum(self._counted_w(k, g, g.low_w) for k, g in self.gpus.items())
         if lowest > self.limit_w:
             raise ConfigError(
                 f"invalid --power-limit: {self.limit_w:.10g} W is less than the "
                 f"{len(self.gpus)} GPUs' lowest power limits together ({lowest:.0f} W)"
                 + (", unreachable servers' GPUs at their highest" if self.down else "")
             )
+        for node in self.nodes:  # each right-sized server can be woken, the others lowest
+            caps = self.caps.by_node.get(node.name)
+            mine = [g for k, g in self.gpus.items() if caps is not None and k[0] == id(caps)]
+            if not mine or node.name not in stored:
+                continue
+            high = sum(g.high_w for g in mine)
+            rest = lowest - sum(self._counted_w((id(caps), g.index), g, g.low_w) for g in mine)
+            if high + rest > self.limit_w:
+                raise ConfigError(
+                    f"invalid --power-limit: {self.limit_w:.10g} W could never wake node "
+                    f"{node.name} (right-sized): its {len(mine)} GPUs at their highest "
+                    f"limits ({high:.0f} W) and the other GPUs at their lowest ({rest:.0f} W) "
+                    "exceed it"
+                )
+
+    def _stored_power(self) -> dict[str, str | None]:
+        """Each right-sized server's power state as its node row says (a daemon left it)."""
+        names = [n.name for n in self.nodes if n.config and n.config.power_off
+                 and n.config.power_on]  # fmt: skip
+        if not names or self.db is None:
+            return {}
+        from orchestrator.queue.models import Node
+
+        with self.db.read() as session:
+            rows = {r.name: r.power_state for r in session.exec(select(Node)).all()}
+        return {n: rows.get(n) for n in names}
 
     # -- unreachable servers ------------------------------------------------------------
     def _is_down(self, name: str, caps: PowerCaps) -> bool:
         return caps.ctl is not None and (caps.unreachable or name in self.unreachable())
 
-    def _budget_down(self, node: ResolvedNode, caps: PowerCaps) -> None:
-        """A server down at start: its GPUs at the highest limit of their type's curve
-        (their range cannot be read), not set, until it answers."""
+    def _budget_down(self, node: ResolvedNode, caps: PowerCaps, into: set[int]) -> None:
+        """A server down (``into`` ``down``) or off at start: its GPUs' range from their
+        type's curve (it cannot be read), not set; counted at their highest (down) or 0 W
+        (off) until it answers."""
         curve = curve_for(node.model_of([g.index for g in node.gpus]))
         for g in node.gpus:
             high = float(curve.max_limit_w)
             self.gpus[(id(caps), g.index)] = _Gpu(caps, g.index, curve.min_fraction * high, high)
-        self.down.add(id(caps))
-        log.warning("node %s is unreachable: its GPUs count at their highest limit (%.0f W "
-                    "each) until it answers", node.name, curve.max_limit_w)  # fmt: skip
+        into.add(id(caps))
+        if into is self.down:
+            log.warning("node %s is unreachable: its GPUs count at their highest limit "
+                        "(%.0f W each) until it answers", node.name, high)  # fmt: skip
+
+    def _counted_w(self, key: GpuKey, gpu: _Gpu, settable: float) -> float:
+        """What a GPU counts: 0 W on a server off, its limit last read on one powering off,
+        its highest on one that does not answer or may be on, else ``settable``."""
+        if key[0] in self.off:
+            return 0.0
+        if key[0] in self.parking:
+            return self.last.get(key, gpu.high_w)
+        return gpu.high_w if key[0] in self.down else settable
+
+    def _settable(self, key: GpuKey) -> bool:
+        return not (key[0] in self.off or key[0] in self.parking or key[0] in self.down)
 
     def _read(self) -> dict[GpuKey, float]:
         """The limit in force on every GPU of the servers that answer; a server that does
-        not (the executor says so, or a read fails) is down: its GPUs count at their
-        highest and are not set. A server back is set up again (its limits may have gone
-        back to their defaults: the next split lowers them before any admission there)."""
-        gone = {id(c) for n, c in self.caps.by_node.items() if n in self.unreachable()}
+        not (the executor says so, or a read fails) or may be on (right-sizing) is down:
+        its GPUs count at their highest and are not set; one off or powering off is not
+        read. A server back is set up again (its limits may have gone back to their
+        defaults: the next split lowers them before any admission there)."""
+        before = self.down | self.off  # not read last time: their range is read again
+        states = {id(c): self.power(n) for n, c in self.caps.by_node.items()}
+        self.off = {i for i, s in states.items() if s == OFF}
+        self.parking = {i for i, s in states.items() if s == POWERING_OFF}
+        gone = {id(c) for n, c in self.caps.by_node.items()
+                if n in self.unreachable() or states[id(c)] == MAY_BE_ON}  # fmt: skip
+        gone -= self.off | self.parking
         now: dict[GpuKey, float] = {}
         for key, gpu in self.gpus.items():
-            if key[0] in gone:
+            if key[0] in gone or key[0] in self.off or key[0] in self.parking:
                 continue
             try:
                 if not gpu.caps.enabled and not gpu.caps.ctl.supports_power_limit(gpu.index):
                     raise ConfigError("cannot set its power limits")
                 now[key] = gpu.caps.ctl.power_limit_w(gpu.index)
-                if key[0] in self.down and key[0] not in gone:  # back: its real range
+                if key[0] in before:  # back: its real range
                     low, high = gpu.caps.ctl.power_limit_range_w(gpu.index)
                     gpu.low_w, gpu.high_w = float(low), float(high)
             except Exception as exc:
-                if key[0] not in gone:
-                    log.warning("GPU %s: cannot read its power limit: %s", gpu.index, exc)
+                log.warning("GPU %s: cannot read its power limit: %s", gpu.index, exc)
                 gone.add(key[0])
         now = {k: w for k, w in now.items() if k[0] not in gone}
-        for back in self.down - gone:
+        self.last.update(now)
+        for back in {k[0] for k in now} & before:
             caps = next(g.caps for k, g in self.gpus.items() if k[0] == back)
             caps.enabled, caps.park_low = True, True
             log.info("a server's GPUs answer again: the site limit is split over them")
@@ -234,7 +296,7 @@ class SiteLimit:
     def _split(self, jobs: list[_Job]) -> tuple[dict[GpuKey, float], dict, bool]:
         """Watts per GPU of the servers that answer (idle ones at their lowest), each
         job's cap, and whether it fits; an unreachable server's GPUs count at their highest."""
-        jobs = [j for j in jobs if not any(k[0] in self.down for k in j.gpus)]
+        jobs = [j for j in jobs if all(self._settable(k) for k in j.gpus)]
         owned: set[GpuKey] = set()  # a shared GPU (co-location) counts once: its first job's
         mine = []
         for j in jobs:
@@ -244,13 +306,9 @@ class SiteLimit:
                 mine.append(j if len(own) == len(j.gpus) else replace(j, gpus=own))
         jobs = mine
         held = {k for j in jobs for k in j.gpus}
-        fixed_w = sum(
-            g.high_w if k[0] in self.down else g.low_w
-            for k, g in self.gpus.items()
-            if k not in held
-        )
+        fixed_w = sum(self._counted_w(k, g, g.low_w) for k, g in self.gpus.items() if k not in held)
         caps, fits = split_fair([self._power_job(j) for j in jobs], self.limit_w, fixed_w)
-        targets = {k: g.low_w for k, g in self.gpus.items() if k[0] not in self.down}
+        targets = {k: g.low_w for k, g in self.gpus.items() if self._settable(k)}
         for j in jobs:
             for k in j.gpus:
                 targets[k] = self.gpus[k].watts(caps[j.key])
@@ -265,11 +323,10 @@ class SiteLimit:
             return True  # no GPU whose limit counts
         new = _Job(("job", job_id), parts[0][0], keys, self._model(parts[0][0]), highest)
         now_w = self._read()
-        if any(k[0] in self.down for k in keys):
+        if not all(self._settable(k) for k in keys):
             self.refused[job_id] = "its server does not answer, so its GPUs' limits cannot be set"
             return False
-        jobs = [*self._holding(), *self.pending.values(), new]
-        targets, caps, fits = self._split(jobs)
+        fits, lowered = self._lower_for([*self._holding(), *self.pending.values(), new], now_w)
         if not fits:
             log.info("job %s waits: the site power limit (%.0f W) does not fit it even at "
                      "every job's lowest limit", job_id, self.limit_w)  # fmt: skip
@@ -278,18 +335,57 @@ class SiteLimit:
                 "every job's lowest limit"
             )
             return False
-        pending = {k for j in self.pending.values() for k in j.gpus} | set(keys)
-        lowered = {k: w for k, w in targets.items() if k not in pending}
-        if not self._apply(lowered, increases=False, now_w=now_w):
+        if not lowered:
             self.refused[job_id] = "the other jobs' power limits could not be lowered yet"
             return False
         self.refused.pop(job_id, None)
         self.pending[job_id] = new
+        return True
+
+    def _lower_for(self, jobs: list[_Job], now_w: dict[GpuKey, float]) -> tuple[bool, bool]:
+        """The split over ``jobs``: whether it fits, and whether what it lowers was lowered
+        (the GPUs of jobs not started yet are raised at their launch)."""
+        targets, caps, fits = self._split(jobs)
+        if not fits:
+            return False, False
+        pending = {k for j in jobs if j.key[0] == "job" for k in j.gpus}
+        lowered = {k: w for k, w in targets.items() if k not in pending}
+        if not self._apply(lowered, increases=False, now_w=now_w):
+            return True, False
         self.targets = targets
         for j in jobs:  # the caps lowered now: a progress report across them measures nothing
             if j.key[0] == "attempt" and caps.get(j.key, 1.0) < self.fraction.get(j.key[1], 1.0):
                 self.fraction[j.key[1]] = caps[j.key]
-        return True
+        return True, True
+
+    def wakes(self, name: str, key: object = None) -> bool:
+        """Whether right-sizing may wake ``name`` for job ``key`` (None: the plan's next
+        jobs): an admission. The split with its GPUs at their highest (their default
+        after a boot) must fit, and what it lowers is lowered first; else it stays off
+        and the job waits, saying why."""
+        caps = self.caps.by_node.get(name)
+        mine = [g for k, g in self.gpus.items() if caps is not None and k[0] == id(caps)]
+        if not mine:
+            return True
+        now_w = self._read()
+        was = (set(self.off), set(self.parking), set(self.down))
+        self.off.discard(id(caps))
+        self.parking.discard(id(caps))
+        self.down.add(id(caps))  # counted at its highest from now on (it may be on)
+        fits, lowered = self._lower_for([*self._holding(), *self.pending.values()], now_w)
+        if fits and lowered:
+            return True
+        self.off, self.parking, self.down = was
+        why = (
+            f"waking {name} ({len(mine)} GPUs at {mine[0].high_w:.0f} W) would exceed the "
+            f"site limit of {self.limit_w:.0f} W"
+            if not fits
+            else f"waking {name} waits: the other jobs' power limits could not be lowered yet"
+        )
+        if isinstance(key, tuple) and len(key) == 2 and key[0] == "job":
+            self.refused[key[1]] = why
+        log.debug("node %s stays off: %s", name, why)
+        return False
 
     def launch_limits(self, job_id: int) -> None:
         """Just before an admitted job starts: its GPUs up to their share."""
@@ -302,7 +398,8 @@ class SiteLimit:
     def in_force_w(self) -> float:
         """The sum of the limits in force now (an unreachable server's GPUs: their highest)."""
         now_w = self._read()
-        return round(sum(now_w.get(k, g.high_w) for k, g in self.gpus.items()), 1)
+        return round(sum(self._counted_w(k, g, now_w.get(k, g.high_w))
+                         for k, g in self.gpus.items()), 1)  # fmt: skip
 
     # -- after every pass ---------------------------------------------------------------
     def rebalance(self) -> None:
@@ -340,6 +437,7 @@ class SiteLimit:
                 break
             try:
                 gpu.caps.ctl.set_power_limit_w(gpu.index, want)
+                self.last[(id(gpu.caps), gpu.index)] = want
             except Exception as exc:  # a server that went away: no increase this time
                 log.warning("GPU %s: cannot set its power limit to %.0f W: %s",
                             gpu.index, want, exc)  # fmt: skip

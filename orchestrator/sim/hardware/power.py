@@ -178,8 +178,11 @@ class SimPower:
             self._ripe_s = None
             self._views[self._index[name]] = self._view(node)
             self._offs.append(now)
+        limit = getattr(self.daemon, "limit", None)  # a wake is an admission under it
         for name in actions.wake:
             node = self.nodes[self._index[name]]
+            if limit is not None and not limit.wake_fits(node.idle_w * self.pue, now):
+                continue  # it stays off until an end frees power (decided again then)
             node.state, node.ready_s = WAKING, now + node.wake_s
             self._node_w[self._index[name]] = node.idle_w
             self._views[self._index[name]] = self._view(node)
