@@ -193,6 +193,23 @@ def test_idle_energy_by_hand(tmp_path):
     assert got["by_node"]["a"]["energy_kwh"] == pytest.approx(292.5 * 310 / 3.6e6, abs=2e-6)
 
 
+def _one_idle_ssh_node(tmp_path):
+    """A store with one SSH server "a" (one GPU idle at 100 W, no draw of its own), and
+    its config."""
+    from datetime import UTC, datetime
+
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Node
+    from orchestrator.settings.nodes import NodeConfig
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        session.add(Node(name="a", executor="ssh", gpus=1, gpu_source="config",
+                         updated_at=datetime.now(UTC)))  # fmt: skip
+    return db, {"a": NodeConfig(name="a", executor="ssh", host="h", gpu_idle_w=100, node_idle_w=0)}
+
+
 def test_a_stretch_over_an_hours_end_is_split_between_the_two_hours(tmp_path):
     """The ledger is per node and UTC hour: 4 s before 15:00 and 6 s after go to the
     14:00 and 15:00 rows, each with its own energy and carbon; a stretch over several
@@ -202,16 +219,9 @@ def test_a_stretch_over_an_hours_end_is_split_between_the_two_hours(tmp_path):
     from sqlmodel import select
 
     from orchestrator.daemon.energy.idle import IdleMeter, _hours
-    from orchestrator.queue.db import Database
-    from orchestrator.queue.models import IdleUsage, Node
-    from orchestrator.settings.nodes import NodeConfig
+    from orchestrator.queue.models import IdleUsage
 
-    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
-    db.ensure_schema()
-    with db.write() as session:
-        session.add(Node(name="a", executor="ssh", gpus=1, gpu_source="config",
-                         updated_at=datetime.now(UTC)))  # fmt: skip
-    cfg = {"a": NodeConfig(name="a", executor="ssh", host="h", gpu_idle_w=100, node_idle_w=0)}
+    db, cfg = _one_idle_ssh_node(tmp_path)
     meter = IdleMeter(db, {"a": "ssh"}, cfg, carbon=lambda a, b: 200.0 * (b - a))
     alloc = ClusterAllocator(ClusterTopology((NodeTopology.plain("a", 1),)))
     three = datetime(2026, 11, 24, 15, tzinfo=UTC)
@@ -311,20 +321,11 @@ def test_idle_draw_measured_through_the_energy_counters_when_not_configured(tmp_
 def test_idle_energy_is_never_counted_twice_by_two_daemons(tmp_path):
     """A second daemon (a takeover) counting a stretch the first already wrote adds only
     what lies after the node's idle_until."""
-    from datetime import UTC, datetime
 
     from orchestrator.accounting.reports import idle_energy
     from orchestrator.daemon.energy.idle import IdleMeter
-    from orchestrator.queue.db import Database
-    from orchestrator.queue.models import Node
-    from orchestrator.settings.nodes import NodeConfig
 
-    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
-    db.ensure_schema()
-    with db.write() as session:
-        session.add(Node(name="a", executor="ssh", gpus=1, gpu_source="config",
-                         updated_at=datetime.now(UTC)))  # fmt: skip
-    cfg = {"a": NodeConfig(name="a", executor="ssh", host="h", gpu_idle_w=100, node_idle_w=0)}
+    db, cfg = _one_idle_ssh_node(tmp_path)
     alloc = ClusterAllocator(ClusterTopology((NodeTopology.plain("a", 1),)))
     first, second = (IdleMeter(db, {"a": "ssh"}, cfg) for _ in range(2))
     t0 = 1_700_000_000.0
