@@ -1,0 +1,77 @@
+"""Splitting running pairs in what-if runs (EaCO's early-stage observations).
+
+``MOVE_AFTER_S`` after two jobs pair (``SharingDaemon._pair``), each one's true speed next
+to the other is known (what Gavel measured, with ``[jobs] pair_speeds``; else the model's
+prediction). After each pass, a job of a pair that may be interrupted, whose work left at
+that speed would end after its deadline, and that alone would still keep it (its work left
+plus the checkpoint's cost at full speed), is checkpointed (SIGTERM: it loses
+``checkpoint_cost`` of run time, as any restart does) and restarts at once, at its planned
+cap, alone: it is not paired in that attempt, neither joining a job nor joined
+(``planning.devices.splitting``, the daemon's rule). Its partner runs alone at full speed
+from then on. Always on where jobs share (a split only protects a deadline); counted in
+``result.splits``.
+"""
+
+from __future__ import annotations
+
+import signal
+
+from orchestrator.planning.devices.interference import MOVE_AFTER_S
+from orchestrator.planning.devices.splitting import Member, to_split
+from orchestrator.planning.pieces import piece_index
+from orchestrator.planning.policies.base import Decision
+
+
+class Splits:
+    """The simulator's pair splits, for ``SharingDaemon`` (``daemon``)."""
+
+    def __init__(self, daemon) -> None:
+        self.d = daemon
+        self.speed: dict[int, tuple[float, float]] = {}  # paired job -> (speed, since)
+        self.alone_next: set[int] = set()  # split: not paired at its next start
+        self.restarting: dict[int, float] = {}  # split job -> the cap it restarts at
+        self.count = 0
+
+    def paired(self, i: int, speed: float, now: float) -> None:
+        """Job ``i`` runs at ``speed`` next to a partner from ``now``: a pass once that
+        speed is known, where a split could keep its deadline."""
+        self.speed[i] = (speed, now)
+        d = self.d
+        if d._interruptible[i] and d._deadline[i] is not None:
+            d._wake(now + MOVE_AFTER_S + 1e-6)  # not rounded under
+
+    def left(self, i: int) -> None:
+        """Job ``i`` no longer runs next to a partner."""
+        self.speed.pop(i, None)
+
+    def step(self, now: float) -> bool:
+        """Checkpoint each job at risk by the rule; True when one was (a pass at once)."""
+        d, ckpt = self.d, self.d.inputs.checkpoint_s
+        members = []
+        for i, (speed, since) in self.speed.items():
+            att = d._running.get(d._att_of.get(i, -1))
+            left = d.executor.remaining_s(att.handle) if att is not None else None
+            known = now - since >= MOVE_AFTER_S
+            full = None if left is None else left * speed  # its work left at full speed
+            member = Member(i, speed if known else None, full, d._deadline[i],
+                            bool(d._interruptible[i]), ckpt)  # fmt: skip
+            members.append(member)
+        split = to_split(members, now)
+        for i in split:
+            att = d._running[d._att_of[i]]
+            self.restarting[i] = att.decision.piece_config(piece_index(att.decision, now))[1]
+            self.alone_next.add(i)
+            self.count += 1
+            d.executor.signal(att.handle, signal.SIGTERM)
+        return bool(split)
+
+    def requeue(self, att, now: float) -> bool:
+        """A split job restarts at once (at its planned cap), alone; False for any other."""
+        i = att.job.id
+        cap = self.restarting.pop(i, None)
+        if cap is None:
+            return False
+        d = self.d
+        left = d._duration[i] * (1.0 - d.done[i]) + d.inputs.checkpoint_s
+        d.scheduler.add_planned(d._queued(i, left), Decision(now, gpus=att.gpus, cap=cap))
+        return True
