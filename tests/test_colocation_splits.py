@@ -5,6 +5,7 @@ risk: that job is checkpointed and restarts alone, its partner runs on at full s
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -41,6 +42,13 @@ def test_no_split_when_restarting_alone_would_miss_the_deadline_too():
     # 2 h left plus a 5 min checkpoint: past a deadline 2 h 2 min away, so it stays paired
     assert not should_split(_member(deadline_s=2 * H + 120.0), 0.0)
     assert should_split(_member(deadline_s=2 * H + 300.0), 0.0)  # just fits alone
+
+
+def test_a_partner_leaving_soon_keeps_a_job_from_a_split():
+    # half speed for 1 h (30 min done), then alone: ends at 2 h 30 min, in time for 3 h
+    assert not should_split(replace(_member(speed=0.5), partner_end_s=H), 0.0)
+    # half speed for 2 h 30 min: 45 min left after, ends at 3 h 15 min: past
+    assert should_split(replace(_member(speed=0.5), partner_end_s=2.5 * H), 0.0)
 
 
 def test_only_the_job_whose_own_speed_shows_the_risk_leaves():

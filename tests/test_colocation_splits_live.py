@@ -83,15 +83,29 @@ def test_no_split(db, case):
 def test_a_job_lying_about_its_speed_moves_only_itself(db):
     """The liar reports a crawl: it alone is checkpointed (a GPU alone, what it would have
     had without --share); its partner, on a deadline its own speed keeps, runs on."""
-    liar = _run(db, "box", [0], job={"deadline": NOW + timedelta(hours=3)})
+    liar = _run(db, "box", [0], job={"deadline": NOW + timedelta(hours=2)})
     honest = _run(db, "box", [0], job=TIGHT)  # unmeasured: nobody's reports move it
     told = []
     splitter, _ = _splitter(db, told)
-    splitter.sharing.measured[liar] = 0.5  # 1 h left: 2 h paired, it says: within 3 h
+    # 1 h left each; LM next to LM: 0.67 predicted, so its partner leaves in 1 h 30 min
+    splitter.sharing.measured[liar] = 0.5  # it says: 45 min done by then, ends at 1 h 45
     assert splitter.step(NOW.timestamp()) == [] and told == []
-    splitter.sharing.measured[liar] = 0.3  # 1 h left: 3 h 20 min: past; alone in time
+    splitter.sharing.measured[liar] = 0.3  # it says: ends at 2 h 3 min: past; alone in time
     assert splitter.step(NOW.timestamp()) == [_job_of(db, liar).id]
     assert told == [_job_of(db, liar).id] and _job_of(db, honest).id not in told
+
+
+@pytest.mark.parametrize("partner_s, split", [(7200.0, False), (36000.0, True)])
+def test_a_partner_about_to_leave_keeps_a_job_from_a_split(db, partner_s, split):
+    """Next to a partner that leaves in 1 h 30 min (its --duration less the time it ran,
+    at the model's 0.67), a job at half speed ends at 1 h 45 min, alone after: in time
+    for 1 h 48 min; next to one running 13 h 30 min more, at 2 h: past it."""
+    slow = _run(db, "box", [0], job={"deadline": NOW + timedelta(minutes=108)})
+    _run(db, "box", [0], job={"duration_s": partner_s})
+    told = []
+    splitter, _ = _splitter(db, told)
+    splitter.sharing.measured[slow] = 0.5
+    assert bool(splitter.step(NOW.timestamp())) is split
 
 
 def _requeue_and_restart(db, att_id, gpu):

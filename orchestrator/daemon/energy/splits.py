@@ -10,8 +10,11 @@ stop or cancel nor killed, runs on a server that answers, and whose checkpoint's
 ``cancel_grace_s`` fits ``MOVE_GRACE_CAP_S``, splits when its work left (``_left_s``: by
 its own reports, else its ``--duration`` less the time its attempts ran; at its cap's
 rate), at its measured speed, ends after its deadline, and alone (its checkpoint's cost
-lost) would end by it. Only that job: its reports are its own (untrusted), so they never
-make its partner be checkpointed; a job that lies about itself only moves itself.
+lost) would end by it. Its partner is expected to leave after its ``--duration`` less the
+time its attempts ran (not its reports), at the model's predicted speed: the job runs
+alone from then on (unknown: paired to the end). Only that job: its reports are its own
+(untrusted), so they never make its partner be checkpointed; a job that lies about itself
+only moves itself.
 
 It gets SIGTERM through the suspend path the deadline guard uses (``Suspender.checkpoint``,
 SIGKILL after its checkpoint's cost plus ``cancel_grace_s``, at most ``MOVE_GRACE_CAP_S``,
@@ -33,8 +36,9 @@ from datetime import UTC, datetime
 from sqlmodel import col, select
 
 from orchestrator.daemon.contain import OncePerReason
-from orchestrator.daemon.energy.sharing import Sharing, _left_s
+from orchestrator.daemon.energy.sharing import Sharing, _left_s, kind_of
 from orchestrator.daemon.guard import MOVE_GRACE_CAP_S, SPLIT
+from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.splitting import Member, to_split
 from orchestrator.planning.perfmodel import curve_for
 from orchestrator.queue.attempts import AttemptState
@@ -84,28 +88,29 @@ class Splitter:
                 .join(Job, col(Job.id) == col(Attempt.job_id))
                 .where(col(Attempt.id).in_(ids))
             ).all()
-            partner_job = dict(
-                session.exec(
-                    select(Attempt.id, Attempt.job_id).where(
-                        col(Attempt.id).in_({o for a in ids for o in paired[a]})
-                    )
-                ).all()
-            )
+            others = session.exec(
+                select(Attempt, Job)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(col(Attempt.id).in_({o for a in ids for o in paired[a]}))
+            ).all()
+        partner = {att.id: (att, job) for att, job in others}
         down = set(self.down())
         candidates = [(att, job) for att, job in rows if self._may_split(att, job, down)]
-        before = self.sharing.earlier_s([att for att, _ in candidates])
+        before = self.sharing.earlier_s([att for att, _ in candidates] + [a for a, _ in others])
         members, by_id = [], {}
         for att, job in candidates:
             left = _left_s(job, att, now_s, before_s=before.get(att.id, 0.0))
             rate = self._rate(att)
+            with_ = [partner[o] for o in paired[att.id] if o in partner]
             member = Member(att.id, measured[att.id], None if left is None else left / rate,
-                            job.deadline.timestamp(), True, self._checkpoint_s(job))  # fmt: skip
+                            job.deadline.timestamp(), True, self._checkpoint_s(job),
+                            self._partner_end_s(job, with_, now_s, before))  # fmt: skip
             members.append(member)
             by_id[att.id] = (att, job, member)
         told = []
         for att_id in to_split(members, now_s):
             att, job, member = by_id[att_id]
-            partners = [partner_job.get(o) for o in paired[att_id]]
+            partners = [partner[o][1].id for o in paired[att_id] if o in partner]
             if self._start(att, job, member, partners, now_s):
                 told.append(job.id)
         return told
@@ -167,6 +172,23 @@ class Splitter:
             job_id = self.told.pop(att_id)
             if self.sharing.notes.get(job_id, "").startswith(SPLIT):
                 self.sharing.notes.pop(job_id, None)
+
+    def _partner_end_s(self, job: Job, with_: list, now_s: float, before: dict) -> float | None:
+        """When its one partner is expected to leave (None: unknown, it counts as never):
+        its ``--duration`` less the time its attempts ran (never its reports), at the
+        model's predicted speed next to ``job`` at its cap. An estimate that can only make
+        ``job``'s end earlier: a partner's claims keep a job from a split, never cause one."""
+        if len(with_) != 1:
+            return None
+        other, other_job = with_[0]
+        left = _left_s(other_job, other, now_s, reports=False, before_s=before.get(other.id, 0.0))
+        if left is None:
+            return None
+        node = next((n for n in self.sharing.nodes if n.name == other.node), None)
+        gpu = type_of(node.model_of(other.gpu_ids) if node else None) or "v100"
+        _, speed = self.sharing.model.speeds(kind_of(job), kind_of(other_job), gpu)
+        speed *= self._rate(other)
+        return now_s + left / speed if speed > 0 else None
 
     def _rate(self, att: Attempt) -> float:
         """Its speed alone at its cap, as a share of full speed (``Sharing.joins``')."""

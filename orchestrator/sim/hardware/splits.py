@@ -3,7 +3,8 @@
 ``MOVE_AFTER_S`` after two jobs pair (``SharingDaemon._pair``), each one's true speed next
 to the other is known (what Gavel measured, with ``[jobs] pair_speeds``; else the model's
 prediction). After each pass, a job of a pair that may be interrupted, whose work left at
-that speed would end after its deadline, and that alone would still keep it (its work left
+that speed (until its partner ends, at its own true speed; alone after) would end after
+its deadline, and that alone would still keep it (its work left
 plus the checkpoint's cost at full speed), is checkpointed (SIGTERM: it loses
 ``checkpoint_cost`` of run time, as any restart does) and restarts at once, at its planned
 cap, alone: it is not paired in that attempt, neither joining a job nor joined
@@ -53,8 +54,11 @@ class Splits:
             left = d.executor.remaining_s(att.handle) if att is not None else None
             known = now - since >= MOVE_AFTER_S
             full = None if left is None else left * speed  # its work left at full speed
+            other = d._running.get(d._att_of.get(d._partner.get(i, -1), -1))
+            until = d.executor.remaining_s(other.handle) if other is not None else None
             member = Member(i, speed if known else None, full, d._deadline[i],
-                            bool(d._interruptible[i]), ckpt)  # fmt: skip
+                            bool(d._interruptible[i]), ckpt,
+                            None if until is None else now + until)  # fmt: skip
             members.append(member)
         split = to_split(members, now)
         for i in split:
