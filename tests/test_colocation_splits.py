@@ -72,7 +72,7 @@ def _gavel(tmp_path, host_speed: float, guest_speed: float):
     return path
 
 
-def _run(tmp_path):
+def _run(tmp_path, gpus=2):
     """HOST from 10:00 (2 h, no deadline), GUEST from 10:30 (2 h, by 12:55) on two GPUs.
     The model predicts 0.89 / 0.85 paired (GUEST ends by 12:52: it joins HOST); Gavel
     measured 0.7 / 0.6 (here): paired, GUEST would end about 13:21."""
@@ -90,7 +90,7 @@ def _run(tmp_path):
                      "interruptible": 1.0, "checkpoint_cost": "5m", "elastic": 0.0,
                      "pair_speeds": str(_gavel(tmp_path, 0.7, 0.6))},
             "grid": {"source": "synthetic:days=14&start=2023-04-28"},
-            "cluster": {"gpus": 2, "gpus_per_node": 2, "gpu": "v100"},
+            "cluster": {"gpus": gpus, "gpus_per_node": gpus, "gpu": "v100"},
         }
     )  # fmt: skip
     inputs = prepare(scenario, ROOT)
@@ -119,3 +119,10 @@ def test_the_job_at_risk_is_split_once_restarts_alone_and_keeps_its_deadline(tmp
     assert run.finish_s[1] <= inputs.deadline_s[1]
     # HOST: 30 min alone, 10 min at 0.7, then alone at full speed again
     assert run.finish_s[0] == pytest.approx(split_at + 1.5 * H - 600.0 * 0.7, abs=1.0)
+
+
+def test_no_split_without_a_gpu_free_to_restart_on(tmp_path):
+    # one GPU: alone, GUEST would wait for HOST's end, and that would not keep its deadline
+    inputs, daemon, run = _run(tmp_path, gpus=1)
+    assert [p[:2] for p in daemon.pairs] == [(0, 1)]
+    assert run.splits == 0 and run.finish_s[1] > inputs.deadline_s[1]

@@ -6,6 +6,7 @@ and a daemon restarted meanwhile still gives it its checkpoint's grace."""
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
 
 import pytest
 from sqlmodel import select
@@ -78,6 +79,23 @@ def test_no_split(db, case):
     if case.get("speed", 0.5) is not None:
         splitter.sharing.measured[att] = case.get("speed", 0.5)
     assert splitter.step(NOW.timestamp()) == [] and told == []
+
+
+@pytest.mark.parametrize("free", [True, False])
+def test_a_split_needs_a_gpu_free_now_and_one_per_pass(db, free):
+    """Alone it keeps its deadline only if it restarts now: with no GPU free in the
+    pass's allocator, no split; with one, one split per pass (it will take that GPU)."""
+    slow = [_run(db, "box", [0], job=TIGHT), _run(db, "box", [1], job=TIGHT)]
+    _run(db, "box", [0], job={"duration_s": 36000.0})
+    _run(db, "box", [1], job={"duration_s": 36000.0})
+    told = []
+    room = SimpleNamespace(fits_now=lambda k, gpu_type=None: free)
+    splitter, _ = _splitter(db, told, alloc=lambda: room)
+    for att in slow:
+        splitter.sharing.measured[att] = 0.5
+    assert len(splitter.step(NOW.timestamp())) == (1 if free else 0)
+    assert len(splitter.step(NOW.timestamp() + 60)) == (1 if free else 0)
+    assert len(told) == (2 if free else 0)
 
 
 def test_a_job_lying_about_its_speed_moves_only_itself(db):

@@ -162,6 +162,7 @@ class Daemon:
                 self.suspender.checkpoint,
                 cfg.seconds("checkpoint_cost"),
                 self.executor.unreachable_nodes,
+                alloc=lambda: self.queue.alloc,  # after the launches: this pass's reading
                 grace=self.suspender.grant,
                 grace_s=self.settings.cancel_grace_s,
             )

@@ -10,11 +10,12 @@ stop or cancel nor killed, runs on a server that answers, and whose checkpoint's
 ``cancel_grace_s`` fits ``MOVE_GRACE_CAP_S``, splits when its work left (``_left_s``: by
 its own reports, else its ``--duration`` less the time its attempts ran; at its cap's
 rate), at its measured speed, ends after its deadline, and alone (its checkpoint's cost
-lost) would end by it. Its partner is expected to leave after its ``--duration`` less the
-time its attempts ran (not its reports), at the model's predicted speed: the job runs
-alone from then on (unknown: paired to the end). Only that job: its reports are its own
-(untrusted), so they never make its partner be checkpointed; a job that lies about itself
-only moves itself.
+lost) would end by it, on a GPU free now (the pass's allocator; one split per pass, the
+next pass's allocator counts the GPU it will take). Its partner is expected to leave
+after its ``--duration`` less the time its attempts ran (not its reports), at the model's
+predicted speed: the job runs alone from then on (unknown: paired to the end). Only that
+job: its reports are its own (untrusted), so they never make its partner be checkpointed;
+a job that lies about itself only moves itself.
 
 It gets SIGTERM through the suspend path the deadline guard uses (``Suspender.checkpoint``,
 SIGKILL after its checkpoint's cost plus ``cancel_grace_s``, at most ``MOVE_GRACE_CAP_S``,
@@ -55,6 +56,7 @@ class Splitter:
     checkpoint: Callable[[Attempt, datetime], bool]  # the guard's SIGTERM (``Suspender``)
     checkpoint_s: float  # the lab's checkpoint cost, for a job without its own
     down: Callable[[], Collection[str]] = frozenset  # the servers that do not answer
+    alloc: Callable[[], object] = lambda: None  # the pass's allocator (SqlQueue.alloc)
     grace: Callable[[int, float], None] = lambda attempt_id, seconds: None  # ``grant``
     grace_s: float = 0.0  # ``cancel_grace_s``
     splits: int = 0
@@ -107,13 +109,15 @@ class Splitter:
                             self._partner_end_s(job, with_, now_s, before))  # fmt: skip
             members.append(member)
             by_id[att.id] = (att, job, member)
-        told = []
+        room = self.alloc()
         for att_id in to_split(members, now_s):
             att, job, member = by_id[att_id]
+            if room is not None and not room.fits_now(1, getattr(job, "gpu_type", None)):
+                continue  # no GPU free for it now: waiting would not save it
             partners = [partner[o][1].id for o in paired[att_id] if o in partner]
             if self._start(att, job, member, partners, now_s):
-                told.append(job.id)
-        return told
+                return [job.id]  # one per pass: the next one's allocator counts its GPU
+        return []
 
     def _may_split(self, att: Attempt, job: Job, down: set) -> bool:
         if not (job.share and job.interruptible) or job.deadline is None:

@@ -3,9 +3,10 @@
 ``MOVE_AFTER_S`` after two jobs pair (``SharingDaemon._pair``), each one's true speed next
 to the other is known (what Gavel measured, with ``[jobs] pair_speeds``; else the model's
 prediction). After each pass, a job of a pair that may be interrupted, whose work left at
-that speed (until its partner ends, at its own true speed; alone after) would end after
+that speed (until its partner ends or its piece does; alone after) would end after
 its deadline, and that alone would still keep it (its work left
-plus the checkpoint's cost at full speed), is checkpointed (SIGTERM: it loses
+plus the checkpoint's cost at full speed) on GPUs free now (of the type it asked for; one
+split per free GPU), is checkpointed (SIGTERM: it loses
 ``checkpoint_cost`` of run time, as any restart does) and restarts at once, at its planned
 cap, alone: it is not paired in that attempt, neither joining a job nor joined
 (``planning.devices.splitting``, the daemon's rule). Its partner runs alone at full speed
@@ -55,18 +56,26 @@ class Splits:
             known = now - since >= MOVE_AFTER_S
             full = None if left is None else left * speed  # its work left at full speed
             other = d._running.get(d._att_of.get(d._partner.get(i, -1), -1))
-            until = d.executor.remaining_s(other.handle) if other is not None else None
+            until = None if other is None else other.end_s  # its end, or its piece's
             member = Member(i, speed if known else None, full, d._deadline[i],
-                            bool(d._interruptible[i]), ckpt,
-                            None if until is None else now + until)  # fmt: skip
+                            bool(d._interruptible[i]), ckpt, until)  # fmt: skip
             members.append(member)
-        split = to_split(members, now)
-        for i in split:
+        split, probes = [], []
+        for i in to_split(members, now):
             att = d._running[d._att_of[i]]
+            key = ("split", i)  # GPUs free for it now, else waiting would not save it
+            if not d.alloc.fits_now(att.gpus, d._wants[i]):
+                continue
+            if d.alloc.allocate(key, att.gpus, d._wants[i]) is None:
+                continue
+            probes.append(key)  # held until all are chosen: one free GPU, one split
+            split.append(i)
             self.restarting[i] = att.decision.piece_config(piece_index(att.decision, now))[1]
             self.alone_next.add(i)
             self.count += 1
             d.executor.signal(att.handle, signal.SIGTERM)
+        for key in probes:
+            d.alloc.free(key)
         return bool(split)
 
     def requeue(self, att, now: float) -> bool:
