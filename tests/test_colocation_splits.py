@@ -72,7 +72,7 @@ def _gavel(tmp_path, host_speed: float, guest_speed: float):
     return path
 
 
-def _run(tmp_path, gpus=2):
+def _run(tmp_path, gpus=2, more=()):
     """HOST from 10:00 (2 h, no deadline), GUEST from 10:30 (2 h, by 12:55) on two GPUs.
     The model predicts 0.89 / 0.85 paired (GUEST ends by 12:52: it joins HOST); Gavel
     measured 0.7 / 0.6 (here): paired, GUEST would end about 13:21."""
@@ -80,6 +80,7 @@ def _run(tmp_path, gpus=2):
         {"submit": "2023-05-01T10:00:00", "duration": "2h", "gpus": 1, "name": HOST},
         {"submit": "2023-05-01T10:30:00", "duration": "2h", "gpus": 1, "name": GUEST,
          "within": "2h25m"},
+        *more,
     ]  # fmt: skip
     trace = tmp_path / "jobs.jsonl"
     trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
@@ -119,6 +120,13 @@ def test_the_job_at_risk_is_split_once_restarts_alone_and_keeps_its_deadline(tmp
     assert run.finish_s[1] <= inputs.deadline_s[1]
     # HOST: 30 min alone, 10 min at 0.7, then alone at full speed again
     assert run.finish_s[0] == pytest.approx(split_at + 1.5 * H - 600.0 * 0.7, abs=1.0)
+
+
+def test_no_split_while_a_job_waits_for_gpus(tmp_path):
+    # from 10:35 a job on both GPUs waits (one is free): GUEST would restart behind it
+    wide = {"submit": "2023-05-01T10:35:00", "duration": "1h", "gpus": 2, "name": HOST}
+    inputs, _, run = _run(tmp_path, more=[wide])
+    assert run.splits == 0 and run.finish_s[1] > inputs.deadline_s[1]
 
 
 def test_no_split_without_a_gpu_free_to_restart_on(tmp_path):

@@ -17,7 +17,7 @@ from orchestrator.daemon.guard import MOVED, SPLIT, Suspender
 from orchestrator.queue import attempts
 from orchestrator.queue.attempts import AttemptState
 from orchestrator.queue.models import Attempt, Event, Job
-from tests.test_colocation_moves_guards import NOW, _node, _run, _stamp
+from tests.test_colocation_moves_guards import HEAD, NOW, _node, _run, _stamp
 from tests.test_colocation_moves_guards import db as db  # the fixture
 
 H = 3600.0
@@ -96,6 +96,18 @@ def test_a_split_needs_a_gpu_free_now_and_one_per_pass(db, free):
     assert len(splitter.step(NOW.timestamp())) == (1 if free else 0)
     assert len(splitter.step(NOW.timestamp() + 60)) == (1 if free else 0)
     assert len(told) == (2 if free else 0)
+
+
+def test_no_split_while_a_job_due_waits_for_gpus(db):
+    """It would restart behind that job: alone, it would not keep its deadline then."""
+    slow = _run(db, "box", [0], job=TIGHT)
+    _run(db, "box", [0], job={"duration_s": 36000.0})
+    told = []
+    splitter, _ = _splitter(db, told, waiting=lambda: HEAD)
+    splitter.sharing.measured[slow] = 0.5
+    assert splitter.step(NOW.timestamp()) == [] and told == []
+    splitter.waiting = lambda: None
+    assert splitter.step(NOW.timestamp()) == [_job_of(db, slow).id]
 
 
 def test_a_job_lying_about_its_speed_moves_only_itself(db):

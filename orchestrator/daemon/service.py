@@ -163,6 +163,7 @@ class Daemon:
                 cfg.seconds("checkpoint_cost"),
                 self.executor.unreachable_nodes,
                 alloc=lambda: self.queue.alloc,  # after the launches: this pass's reading
+                waiting=self._a_job_waits,
                 grace=self.suspender.grant,
                 grace_s=self.settings.cancel_grace_s,
             )

@@ -11,7 +11,8 @@ stop or cancel nor killed, runs on a server that answers, and whose checkpoint's
 its own reports, else its ``--duration`` less the time its attempts ran; at its cap's
 rate), at its measured speed, ends after its deadline, and alone (its checkpoint's cost
 lost) would end by it, on a GPU free now (the pass's allocator; one split per pass, the
-next pass's allocator counts the GPU it will take). Its partner is expected to leave
+next pass's allocator counts the GPU it will take; none while a job due waits for GPUs: it
+would restart behind it). Its partner is expected to leave
 after its ``--duration`` less the time its attempts ran (not its reports), at the model's
 predicted speed: the job runs alone from then on (unknown: paired to the end). Only that
 job: its reports are its own (untrusted), so they never make its partner be checkpointed;
@@ -57,6 +58,7 @@ class Splitter:
     checkpoint_s: float  # the lab's checkpoint cost, for a job without its own
     down: Callable[[], Collection[str]] = frozenset  # the servers that do not answer
     alloc: Callable[[], object] = lambda: None  # the pass's allocator (SqlQueue.alloc)
+    waiting: Callable[[], object] = lambda: None  # the job due that found no GPUs, if any
     grace: Callable[[int, float], None] = lambda attempt_id, seconds: None  # ``grant``
     grace_s: float = 0.0  # ``cancel_grace_s``
     splits: int = 0
@@ -78,8 +80,8 @@ class Splitter:
     def _step(self, now_s: float) -> list[int]:
         self._forget()
         measured = self.sharing.measured
-        if not measured:
-            return []
+        if not measured or self.waiting() is not None:
+            return []  # a job due waits for GPUs: the one split would restart behind it
         paired = self.sharing.paired()
         ids = [a for a in paired if a in measured and a not in self.told]
         if not ids:

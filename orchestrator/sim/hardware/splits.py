@@ -6,7 +6,8 @@ prediction). After each pass, a job of a pair that may be interrupted, whose wor
 that speed (until its partner ends or its piece does; alone after) would end after
 its deadline, and that alone would still keep it (its work left
 plus the checkpoint's cost at full speed) on GPUs free now (of the type it asked for; one
-split per free GPU), is checkpointed (SIGTERM: it loses
+split per free GPU; none while a job due waits for GPUs: it would restart behind it), is
+checkpointed (SIGTERM: it loses
 ``checkpoint_cost`` of run time, as any restart does) and restarts at once, at its planned
 cap, alone: it is not paired in that attempt, neither joining a job nor joined
 (``planning.devices.splitting``, the daemon's rule). Its partner runs alone at full speed
@@ -49,6 +50,8 @@ class Splits:
     def step(self, now: float) -> bool:
         """Checkpoint each job at risk by the rule; True when one was (a pass at once)."""
         d, ckpt = self.d, self.d.inputs.checkpoint_s
+        if not self.speed or d.scheduler.blocked() is not None:
+            return False  # a job waits for GPUs: one split would wait behind it
         members = []
         for i, (speed, since) in self.speed.items():
             att = d._running.get(d._att_of.get(i, -1))
