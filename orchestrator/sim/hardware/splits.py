@@ -20,7 +20,7 @@ from __future__ import annotations
 import signal
 
 from orchestrator.planning.devices.interference import MOVE_AFTER_S
-from orchestrator.planning.devices.splitting import Member, to_split
+from orchestrator.planning.devices.splitting import Member, should_split, to_split
 from orchestrator.planning.pieces import piece_index
 from orchestrator.planning.policies.base import Decision
 
@@ -37,11 +37,25 @@ class Splits:
 
     def paired(self, i: int, speed: float, now: float) -> None:
         """Job ``i`` runs at ``speed`` next to a partner from ``now``: a pass once that
-        speed is known, where a split could keep its deadline."""
+        speed is known, where the rule would split it then (a pass more elsewhere would
+        change nothing but the passes' timing)."""
         self.speed[i] = (speed, now)
+        member = self._member(i, speed, now)
+        if member is not None and should_split(member, now + MOVE_AFTER_S):
+            self.d._wake(now + MOVE_AFTER_S + 1e-6)  # not rounded under
+
+    def _member(self, i: int, speed: float | None, now: float) -> Member | None:
+        """Job ``i`` as the rule reads it: its work left at full speed, its partner's end
+        (its piece's, or its work's at its speed now)."""
         d = self.d
-        if d._interruptible[i] and d._deadline[i] is not None:
-            d._wake(now + MOVE_AFTER_S + 1e-6)  # not rounded under
+        att = d._running.get(d._att_of.get(i, -1))
+        left = d.executor.remaining_s(att.handle) if att is not None else None
+        if left is None:
+            return None
+        other = d._running.get(d._att_of.get(d._partner.get(i, -1), -1))
+        until = None if other is None else other.end_s
+        return Member(i, speed, left * (speed or 1.0), d._deadline[i],
+                      bool(d._interruptible[i]), d.inputs.checkpoint_s, until)  # fmt: skip
 
     def left(self, i: int) -> None:
         """Job ``i`` no longer runs next to a partner."""
@@ -49,20 +63,13 @@ class Splits:
 
     def step(self, now: float) -> bool:
         """Checkpoint each job at risk by the rule; True when one was (a pass at once)."""
-        d, ckpt = self.d, self.d.inputs.checkpoint_s
+        d = self.d
         if not self.speed or d.scheduler.blocked() is not None:
             return False  # a job waits for GPUs: one split would wait behind it
         members = []
         for i, (speed, since) in self.speed.items():
-            att = d._running.get(d._att_of.get(i, -1))
-            left = d.executor.remaining_s(att.handle) if att is not None else None
-            known = now - since >= MOVE_AFTER_S
-            full = None if left is None else left * speed  # its work left at full speed
-            other = d._running.get(d._att_of.get(d._partner.get(i, -1), -1))
-            until = None if other is None else other.end_s  # its end, or its piece's
-            member = Member(i, speed if known else None, full, d._deadline[i],
-                            bool(d._interruptible[i]), ckpt, until)  # fmt: skip
-            members.append(member)
+            if now - since >= MOVE_AFTER_S and (member := self._member(i, speed, now)):
+                members.append(member)
         split, probes = [], []
         for i in to_split(members, now):
             att = d._running[d._att_of[i]]
