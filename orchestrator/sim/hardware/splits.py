@@ -2,17 +2,17 @@
 
 ``MOVE_AFTER_S`` after two jobs pair (``SharingDaemon._pair``), each one's true speed next
 to the other is known (what Gavel measured, with ``[jobs] pair_speeds``; else the model's
-prediction). After each pass, a job of a pair that may be interrupted, whose work left at
-that speed (until its partner ends or its piece does; alone after) would end after
-its deadline, and that alone would still keep it (its work left
-plus the checkpoint's cost at full speed) on GPUs free now (of the type it asked for; one
-split per free GPU; none while a job due waits for GPUs: it would restart behind it), is
-checkpointed (SIGTERM: it loses
-``checkpoint_cost`` of run time, as any restart does) and restarts at once, at its planned
-cap, alone: it is not paired in that attempt, neither joining a job nor joined
-(``planning.devices.splitting``, the daemon's rule). Its partner runs alone at full speed
-from then on. Always on where jobs share (a split only protects a deadline); counted in
-``result.splits``.
+prediction). After each pass, a job of a pair is checkpointed (SIGTERM: it loses
+``checkpoint_cost`` of run time, as any restart does) and restarts at once alone, at its
+planned cap, when it may be interrupted, its work left at that speed (until its partner
+ends or its piece does; alone after) would end after its deadline, alone it would still
+keep it (its work left plus the checkpoint's cost at full speed), GPUs are free for it now
+(of the type it asked for; one split per free GPU), and no job due waits for GPUs (it
+would restart behind it): ``planning.devices.splitting``, the daemon's rule. In that
+attempt it is not paired, neither joining a job nor joined. Its partner runs alone at
+full speed from then on. A pass comes ``MOVE_AFTER_S`` after a pair forms only where the
+rule would then split one of it. Always on where jobs share (a split only protects a
+deadline); counted in ``result.splits``.
 """
 
 from __future__ import annotations
