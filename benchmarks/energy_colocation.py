@@ -131,6 +131,7 @@ def compare(alone, shared, name: str) -> dict:
         "runtime_increase": runtime_increase(alone.runs[name], shared.runs[name]),
         "pairs": len(shared.runs[name].pairs or ()),
         "moves": shared.runs[name].moves,  # jobs checkpointed to join another
+        "splits": shared.runs[name].splits,  # jobs of a pair checkpointed to keep a deadline
         "energy_kwh": [a["energy_kwh"], s["energy_kwh"]],
         "idle_energy_kwh": [a.get("idle_energy_kwh"), s.get("idle_energy_kwh")],
         "avg_jct_h": [a["avg_jct_h"], s["avg_jct_h"]],

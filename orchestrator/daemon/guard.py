@@ -39,15 +39,17 @@ log = logging.getLogger(__name__)
 ACTOR = "daemon"
 MOVE_GRACE_CAP_S = 1800.0  # a moved job's grace to checkpoint: its cost, at most this
 MOVED = "moved to share GPU"  # how a co-location move's reason starts (the daemon writes it)
+SPLIT = "split from its GPU partner"  # how a pair split's reason starts (the daemon's)
 
 
 @dataclass
 class Suspender:
     """Signals running jobs to leave their GPUs: at the end of a planned piece, and for
-    the deadline guard. A job a co-location move told to checkpoint, by a daemon before
-    this one started (a restart: the longer graces were in its memory; its reason, which
-    only the daemon writes, says it moved), gets its checkpoint's cost plus ``grace_s``, at
-    most ``MOVE_GRACE_CAP_S``, before SIGKILL; any other, ``grace_s`` as before."""
+    the deadline guard. A job a co-location move (or a pair's split) told to checkpoint, by
+    a daemon before this one started (a restart: the longer graces were in its memory; its
+    reason, which only the daemon writes, says it moved or was split from its partner),
+    gets its checkpoint's cost plus ``grace_s``, at most ``MOVE_GRACE_CAP_S``, before
+    SIGKILL; any other, ``grace_s`` as before."""
 
     db: Database
     executor: Executor
@@ -68,10 +70,10 @@ class Suspender:
     ) -> float:
         """How long after its SIGTERM to checkpoint the attempt is killed: ``grace_s``, or
         the longer grace granted to a move; a move told by a daemon before a restart (its
-        grace was in that one's memory; its reason says it moved) gets its checkpoint's
-        cost plus ``grace_s``, at most ``MOVE_GRACE_CAP_S``."""
+        grace was in that one's memory; its reason says it moved, or was split from its
+        partner) gets its checkpoint's cost plus ``grace_s``, at most ``MOVE_GRACE_CAP_S``."""
         mine = max(self.grace_s, self.graces.get(attempt_id, 0.0))
-        if (reason or "").startswith(MOVED) and attempt_id not in self._sent:
+        if (reason or "").startswith((MOVED, SPLIT)) and attempt_id not in self._sent:
             own = self.checkpoint_s if checkpoint_s is None else checkpoint_s
             mine = max(mine, min(own + self.grace_s, MOVE_GRACE_CAP_S))
         return mine

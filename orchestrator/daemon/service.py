@@ -153,6 +153,20 @@ class Daemon:
             cfg.suspend,
             checkpoint_s=cfg.seconds("checkpoint_cost"),
         )
+        self.splitter = None  # a pair whose measured speed misses a deadline splits
+        if sharing is not None:  # (daemon.energy.splits): always where a node shares
+            from orchestrator.daemon.energy.splits import Splitter
+
+            self.splitter = Splitter(
+                sharing,
+                self.suspender.checkpoint,
+                cfg.seconds("checkpoint_cost"),
+                self.executor.unreachable_nodes,
+                alloc=lambda: self.queue.alloc,  # after the launches: this pass's reading
+                waiting=self._a_job_waits,
+                grace=self.suspender.grant,
+                grace_s=self.settings.cancel_grace_s,
+            )
         self.mover = None  # co-location moves (daemon.energy.moves): where a node shares
         if sharing is not None and cfg.moves:
             from orchestrator.daemon.energy.moves import Mover
@@ -193,6 +207,7 @@ class Daemon:
                 ("cancel", lambda _now: self.reaper.stop_cancelled(self.clock.now())),
             ],
             after=[
+                *([("splits", self.splitter.step)] if self.splitter is not None else []),
                 *([("moves", self.mover.step)] if self.mover is not None else []),
                 *self._site_step(),
                 ("note", self._note),

@@ -1,12 +1,24 @@
 """Whether an SSH server is idle, as it says itself (right-sizing asks it just before
 ``power_off``): no GPU in use, no GPU compute process, nobody logged in. Any doubt (a
-value nvidia-smi did not give, a command that fails) counts as busy."""
+value nvidia-smi did not give, a command that fails) counts as busy.
+
+Whether discovery last saw it idle (``discovered_idle``): on a shared SSH server, GPUs may
+run work gridshift did not start (a user's own training); right-sizing powers a server
+off only when its latest discovery is newer than the start of its idle stretch and shows
+no use on any GPU, and, just before ``power_off``, the server itself says so.
+"""
 
 from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from executors.errors import ExecutorError, GpuControlError
 from executors.gpu.smi import gpu_status
 from orchestrator.nodes.ssh import smi_runner
+
+if TYPE_CHECKING:
+    from orchestrator.queue.db import Database
 
 BUSY_MEMORY_MB = 100  # more GPU memory in use than this: something runs there
 
@@ -46,3 +58,28 @@ def boot_id(link) -> str | None:
     except (ExecutorError, GpuControlError):
         return None
     return "".join(c for c in got.strip() if c.isprintable())[:64]
+
+
+def discovered_idle(db: Database, names: list[str]) -> dict[str, float | None]:
+    """Per server: when its latest discovery saw it with no GPU in use (epoch seconds);
+    None where it never did, or saw one in use (or could not say)."""
+    from sqlmodel import select
+
+    from orchestrator.queue.models import Gpu, Node
+
+    out: dict[str, float | None] = dict.fromkeys(names)
+    with db.read() as session:
+        for name in names:
+            node = session.get(Node, name)
+            if node is None or node.last_seen is None or not node.reachable:
+                continue
+            gpus = session.exec(select(Gpu).where(Gpu.node == name)).all()
+            if gpus and all(gpu_use(g.memory_used_mb, g.utilization_pct) is None for g in gpus):
+                out[name] = _epoch(node.last_seen)
+    return out
+
+
+def _epoch(at: datetime) -> float:
+    from datetime import UTC
+
+    return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()

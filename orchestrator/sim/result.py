@@ -32,3 +32,4 @@ class RunResult:
     idle: IdleAccount | None = None  # idle GPUs and servers on (sim.hardware.power)
     pairs: list | None = None  # co-location: (job, partner, when) pairs formed
     moves: int = 0  # co-location: jobs checkpointed to join another (sim.hardware.colocation)
+    splits: int = 0  # co-location: jobs of a pair checkpointed to keep a deadline (alone)

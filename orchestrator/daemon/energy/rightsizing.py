@@ -7,7 +7,7 @@ time and the plan's next needs (each queued job's planned start and width).
 
 - **Power off.** A server on, idle for its ``idle_off_after`` (nothing held there: no
   job, resize reservation or backfill block; its latest discovery, newer than the start
-  of that stretch, sees no GPU in use: ``idlecheck``), whose GPUs none of the jobs planned
+  of that stretch, sees no GPU in use: ``nodes.idleask``), whose GPUs none of the jobs planned
   within its ``wake`` need, is asked itself (no GPU in use, no compute process, nobody
   logged in: ``nodes.idleask``; any doubt: it stays on), then gets ``power_off``
   (``powercmd``: argv from the root-owned config, a timeout, its output not believed).
@@ -43,9 +43,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from orchestrator.daemon.energy.idlecheck import discovered_idle
 from orchestrator.daemon.energy.powercmd import SHOWN_CHARS, Outcome, escape, run_power_command
-from orchestrator.nodes.idleask import asked_idle, boot_id
+from orchestrator.nodes.idleask import asked_idle, boot_id, discovered_idle
 from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING, Need, NodePower, right_size
 from orchestrator.queue.db import Database
 from orchestrator.settings.nodes import NodeConfig

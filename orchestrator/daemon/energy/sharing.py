@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from sqlmodel import col, select
 
-from orchestrator.daemon.energy.pairs import partners
+from orchestrator.daemon.energy.pairs import after_split, partners
 from orchestrator.daemon.energy.sharesplit import Span, fraction, stopped_within, stops_of
 from orchestrator.planning.devices.gputypes import ANY, family_of, type_of
 from orchestrator.planning.devices.interference import (
@@ -215,13 +215,15 @@ class Sharing:
     def _alone(self, nodes: dict) -> list[tuple[Attempt, Job]]:
         """Running one-GPU attempts of ``--share`` jobs, alone on their GPU, on ``nodes``
         (not one leaving its GPU: told to checkpoint, stop or cancel, killed, or running a
-        planned piece, which stops at its end)."""
+        planned piece, which stops at its end; nor one split from its partner in its
+        previous attempt: ``pairs.after_split``)."""
         with self.db.read() as session:
             rows = session.exec(
                 select(Attempt, Job)
                 .join(Job, col(Job.id) == col(Attempt.job_id))
                 .where(col(Attempt.state).in_(_ON_GPU), col(Attempt.node).in_(list(nodes)))
             ).all()
+            split = after_split(session, [att for att, _ in rows])  # alone this time
         count: dict[tuple[str, int], int] = {}
         for att, _ in rows:
             for g in att.gpu_ids or ():
@@ -232,7 +234,7 @@ class Sharing:
             if att.state in _RUNNING and job.share and not att.parts
             and att.suspend_sent_at is None and att.kill_sent_at is None
             and att.term_sent_at is None and att.planned_until is None
-            and job.cancel_requested_at is None
+            and job.cancel_requested_at is None and att.id not in split
             and len(att.gpu_ids or ()) == 1 and count[(att.node, att.gpu_ids[0])] == 1
         ]  # fmt: skip
 

@@ -38,7 +38,10 @@ leaves (it ends, or is suspended), each runs at its predicted speed and is charg
 share of the GPU's draw (``interference.split``: the parts sum to the GPU's); the one left
 runs alone at full speed again, and may take a new partner. The GPU stays held until both
 have left. Elastic jobs and the clairvoyant policy never share; the deadline guard never
-suspends a job that shares (that frees no GPU).
+suspends a job that shares (that frees no GPU). Instead, a pair whose true speeds put one
+job's deadline at risk is split (``sim.hardware.splits``, always on): ``MOVE_AFTER_S``
+after they paired, that job, if it may be interrupted and alone would keep its deadline,
+is checkpointed and restarts at once alone (``result.splits``).
 
 Each job's model (its Gavel job type or family) is the one the simulator's GPU types use
 (``planning.devices.gputypes.model_mix``: Philly's jobs get Gavel's mix by seed).
@@ -65,6 +68,7 @@ from orchestrator.planning.pieces import piece_index, width_of
 from orchestrator.planning.policies.base import Decision
 from orchestrator.sim.engine import SimDaemon
 from orchestrator.sim.hardware.evacuation import evacuations
+from orchestrator.sim.hardware.splits import Splits
 from orchestrator.sim.inputs import SimInputs
 from orchestrator.sim.scenario import EMPTY_SERVERS, WAITING_JOBS
 from placement.cluster import Allocation, ClusterAllocator
@@ -129,17 +133,20 @@ class SharingDaemon(SimDaemon):
         self._moving: dict[int, tuple] = {}  # checkpointed to join a host: host, speeds, cap
         self._reserved: set[int] = set()  # hosts a moving job will join in this pass
         self.moves = 0
+        self.splits = Splits(self)  # pairs split to keep a deadline (``splits``)
 
     def run(self):
         result = super().run()
         result.pairs = list(self.pairs)
         result.moves = self.moves
+        result.splits = self.splits.count
         return result
 
     # -- the pass's steps --------------------------------------------------------------
     def allocate(self, job, decision, now: float):
         i = job.id
-        if self._may[i] and not self.clairvoyant and job.min_gpus == job.max_gpus:
+        alone = i in self.splits.alone_next  # split from a partner: alone this time
+        if self._may[i] and not alone and not self.clairvoyant and job.min_gpus == job.max_gpus:
             cap = decision.piece_config(piece_index(decision, now))[1]
             host = self._moving.pop(i, None)
             if host is not None:  # moved to join it: still alone?
@@ -158,12 +165,15 @@ class SharingDaemon(SimDaemon):
         super().tick(now)
         self._moving.clear()  # a moved job the pass did not start plans again as any other
         self._reserved.clear()
-        if self._regroup(now):
+        split = self.splits.step(now)  # a pair's job at risk of its deadline: alone
+        if self._regroup(now) or split:
             self.loop.schedule(now)  # a pass at once: the moved job restarts next to its host
 
     def _requeue(self, att, now: float) -> None:
         """A job checkpointed to move restarts now (next to its host, ``allocate``)."""
         i = att.job.id
+        if self.splits.requeue(att, now):
+            return  # split from its partner: restarts at once, alone
         if i not in self._moving:
             return super()._requeue(att, now)
         left = self._duration[i] * (1.0 - self.done[i]) + self.inputs.checkpoint_s
@@ -175,9 +185,11 @@ class SharingDaemon(SimDaemon):
         i = job.id
         self._att_of[i] = self._attempt_id
         pending = self._pending.pop(i, None)
+        alone = i in self.splits.alone_next
+        self.splits.alone_next.discard(i)
         if pending is not None and self._open.pop(pending[0], None) is not None:
             self._pair(i, *pending, now)
-        elif self._may[i] and job.min_gpus == job.max_gpus:
+        elif self._may[i] and not alone and job.min_gpus == job.max_gpus:
             self._open[i] = allocation.gpus
 
     def make_room(self, width: int, movable: dict, gpu_type: str | None = None) -> list:
@@ -335,6 +347,8 @@ class SharingDaemon(SimDaemon):
             self.executor.rescale(att.handle, speed, share / power, 0.5)  # half each GPU
             self._expect_end(att, now)
         self.pairs.append((host, i, now))
+        self.splits.paired(i, speed_i, now)
+        self.splits.paired(host, speed_h, now)
 
     def _measured(self, i: int, h: int, speed_i: float, speed_h: float) -> tuple[float, float]:
         """The pair's speeds as Gavel measured them (the prediction where it did not),
@@ -368,6 +382,8 @@ class SharingDaemon(SimDaemon):
         if other is None:
             return True
         del self._partner[other]
+        self.splits.left(i)
+        self.splits.left(other)
         att = self._running.get(self._att_of.get(other, -1))
         if att is not None:  # alone again: full speed, its own draw
             self.executor.rescale(att.handle, 1.0, 1.0, 1.0)
