@@ -166,8 +166,8 @@ def test_right_sizing_wakes_only_what_the_site_limit_admits_and_says_how_to_coun
     assert sizer.counted("a") == POWERING_OFF
     sizer.nodes["a"].state = "wake failed"
     assert sizer.counted("a") == MAY_BE_ON
-    sizer.nodes["a"].state, sizer.nodes["a"].checking = "off", True  # asked after a restart
-    assert sizer.counted("a") == MAY_BE_ON
+    sizer.nodes["a"].state, sizer.nodes["a"].checking = "off", True  # asked now and then
+    assert sizer.counted("a") == "off"
 
 
 def test_simulate_holds_the_limit_with_right_sizing_a_wake_being_an_admission():
