@@ -83,3 +83,144 @@ def test_a_server_off_is_asked_every_recheck_and_is_on_once_it_answers(tmp_path,
     _until(lambda: not sizer.nodes["a"].busy)
     sizer.step(None, [], t0 + RECHECK_S + 2)
     assert sizer.nodes["a"].state == "on" and sizer.counted("a") == "on"
+
+
+# -- the site limit's count ---------------------------------------------------------------
+def _site(*args, **kw):
+    from tests.test_power_limit_rightsize import _site
+
+    return _site(*args, **kw)
+
+
+def test_a_server_stored_off_whose_gpus_answer_is_on_counted_and_parked(tmp_path):
+    from tests.test_power_limit_rightsize import _running
+
+    site, s, states = _site(800.0, {"B": "on"})  # it answers: GPUs at their 300 W default
+    site._stored_power = lambda: {"B": "off"}  # a daemon left it off (a BMC restored power)
+    states["B"] = "off"
+
+    site.check()
+    assert site.answered == {"B"}  # right-sizing restores it on (``answering``)
+    states.pop("B")  # as RightSizer.restore says it: on
+    site._holding = lambda: [_running(site, "A")]
+    site.rebalance()
+    real = sum(s["A"].lim.values()) + sum(s["B"].lim.values())
+    assert real <= 800.0 and s["B"].lim == {0: 100.0, 1: 100.0}
+    assert site.in_force_w() == real
+
+
+def test_restore_takes_a_server_stored_off_that_answered_the_site_limit_as_on(tmp_path):
+    sizer, _, _ = _sizer(tmp_path, ["/bin/true"], ["/bin/true"])
+    sizer.answering = lambda: {"a"}
+    sizer.restore(time.time(), {"a": {"power_state": "off"}})
+    assert sizer.nodes["a"].state == "on" and sizer.nodes["a"].idle_since_s is not None
+
+
+def _h100_site(limit_w: float, ranges: dict):
+    from executors.gpu.base import GpuInfo
+    from orchestrator.daemon.energy.sitelimit import SiteLimit
+    from orchestrator.nodes.inventory import ResolvedNode
+    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+    from orchestrator.settings.nodes import NodeConfig
+    from tests.test_power_limit import _Server
+
+    a, b = _Server(), _Server(700.0)
+    b.down = True  # off
+    cfg = NodeConfig(name="B", executor="ssh", host="h", gpus=2, idle_off_after="1m",
+                     power_off=["/bin/true"], power_on=["/bin/true"])  # fmt: skip
+    gpus = lambda m: tuple(GpuInfo(i, f"{m}{i}", m) for i in (0, 1))  # noqa: E731
+    h100 = gpus("NVIDIA H100 80GB HBM3")
+    nodes = [ResolvedNode("A", "ssh", gpus("NVIDIA A40"), "config"),
+             ResolvedNode("B", "ssh", h100, "config", config=cfg)]  # fmt: skip
+    site = SiteLimit(limit_w, ClusterCaps({"A": PowerCaps(a, 2), "B": PowerCaps(b, 2)}),
+                     nodes, db=None)  # fmt: skip
+    site._stored_power = lambda: {"B": "off"}
+    site._stored_ranges = lambda: ranges
+    site.power = lambda n: "off" if n == "B" else "on"
+    site._model = lambda _n: None
+    site._holding = lambda: []
+    return site
+
+
+def test_a_server_off_at_start_counts_the_range_discovery_stored_else_is_refused():
+    from orchestrator.errors import ConfigError
+    from orchestrator.nodes.sitestore import StoredRange
+
+    h100 = {("B", i): StoredRange(200.0, 700.0) for i in (0, 1)}
+    with pytest.raises(ConfigError, match=r"1500 W could never wake node B .*\(1400 W\)"):
+        _h100_site(1500.0, h100).check()  # 2 x 700 W + A's 2 x 100 W: not 2 x 300 W guessed
+    site = _h100_site(1600.0, h100)
+    site.check()
+    assert sorted(g.high_w for g in site.gpus.values()) == [300.0, 300.0, 700.0, 700.0]
+    with pytest.raises(ConfigError, match="never read: power it on once"):
+        _h100_site(1600.0, {}).check()
+
+
+def test_a_server_powering_off_that_the_executor_lists_unreachable_counts_its_highest():
+    from tests.test_power_limit_rightsize import _running
+
+    site, s, states = _site(800.0, {"B": "on"})
+    unreach = {}
+    site.unreachable = lambda: unreach
+    site.check()
+    site._holding = lambda: [_running(site, "A")]
+    site.rebalance()
+    s["B"].down, unreach["B"], s["B"].lim = True, 0.0, {0: 300.0, 1: 300.0}  # rebooted
+    states["B"] = "powering off"
+    site.rebalance()
+    assert site.in_force_w() == 600.0 + 200.0 and s["A"].lim == {0: 100.0, 1: 100.0}
+
+
+def test_right_sizing_does_not_power_off_a_server_the_executor_lists_unreachable(tmp_path):
+    sizer, alloc, _ = _sizer(tmp_path, ["/bin/true"], ["/bin/true"])
+    sizer.unreachable = lambda: {"a": 0.0}
+    sizer.restore(time.time() - 60, {})
+    alloc.hold(("attempt", 1), "b", [0, 1])
+    for i in range(3):
+        sizer.step(alloc, [], time.time() + i)
+    assert sizer.nodes["a"].state == "on" and not sizer.nodes["a"].busy
+
+
+def test_the_start_check_of_a_wake_does_not_depend_on_which_servers_are_on():
+    from orchestrator.errors import ConfigError
+
+    for stored in ({"B": "off", "C": "off"}, {"B": "on", "C": "off"}):
+        site, _, _ = _site(800.0, stored, names=("A", "B", "C"))
+        site.check()  # C: 600 W + A's 200 W; B may be powered off
+    for stored in ({"B": "off", "C": "off"}, {"B": "on", "C": "off"}):
+        site, _, _ = _site(799.0, stored, names=("A", "B", "C"))
+        with pytest.raises(ConfigError, match="could never wake node B"):
+            site.check()
+
+
+def test_a_wake_admitted_drops_its_jobs_refusal_and_cancelled_jobs_notes_go(tmp_path):
+    from orchestrator.daemon.energy.rightsizing import MAY_BE_ON
+
+    site, s, states = _site(1000.0, {"B": "off", "C": "off"}, names=("A", "B", "C"))
+    site.check()
+    site.rebalance()
+    assert site.wakes("B", ("job", 8))
+    states["B"] = MAY_BE_ON
+    assert not site.wakes("C", ("job", 9)) and 9 in site.refused
+    s["B"].down, states["B"] = False, "on"
+    site.rebalance()
+    assert site.wakes("C", ("job", 9)) and 9 not in site.refused
+
+
+def test_the_refusals_of_jobs_that_no_longer_wait_are_dropped_at_the_rebalance(tmp_path):
+    from datetime import UTC, datetime
+
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Job
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    with db.write() as session:
+        for i, state in ((1, "queued"), (2, "cancelled"), (3, "running")):
+            session.add(Job(id=i, state=state, user="u", uid=1, workdir="/", gpus_min=1,
+                            gpus_max=1, submitted_at=datetime.now(UTC)))  # fmt: skip
+    site, _, _ = _site(1000.0, {"B": "off"})
+    site.check()
+    site.db, site.refused = db, {1: "why", 2: "why", 3: "why", 4: "why"}
+    site.rebalance()
+    assert site.refused == {1: "why"}

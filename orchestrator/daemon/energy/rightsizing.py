@@ -93,6 +93,7 @@ class RightSizer:
     lease_check: Callable | None = None  # raises LeaseLost inside a write transaction
     may_wake: Callable[[str, object], bool] = lambda _n, _k: True  # the site limit admits it
     answering: Callable[[], set[str]] = set  # servers whose GPUs answered at start (on)
+    unreachable: Callable[[], dict] = dict  # the executor's: not powered off (it may be busy)
     _stop: threading.Event = field(default_factory=threading.Event)
     _gen: int = 0  # bumped when the lease is lost: older threads' outcomes are dropped
 
@@ -185,7 +186,8 @@ class RightSizer:
         needs = [Need(d.start_s, d.gpus or job.gpus, job.id, getattr(job, "gpu_type", None))
                  for job, d in planned]  # fmt: skip
         actions = right_size(views, needs, now_s)
-        for name in actions.power_off:
+        lost = self.unreachable()
+        for name in (n for n in actions.power_off if n not in lost):
             if name in self.nodes and self.nodes[name].state == ON and not self.nodes[name].busy:
                 self._power_off(name, now_s)
         for name in actions.wake:
