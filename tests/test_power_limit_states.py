@@ -224,3 +224,46 @@ def test_the_refusals_of_jobs_that_no_longer_wait_are_dropped_at_the_rebalance(t
     site.db, site.refused = db, {1: "why", 2: "why", 3: "why", 4: "why"}
     site.rebalance()
     assert site.refused == {1: "why"}
+
+
+@pytest.mark.backends("sqlite", "postgresql")
+def test_idle_energy_is_summed_per_node_by_the_database_carbon_unknown_if_any_row_lacks_it(
+    db_url,
+):
+    from datetime import UTC, datetime, timedelta
+
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from orchestrator.accounting.reports import idle_energy
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import IdleUsage, Node
+
+    db = Database(db_url)
+    db.ensure_schema()
+    h0 = datetime(2026, 1, 1, tzinfo=UTC)
+    with db.write() as session:
+        for name in ("a", "b"):
+            session.add(Node(name=name, executor="ssh", gpus=2, gpu_source="config",
+                             updated_at=h0))  # fmt: skip
+    with db.write() as session:
+        for h in range(48):  # a: carbon known every hour; b: one hour without a signal
+            at = h0 + timedelta(hours=h)
+            session.add(IdleUsage(node="a", hour=at, energy_j=3.6e6, carbon_g=100.0))
+            session.add(IdleUsage(node="b", hour=at, energy_j=1.8e6, carbon_g=50.0))
+    with db.write() as session:
+        row = session.get(IdleUsage, ("b", h0 + timedelta(hours=30)))
+        row.carbon_g = None
+        session.add(row)
+    sql = []
+    listen = lambda *a: sql.append(a[2])  # noqa: E731
+    event.listen(Engine, "before_cursor_execute", listen)
+    try:
+        with db.read() as session:
+            got = idle_energy(session, h0 + timedelta(hours=24, minutes=30))
+    finally:
+        event.remove(Engine, "before_cursor_execute", listen)
+    assert got["by_node"]["a"] == {"energy_kwh": 24.0, "carbon_kg": 2.4}
+    assert got["by_node"]["b"] == {"energy_kwh": 12.0, "carbon_kg": None}
+    assert got["energy_kwh"] == 36.0 and got["carbon_kg"] is None
+    assert any("GROUP BY" in s.upper() and "SUM(" in s.upper() for s in sql), sql
