@@ -267,3 +267,28 @@ def test_idle_energy_is_summed_per_node_by_the_database_carbon_unknown_if_any_ro
     assert got["by_node"]["b"] == {"energy_kwh": 12.0, "carbon_kg": None}
     assert got["energy_kwh"] == 36.0 and got["carbon_kg"] is None
     assert any("GROUP BY" in s.upper() and "SUM(" in s.upper() for s in sql), sql
+
+
+def test_the_gpu_ranges_discovery_read_survive_the_inventory_a_restart_replaces(tmp_path):
+    """A server off across two restarts keeps the range its GPUs were last read at."""
+    from executors.gpu.base import GpuInfo
+    from orchestrator.nodes.inventory import ResolvedNode, sync_inventory
+    from orchestrator.nodes.sitestore import StoredRange, stored_ranges
+    from orchestrator.queue.db import Database
+    from orchestrator.queue.models import Gpu
+
+    db = Database(f"sqlite:///{tmp_path / 'q.db'}")
+    db.ensure_schema()
+    nodes = [ResolvedNode("B", "ssh", tuple(GpuInfo(i, f"b{i}", "H100") for i in (0, 1)),
+                          "stored")]  # fmt: skip
+    with db.write() as session:
+        sync_inventory(session, nodes, datetime.now(UTC))
+    with db.write() as session:  # discovery read them while it was on
+        for i in (0, 1):
+            gpu = session.get(Gpu, ("B", i))
+            gpu.power_min_w, gpu.power_max_w, gpu.power_default_w = 200.0, 700.0, 700.0
+            session.add(gpu)
+    for _restart in range(2):  # off since: not read again
+        with db.write() as session:
+            sync_inventory(session, nodes, datetime.now(UTC))
+    assert stored_ranges(db, ["B"]) == {("B", i): StoredRange(200.0, 700.0) for i in (0, 1)}
