@@ -35,7 +35,12 @@ def _site(limit_w: float, stored: dict[str, str], names=("A", "B"), db=None):
     caps = ClusterCaps({n: PowerCaps(s, 2) for n, s in servers.items()})
     site = SiteLimit(limit_w, caps, nodes, db=db)
     if db is None:
+        from orchestrator.nodes.sitestore import StoredRange
+
         site._stored_power = lambda: {n: stored.get(n) for n in names if n != "A"}
+        site._stored_ranges = lambda: {
+            (n, i): StoredRange(100.0, 300.0) for n in names for i in (0, 1)
+        }  # fmt: skip  (what discovery read)
     states = {n: "off" for n, s in stored.items() if s == "off"}
     site.power = lambda n: states.get(n, "on")
     site._model = lambda _n: None
@@ -119,7 +124,7 @@ def test_a_limit_that_could_never_wake_a_right_sized_server_is_refused_at_start(
 
     from orchestrator.errors import ConfigError
     from orchestrator.queue.db import Database
-    from orchestrator.queue.models import Node
+    from orchestrator.queue.models import Gpu, Node
 
     db = Database(f"sqlite:///{tmp_path / 'q.db'}")
     db.ensure_schema()
@@ -128,13 +133,17 @@ def test_a_limit_that_could_never_wake_a_right_sized_server_is_refused_at_start(
             session.add(Node(name=name, executor="ssh", gpus=2, gpu_source="config",
                              updated_at=datetime.now(UTC), reachable=True,
                              power_state=state))  # fmt: skip
+    with db.write() as session:  # what discovery read of B's GPUs while it was on
+        for i in (0, 1):
+            session.add(Gpu(node="B", index=i, uuid=f"b{i}", model=A40, power_min_w=100.0,
+                            power_max_w=300.0, power_default_w=300.0))  # fmt: skip
     site, _, _ = _site(799.0, {"B": "off"}, db=db)
     with pytest.raises(ConfigError, match=r"799 W could never wake node B \(right-sized\): its "
-                       r"2 GPUs at their highest limits \(600 W\) and the other GPUs at their "
-                       r"lowest \(200 W\)"):  # fmt: skip
+                       r"2 GPUs at their highest limits \(600 W\) and the GPUs of the servers "
+                       r"not right-sized at their lowest \(200 W\) exceed it"):  # fmt: skip
         site.check()
     site, _, _ = _site(800.0, {"B": "off"}, db=db)
-    site.check()  # B off at start: 0 W, its range from its type's curve
+    site.check()  # B off at start: 0 W, its range as discovery stored it
     site.rebalance()
     assert site.off and site.in_force_w() == 200.0
     site, _, _ = _site(199.0, {"B": "off"}, db=db)
@@ -166,8 +175,8 @@ def test_right_sizing_wakes_only_what_the_site_limit_admits_and_says_how_to_coun
     assert sizer.counted("a") == POWERING_OFF
     sizer.nodes["a"].state = "wake failed"
     assert sizer.counted("a") == MAY_BE_ON
-    sizer.nodes["a"].state, sizer.nodes["a"].checking = "off", True  # asked after a restart
-    assert sizer.counted("a") == MAY_BE_ON
+    sizer.nodes["a"].state, sizer.nodes["a"].checking = "off", True  # asked now and then
+    assert sizer.counted("a") == "off"
 
 
 def test_simulate_holds_the_limit_with_right_sizing_a_wake_being_an_admission():

@@ -110,9 +110,10 @@ def test_the_site_limit_holds_while_a_server_is_powered_off_and_woken(cli, ssh_s
 
 
 def test_a_limit_that_could_never_wake_a_server_left_off_is_one_line_and_exit_2(cli):
-    """A server a daemon left off counts 0 W at start, its GPUs' range from their type's
-    curve (300 W at most): a limit under its GPUs at their highest plus this host's at
-    their lowest could never wake it, and is refused; one that can starts."""
+    """A server a daemon left off counts 0 W at start, its GPUs' range as discovery stored
+    it (never read: refused, saying how to fix it): a limit under its GPUs at their
+    highest plus this host's at their lowest could never wake it, and is refused; one
+    that can starts."""
     import sqlite3
 
     far = {"name": "far", "executor": "ssh", "host": "127.0.0.1", "port": 1, "gpus": 2,
@@ -121,13 +122,27 @@ def test_a_limit_that_could_never_wake_a_server_left_off_is_one_line_and_exit_2(
     here = {"name": "here", "executor": "local", "fake_gpus": 2}
     write_config(cli.home, [here, far], top={"daemon_interval_s": 0.2})
     cli.run("daemon", "--until-idle")  # the node rows
-    with sqlite3.connect(cli.db_url.removeprefix("sqlite:///")) as con:  # a daemon left it off
+    path = cli.db_url.removeprefix("sqlite:///")
+    with sqlite3.connect(path) as con:  # a daemon left it off
         con.execute("UPDATE node SET power_state = 'off' WHERE name = 'far'")
+    proc = cli.run("daemon", "--until-idle", "--power-limit", "800W", check=False)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("gridshift: error")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr
+    assert errors[0].endswith("its GPUs' power limit range was never read: power it on once "
+                              "(gridshift discovers its GPUs) before starting the daemon with "
+                              "a site limit")  # fmt: skip
+    with sqlite3.connect(path) as con:  # what discovery read while it was on
+        con.execute("DELETE FROM gpu WHERE node = 'far'")
+        for i in (0, 1):
+            con.execute("INSERT INTO gpu (node, \"index\", uuid, model, power_min_w, power_max_w, "
+                        "power_default_w) VALUES ('far', ?, ?, 'NVIDIA A40', 100, 300, 300)",
+                        (i, f"far{i}"))  # fmt: skip
     proc = cli.run("daemon", "--until-idle", "--power-limit", "700W", check=False)
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("gridshift: error")]
     assert proc.returncode == 2 and len(errors) == 1, proc.stderr
     assert errors[0].endswith(
-        "700 W could never wake node far (right-sized): its 2 GPUs at their highest "
-        "limits (600 W) and the other GPUs at their lowest (200 W) exceed it"
+        "700 W could never wake node far (right-sized): its 2 GPUs at their highest limits "
+        "(600 W) and the GPUs of the servers not right-sized at their lowest (200 W) exceed "
+        "it, every other right-sized server off"
     )
     assert cli.run("daemon", "--until-idle", "--power-limit", "800W").returncode == 0

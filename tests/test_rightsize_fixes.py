@@ -239,17 +239,26 @@ def test_a_wake_counts_an_answer_only_once_the_server_was_down_or_booted_again(t
 
 @pytest.mark.parametrize("stored", ["powering off", "waking", "wake failed"])
 @pytest.mark.parametrize("answers", [True, False])
-def test_a_restarted_daemon_asks_servers_whose_state_is_uncertain(tmp_path, stored, answers):
+def test_a_restarted_daemon_asks_servers_whose_state_is_uncertain(
+    tmp_path, stored, answers, monkeypatch
+):
     rec, calls = _rec(tmp_path)
     probe = (lambda _n: None) if answers else (lambda _n: "refused")
     sizer, alloc, _db = _sizer(tmp_path, [*rec, "off"], [*rec, "on"], probe=probe)
-    sizer.restore(time.time(), {"a": {"power_state": stored}})
+    from datetime import UTC, datetime
+
+    from orchestrator.daemon.energy import rightsizing
+
+    monkeypatch.setattr(rightsizing, "PROBE_EVERY_S", 0.05)
+    long_ago = datetime.fromtimestamp(time.time() - 3600, UTC)  # its wait is over
+    sizer.restore(time.time(), {"a": {"power_state": stored, "power_since": long_ago}})
     deadline = time.monotonic() + 5
     while sizer.nodes["a"].busy and time.monotonic() < deadline:
         time.sleep(0.05)
     alloc.hold(("attempt", 1), "b", [0, 1])  # b busy, a not idle long: nothing to do
     sizer.step(alloc, [], time.time())
-    want = "on" if answers else ("wake failed" if stored == "wake failed" else "off")
+    gone = {"powering off": "off", "waking": "wake failed", "wake failed": "wake failed"}
+    want = "on" if answers else gone[stored]
     assert sizer.nodes["a"].state == want and not calls.exists()
 
 
@@ -408,6 +417,7 @@ def test_right_sizing_keeps_to_the_gpu_type_a_job_asks_for(tmp_path):
     b = sizer.nodes["b"] = type(sizer.nodes["a"])(sizer.nodes["a"].cfg.model_copy(
         update={"name": "b"}))  # fmt: skip
     b.state, b.idle_since_s = "off", None
+    b.check_at_s = time.time() + 3600  # not asked in this test whether it answers
     alloc = ClusterAllocator(ClusterTopology((NodeTopology.plain("a", 2, gpu="a100"),
                                               NodeTopology.plain("b", 2, gpu="v100"))))  # fmt: skip
     alloc.hold(("attempt", 1), "a", [0, 1])  # a (A100) busy; b (V100) off

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import UTC, datetime
 
+from sqlalchemy import case, func
 from sqlmodel import Session, col, select
 
 from orchestrator.planning.budgets import J_PER_KWH, Budget
@@ -142,16 +143,18 @@ def idle_energy(session: Session, since: datetime | None) -> dict:
     that midnight)."""
     from orchestrator.queue.models import IdleUsage
 
-    query = select(IdleUsage)
+    nulls = func.sum(case((col(IdleUsage.carbon_g).is_(None), 1), else_=0))
+    query = select(
+        IdleUsage.node, func.sum(IdleUsage.energy_j), func.sum(IdleUsage.carbon_g), nulls
+    ).group_by(IdleUsage.node)  # fmt: skip  (summed by the database)
     if since is not None:
         hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
         query = query.where(col(IdleUsage.hour) >= hour)
-    energy: dict[str, float] = defaultdict(float)
-    carbon: dict[str, float | None] = defaultdict(float)
-    for row in session.exec(query).all():
-        energy[row.node] += row.energy_j
-        known = carbon[row.node] is not None and row.carbon_g is not None
-        carbon[row.node] = carbon[row.node] + row.carbon_g if known else None
+    energy: dict[str, float] = {}
+    carbon: dict[str, float | None] = {}  # None: some row had no signal
+    for node, joules, grams, unknown in session.exec(query).all():
+        energy[node] = float(joules or 0.0)
+        carbon[node] = None if unknown else float(grams or 0.0)
 
     def kg(values) -> float | None:
         values = list(values)

@@ -195,6 +195,10 @@ class Daemon:
         self.queue.power = self.levers.power  # packing prefers servers on; wakes one off
         if self.site is not None and self.levers.power is not None:  # off: 0 W; a wake admitted
             self.site.power, self.levers.power.may_wake = self.levers.power.counted, self.site.wakes
+            answered = set(self.site.answered)  # stored off, but their GPUs answered: on
+            self.levers.power.answering = lambda: answered
+        if self.levers.power is not None:  # one that does not answer is not powered off
+            self.levers.power.unreachable = self.executor.unreachable_nodes
         if self.planner is not None:  # with right-sizing: a waiting job keeps GPUs idle
             self.planner.idle_cost = self.levers.idle_cost(nodes)
         self.onepass = Pass(

@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlmodel import Session, delete
+from sqlmodel import Session, delete, select
 
 from executors.gpu import GpuInfo, detect_gpus
 from executors.gpu.fake import FakeGpuControl
@@ -151,7 +151,12 @@ def topology(nodes: list[ResolvedNode], *, link_levels=None) -> ClusterTopology:
 
 
 def sync_inventory(session: Session, nodes: list[ResolvedNode], now: datetime) -> None:
-    """Replace the stored nodes and GPUs with ``nodes`` (the daemon does this at start)."""
+    """Replace the stored nodes and GPUs with ``nodes`` (the daemon does this at start);
+    each GPU's power limit range as discovery last read it is kept (a server off or down
+    now: the site power limit counts it by that; one that answers has it read again)."""
+    ranges = ("power_min_w", "power_max_w", "power_default_w")
+    kept = {(g.node, g.index): {k: getattr(g, k) for k in ranges}
+            for g in session.exec(select(Gpu)).all()}  # fmt: skip
     session.exec(delete(Gpu))
     session.exec(delete(Node))
     session.flush()
@@ -171,6 +176,5 @@ def sync_inventory(session: Session, nodes: list[ResolvedNode], now: datetime) -
     session.flush()
     for n in nodes:
         for g in n.gpus:
-            session.add(
-                Gpu(node=n.name, index=g.index, uuid=g.uuid, model=g.model, memory_mb=g.memory_mb)
-            )
+            session.add(Gpu(node=n.name, index=g.index, uuid=g.uuid, model=g.model,
+                            memory_mb=g.memory_mb, **kept.get((n.name, g.index), {})))  # fmt: skip

@@ -29,9 +29,10 @@ time and the plan's next needs (each queued job's planned start and width).
   (1 minute, doubling up to 30 minutes) while a job needs it.
 - **Stored.** Each state is written on the node's row (``power_state``, ``power_since``,
   ``power_error``) for ``nodes``; a daemon that starts finds servers it left off as off
-  (woken when needed); those left powering off, waking or with a failed wake may be on:
-  each is asked once, on a thread, and is on if it answers (a failed wake is asked again
-  every ``RECHECK_S``: a power_on that worked late).
+  (on if their GPUs answer: ``answering``); a wake or power_off left under way is waited
+  for as if this daemon had sent it (until ``power_since`` + wake_timeout + ``MARGIN_S``).
+  A server off or whose wake failed is asked every ``RECHECK_S`` (on a thread) whether
+  it answers: on if so (powered on by hand, a BMC's power restore, a late power_on).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ MAY_BE_ON = "may be on"  # how the site power limit counts a server waking or un
 RETRY_MIN_S, RETRY_MAX_S = 60.0, 1800.0  # a failed wake is tried again after this
 PROBE_EVERY_S = 1.0  # how often a woken server is asked whether it answers
 OFF_MISSES = 3  # no answer this many times in a row after power_off: the server is off
-RECHECK_S = 300.0  # how often a server whose wake failed is asked whether it answers
+RECHECK_S = 300.0  # how often a server off, or whose wake failed, is asked if it answers
+MARGIN_S = 30.0  # a wake or power_off a restarted daemon resumes: its wake_timeout and this
 
 
 @dataclass
@@ -89,6 +91,8 @@ class RightSizer:
     boot: Callable[[str], str | None] = lambda _n: None  # the server's boot_id; None: no answer
     lease_check: Callable | None = None  # raises LeaseLost inside a write transaction
     may_wake: Callable[[str, object], bool] = lambda _n, _k: True  # the site limit admits it
+    answering: Callable[[], set[str]] = set  # servers whose GPUs answered at start (on)
+    unreachable: Callable[[], dict] = dict  # the executor's: not powered off (it may be busy)
     _stop: threading.Event = field(default_factory=threading.Event)
     _gen: int = 0  # bumped when the lease is lost: older threads' outcomes are dropped
 
@@ -147,8 +151,8 @@ class RightSizer:
         is idle, and what ``right_size`` says to power off and to wake."""
         for name, p in self.nodes.items():
             self._settle(name, p, now_s)
-            if p.state == WAKE_FAILED and not p.busy and now_s >= p.check_at_s:
-                p.check_at_s = now_s + RECHECK_S  # on after all (power_on worked late)?
+            if p.state in (OFF, WAKE_FAILED) and not p.busy and now_s >= p.check_at_s:
+                p.check_at_s = now_s + RECHECK_S  # on after all (power_on late, by hand)?
                 self._check(name, p)
         if alloc is None:
             return self._store()
@@ -181,7 +185,8 @@ class RightSizer:
         needs = [Need(d.start_s, d.gpus or job.gpus, job.id, getattr(job, "gpu_type", None))
                  for job, d in planned]  # fmt: skip
         actions = right_size(views, needs, now_s)
-        for name in actions.power_off:
+        lost = self.unreachable()
+        for name in (n for n in actions.power_off if n not in lost):
             if name in self.nodes and self.nodes[name].state == ON and not self.nodes[name].busy:
                 self._power_off(name, now_s)
         for name in actions.wake:
@@ -208,11 +213,11 @@ class RightSizer:
     def counted(self, name: str) -> str:
         """How the site power limit counts a server (``sitelimit``): ON (its limits read
         and set), OFF (0 W), POWERING_OFF (its parked limits until off), else MAY_BE_ON
-        (waking, a failed wake, or asked whether it answers: its GPUs at their highest)."""
+        (waking or a failed wake: its GPUs at their highest)."""
         p = self.nodes.get(name)
         if p is None or p.state in (ON, POWERING_OFF):
             return ON if p is None else p.state
-        return OFF if p.state == OFF and not p.checking else MAY_BE_ON
+        return OFF if p.state == OFF else MAY_BE_ON
 
     # -- transitions ---------------------------------------------------------------------
     def wake(self, name: str, now_s: float, why: str, key: object = None) -> None:
@@ -245,17 +250,18 @@ class RightSizer:
         got = run_power_command(p.cfg.power_off, p.seconds("power_timeout"))
         return self._until_down(name, p) if got.ok else got
 
-    def _until_down(self, name: str, p: Power) -> Outcome:
+    def _until_down(self, name: str, p: Power, left_s: float | None = None) -> Outcome:
         """Exit 0 from power_off is not off (ipmitool power soft, systemctl suspend end at
         once): off once the server does not answer OFF_MISSES times in a row, within its
         wake_timeout; else it is still on."""
-        deadline, misses, stop = time.monotonic() + p.seconds("wake_timeout"), 0, self._stop
+        left_s = p.seconds("wake_timeout") if left_s is None else left_s
+        deadline, misses, stop = time.monotonic() + left_s, 0, self._stop
         while not stop.is_set():
             misses = misses + 1 if self.probe(name) is not None else 0
             if misses >= OFF_MISSES:
                 p.down_seen = True
                 return Outcome(True, "no answer")
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline and not misses:  # going down: it may end
                 break
             stop.wait(PROBE_EVERY_S)
         return Outcome(False, f"still answers {p.cfg.wake_timeout} after power_off (exit 0)")
@@ -327,6 +333,7 @@ class RightSizer:
             if got.ok:
                 log.info("node %s: powered off", name)
                 self._set(p, OFF, now_s)
+                p.check_at_s = now_s + RECHECK_S
             else:
                 log.warning("node %s: power_off failed: %s; it stays on", name, got.detail)
                 self._set(p, ON, now_s, error=f"power_off: {got.detail}")
@@ -351,21 +358,42 @@ class RightSizer:
     # -- the node rows -------------------------------------------------------------------
     def restore(self, now_s: float, kept: dict[str, dict]) -> None:
         """At start, from what the node rows said before the inventory was replaced
-        (``levers.remember``): servers stored on are on, off are off; those a daemon left
-        powering off, waking or with a failed wake may be on: each is asked once (on a
-        thread) and is on if it answers (off meanwhile; a failed wake stays so)."""
+        (``levers.remember``): servers stored on are on, off are off (on if their GPUs
+        answered the site limit's probe: ``answering``); a wake or power_off a daemon left
+        under way is waited for as if this one had sent it, until ``power_since`` plus
+        the server's wake_timeout (and ``MARGIN_S``); a failed wake is asked whether it
+        answers (on a thread) and is on if so."""
+        answering = self.answering()
         for name, p in self.nodes.items():
             row = kept.get(name, {})
             stored = row.get("power_state")
-            state = {None: ON, ON: ON, WAKE_FAILED: WAKE_FAILED}.get(stored, OFF)
+            state = stored if stored in (ON, OFF, WAKING, POWERING_OFF, WAKE_FAILED) else ON
+            state = ON if state == OFF and name in answering else state  # on by hand
             p.state, p.error, p.stored = state, row.get("power_error"), False
             since = row.get("power_since")
             p.since_s = since.timestamp() if since else now_s
             p.idle_since_s = now_s if state == ON else None
-            if stored in (POWERING_OFF, WAKING, WAKE_FAILED):
-                p.check_at_s = now_s + RECHECK_S
+            p.check_at_s = now_s + RECHECK_S
+            left_s = max(0.0, p.since_s + p.seconds("wake_timeout") + MARGIN_S - now_s)
+            if state == WAKING:  # its power_on was sent: it answers by then, or failed
+                self._start(name, p, lambda n=name, q=p, s=left_s: self._until_up(n, q, s))
+            elif state == POWERING_OFF:  # off once it stops answering, else still on
+                self._start(name, p, lambda n=name, q=p, s=left_s: self._until_down(n, q, s))
+            elif state == WAKE_FAILED:
                 self._check(name, p)
         self._store()
+
+    def _until_up(self, name: str, p: Power, left_s: float) -> Outcome:
+        """A wake a previous daemon started: the server answers within ``left_s``."""
+        deadline, stop, why = time.monotonic() + left_s, self._stop, "no answer"
+        while not stop.is_set():
+            why = self.probe(name)
+            if why is None:
+                return Outcome(True, "answers")
+            if time.monotonic() >= deadline:
+                break
+            stop.wait(PROBE_EVERY_S)
+        return Outcome(False, f"no answer within {p.cfg.wake_timeout} of power_on ({why})")
 
     def _store(self) -> None:
         todo = {n: p for n, p in self.nodes.items() if not p.stored}

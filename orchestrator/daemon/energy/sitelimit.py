@@ -11,15 +11,14 @@ later) has its GPUs counted at their highest limit, neither read nor set, and bl
 admission elsewhere; when it answers again, the next split lowers its limits (back at
 their defaults after a reboot) before any job starts there.
 
-With right-sizing (``daemon.energy.rightsizing``, which says how to count each server):
-a server confirmed off counts 0 W (its limits can be neither read nor set); one powering
-off counts the limits last read (parked) until it is off; one waking, whose wake failed,
-or that may be on after a restart counts at its GPUs' highest (their default after a
-boot) until it answers, as an unreachable one. A wake is an admission (``wakes``): the
-split with that server at its highest must fit, what it lowers lowered before power_on;
-else the server stays off and the job that needs it waits, saying why. At start a limit
-that could never wake a right-sized server (its GPUs at their highest, the others' at
-their lowest) is refused.
+With right-sizing (``daemon.energy.rightsizing`` says how to count each server): one off
+counts 0 W (stored off but answering at start: on); one powering off its limits last read
+(unreachable: its highest); one waking or whose wake failed its GPUs' highest (their
+default after a boot) until it answers. A server off or down at start has its GPUs' range
+as discovery stored it (``nodes.sitestore``). A wake is an admission (``wakes``): the split
+with that server at its highest must fit, what it lowers lowered before power_on; else it
+stays off and its job waits, saying why. A limit that could never wake a right-sized
+server (the others off, the servers not right-sized at their lowest) is refused at start.
 
 How it holds: a stopped job (SIGSTOP) counts as idle, its GPUs parked at their lowest; its
 resume is an admission. A job starts only when the split (``planning.policies.powersplit``) of the
@@ -50,6 +49,7 @@ from orchestrator.daemon.energy.rightsizing import MAY_BE_ON, POWERING_OFF
 from orchestrator.errors import ConfigError
 from orchestrator.nodes.inventory import ResolvedNode
 from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+from orchestrator.nodes.sitestore import range_of, still_waiting, stored_power, stored_ranges
 from orchestrator.planning.devices.rightsizing import OFF, ON
 from orchestrator.planning.perfmodel import curve_for
 from orchestrator.planning.policies.powersplit import PowerJob, measured_progress, split_fair
@@ -104,6 +104,7 @@ class SiteLimit:
     off: set[int] = field(default_factory=set)  # PowerCaps ids of servers off: 0 W
     parking: set[int] = field(default_factory=set)  # servers powering off: limits last read
     last: dict[GpuKey, float] = field(default_factory=dict)  # the limit last read on a GPU
+    answered: set[str] = field(default_factory=set)  # stored off, but their GPUs answer: on
 
     # -- start ----------------------------------------------------------------------------
     def check(self) -> None:
@@ -111,15 +112,18 @@ class SiteLimit:
         GPU its job left goes to its lowest limit. ``rebalance`` then parks the idle GPUs
         and splits the limit over the running jobs (once this daemon serves the queue)."""
         stored = self._stored_power()
+        ranges = self._stored_ranges()
         for node in self.nodes:
             if not node.gpu_count:
                 continue
             caps = self.caps.by_node.get(node.name)
-            if caps is not None and stored.get(node.name) == OFF:
-                self._budget_down(node, caps, self.off)  # off: 0 W, its range by its type
+            if caps is not None and stored.get(node.name) == OFF and not caps.enabled:
+                self._budget_down(node, caps, self.off, ranges, node.name in stored)  # 0 W
                 continue
+            if caps is not None and stored.get(node.name) == OFF:
+                self.answered.add(node.name)  # stored off, but it answers: on (right-sizing too)
             if caps is not None and not caps.enabled and self._is_down(node.name, caps):
-                self._budget_down(node, caps, self.down)  # counted at its highest until it answers
+                self._budget_down(node, caps, self.down, ranges, node.name in stored)
                 continue
             if caps is None or not caps.enabled:
                 why = caps.reason if caps is not None else f"a {node.executor} node"
@@ -138,45 +142,40 @@ class SiteLimit:
                 f"{len(self.gpus)} GPUs' lowest power limits together ({lowest:.0f} W)"
                 + (", unreachable servers' GPUs at their highest" if self.down else "")
             )
-        for node in self.nodes:  # each right-sized server can be woken, the others lowest
+        sized = {id(c) for n, c in self.caps.by_node.items() if n in stored}
+        rest = sum(g.low_w for k, g in self.gpus.items() if k[0] not in sized)
+        for node in self.nodes:  # each right-sized server, the others off, can be woken
             caps = self.caps.by_node.get(node.name)
             mine = [g for k, g in self.gpus.items() if caps is not None and k[0] == id(caps)]
-            if not mine or node.name not in stored:
-                continue
             high = sum(g.high_w for g in mine)
-            rest = lowest - sum(self._counted_w((id(caps), g.index), g, g.low_w) for g in mine)
-            if high + rest > self.limit_w:
+            if mine and node.name in stored and high + rest > self.limit_w:
                 raise ConfigError(
                     f"invalid --power-limit: {self.limit_w:.10g} W could never wake node "
                     f"{node.name} (right-sized): its {len(mine)} GPUs at their highest "
-                    f"limits ({high:.0f} W) and the other GPUs at their lowest ({rest:.0f} W) "
-                    "exceed it"
+                    f"limits ({high:.0f} W) and the GPUs of the servers not right-sized at "
+                    f"their lowest ({rest:.0f} W) exceed it, every other right-sized server off"
                 )
 
-    def _stored_power(self) -> dict[str, str | None]:
-        """Each right-sized server's power state as its node row says (a daemon left it)."""
-        names = [n.name for n in self.nodes if n.config and n.config.power_off
-                 and n.config.power_on]  # fmt: skip
-        if not names or self.db is None:
-            return {}
-        from orchestrator.queue.models import Node
+    def _stored_power(self) -> dict[str, str | None]:  # right-sized servers' stored states
+        return stored_power(self.db, self.nodes)
 
-        with self.db.read() as session:
-            rows = {r.name: r.power_state for r in session.exec(select(Node)).all()}
-        return {n: rows.get(n) for n in names}
+    def _stored_ranges(self) -> dict:  # (node, GPU index) -> sitestore.StoredRange
+        return stored_ranges(self.db, [n.name for n in self.nodes if n.gpu_count])
 
     # -- unreachable servers ------------------------------------------------------------
     def _is_down(self, name: str, caps: PowerCaps) -> bool:
         return caps.ctl is not None and (caps.unreachable or name in self.unreachable())
 
-    def _budget_down(self, node: ResolvedNode, caps: PowerCaps, into: set[int]) -> None:
-        """A server down (``into`` ``down``) or off at start: its GPUs' range from their
-        type's curve (it cannot be read), not set; counted at their highest (down) or 0 W
-        (off) until it answers."""
+    def _budget_down(self, node: ResolvedNode, caps: PowerCaps, into: set[int],
+                     ranges: dict, sized: bool) -> None:  # fmt: skip
+        """A server down (``into`` ``down``) or off at start: its GPUs' range as discovery
+        stored it (else their type's curve; refused for a right-sized server), not set;
+        counted at their highest (down) or 0 W (off) until it answers."""
         curve = curve_for(node.model_of([g.index for g in node.gpus]))
         for g in node.gpus:
-            high = float(curve.max_limit_w)
-            self.gpus[(id(caps), g.index)] = _Gpu(caps, g.index, curve.min_fraction * high, high)
+            low, high = range_of(ranges, node.name, g.index, float(curve.max_limit_w),
+                                 curve.min_fraction, sized)  # fmt: skip
+            self.gpus[(id(caps), g.index)] = _Gpu(caps, g.index, low, high)
         into.add(id(caps))
         if into is self.down:
             log.warning("node %s is unreachable: its GPUs count at their highest limit "
@@ -192,20 +191,21 @@ class SiteLimit:
         return gpu.high_w if key[0] in self.down else settable
 
     def _settable(self, key: GpuKey) -> bool:
-        return not (key[0] in self.off or key[0] in self.parking or key[0] in self.down)
+        return key[0] not in self.off | self.parking | self.down
 
     def _read(self) -> dict[GpuKey, float]:
-        """The limit in force on every GPU of the servers that answer; a server that does
-        not (the executor says so, or a read fails) or may be on (right-sizing) is down:
-        its GPUs count at their highest and are not set; one off or powering off is not
-        read. A server back is set up again (its limits may have gone back to their
-        defaults: the next split lowers them before any admission there)."""
+        """The limit in force on every GPU of the servers that answer; one that does not
+        (the executor says so, a read fails) or may be on is down: its GPUs count at their
+        highest, not set; one off or powering off is not read. One back is set up again
+        (its limits may be at their defaults: the next split lowers them first)."""
         before = self.down | self.off  # not read last time: their range is read again
-        states = {id(c): self.power(n) for n, c in self.caps.by_node.items()}
+        self.answered = {n for n in self.answered if self.power(n) == OFF}  # until it says on
+        states = {id(c): ON if n in self.answered else self.power(n)
+                  for n, c in self.caps.by_node.items()}  # fmt: skip
         self.off = {i for i, s in states.items() if s == OFF}
-        self.parking = {i for i, s in states.items() if s == POWERING_OFF}
-        gone = {id(c) for n, c in self.caps.by_node.items()
-                if n in self.unreachable() or states[id(c)] == MAY_BE_ON}  # fmt: skip
+        lost = {id(c) for n, c in self.caps.by_node.items() if n in self.unreachable()}
+        self.parking = {i for i, s in states.items() if s == POWERING_OFF} - lost  # the worse
+        gone = lost | {i for i, s in states.items() if s == MAY_BE_ON}
         gone -= self.off | self.parking
         now: dict[GpuKey, float] = {}
         for key, gpu in self.gpus.items():
@@ -231,14 +231,9 @@ class SiteLimit:
         return now
 
     # -- the jobs that hold GPUs --------------------------------------------------------
-    def _key(self, node: str, index: int) -> GpuKey | None:
-        caps = self.caps.by_node.get(node)
-        key = (id(caps), index)
-        return key if caps is not None and key in self.gpus else None
-
     def _gpu_keys(self, parts: list[tuple[str, list[int]]]) -> list[GpuKey]:
-        keys = [self._key(n, i) for n, gpus in parts for i in gpus]
-        return [k for k in dict.fromkeys(keys) if k is not None]
+        keys = [(id(self.caps.by_node.get(n)), i) for n, gpus in parts for i in gpus]
+        return [k for k in dict.fromkeys(keys) if k in self.gpus]
 
     def _model(self, node: str) -> str | None:
         found = next((n for n in self.nodes if n.name == node), None)
@@ -374,6 +369,8 @@ class SiteLimit:
         self.down.add(id(caps))  # counted at its highest from now on (it may be on)
         fits, lowered = self._lower_for([*self._holding(), *self.pending.values()], now_w)
         if fits and lowered:
+            if isinstance(key, tuple) and len(key) == 2 and key[0] == "job":
+                self.refused.pop(key[1], None)
             return True
         self.off, self.parking, self.down = was
         why = (
@@ -405,6 +402,7 @@ class SiteLimit:
     def rebalance(self) -> None:
         """Split the limit again over the jobs that hold GPUs: decreases first."""
         self.pending.clear()
+        self._prune_refused()
         now_w = self._read()
         jobs = self._holding()
         targets, caps, fits = self._split(jobs)
@@ -416,6 +414,12 @@ class SiteLimit:
             for j in jobs:
                 if j.key in caps:
                     self.fraction[j.key[1]] = caps[j.key]
+
+    def _prune_refused(self) -> None:
+        """Notes only of jobs that still wait (one cancelled or running says nothing)."""
+        if self.refused and self.db is not None:
+            for job_id in set(self.refused) - still_waiting(self.db, list(self.refused)):
+                del self.refused[job_id]
 
     def _apply(self, targets: dict[GpuKey, float], increases: bool,
                now_w: dict[GpuKey, float] | None = None) -> bool:  # fmt: skip
