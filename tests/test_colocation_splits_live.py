@@ -36,6 +36,13 @@ def _splitter(db, told=None, **kw):
     return splitter, graces
 
 
+def _measure(splitter, att_id, speed, from_s=None):
+    """Its measured speed next to the partner it has, as its reports gave it (the rate's
+    stretch from ``from_s``; default: now, after its partner started)."""
+    splitter.sharing.measured[att_id] = speed
+    splitter.sharing.measured_from[att_id] = NOW.timestamp() if from_s is None else from_s
+
+
 def _job_of(db, att_id):
     with db.read() as session:
         return session.get(Job, session.get(Attempt, att_id).job_id)
@@ -46,8 +53,8 @@ def test_the_job_whose_measured_speed_misses_its_deadline_is_split_not_its_partn
     partner = _run(db, "box", [0], job=TIGHT)  # at the slow one's speed it would miss too
     told = []
     splitter, graces = _splitter(db, told)
-    splitter.sharing.measured[slow] = 0.5  # its own reports: half its speed alone
-    splitter.sharing.measured[partner] = 0.9  # 1 h 7 min: in time
+    _measure(splitter, slow, 0.5)  # its own reports: half its speed alone
+    _measure(splitter, partner, 0.9)  # 1 h 7 min: in time
     assert splitter.step(NOW.timestamp()) == [_job_of(db, slow).id]
     assert told == [_job_of(db, slow).id] and splitter.splits == 1
     assert graces == {slow: 330.0}  # its checkpoint's cost plus the lab's grace
@@ -77,14 +84,15 @@ def test_no_split(db, case):
     told = []
     splitter, _ = _splitter(db, told)
     if case.get("speed", 0.5) is not None:
-        splitter.sharing.measured[att] = case.get("speed", 0.5)
+        _measure(splitter, att, case.get("speed", 0.5))
     assert splitter.step(NOW.timestamp()) == [] and told == []
 
 
 @pytest.mark.parametrize("free", [True, False])
-def test_a_split_needs_a_gpu_free_now_and_one_per_pass(db, free):
+def test_a_split_needs_a_gpu_free_now_and_one_at_a_time(db, free):
     """Alone it keeps its deadline only if it restarts now: with no GPU free in the
-    pass's allocator, no split; with one, one split per pass (it will take that GPU)."""
+    pass's allocator, no split; with one, one split, and no other until it has left its
+    GPU (review: one free GPU justified a split per pass, each waiting after the first)."""
     slow = [_run(db, "box", [0], job=TIGHT), _run(db, "box", [1], job=TIGHT)]
     _run(db, "box", [0], job={"duration_s": 36000.0})
     _run(db, "box", [1], job={"duration_s": 36000.0})
@@ -92,10 +100,14 @@ def test_a_split_needs_a_gpu_free_now_and_one_per_pass(db, free):
     room = SimpleNamespace(fits_now=lambda k, gpu_type=None: free)
     splitter, _ = _splitter(db, told, alloc=lambda: room)
     for att in slow:
-        splitter.sharing.measured[att] = 0.5
+        _measure(splitter, att, 0.5)
     assert len(splitter.step(NOW.timestamp())) == (1 if free else 0)
-    assert len(splitter.step(NOW.timestamp() + 60)) == (1 if free else 0)
-    assert len(told) == (2 if free else 0)
+    assert splitter.step(NOW.timestamp() + 60) == []  # the first one still checkpoints:
+    assert len(told) == (1 if free else 0)  # nothing holds the GPU it will take yet
+    first = next((a for a in slow if _job_of(db, a).id in told), None)
+    if first is not None:
+        _requeue_and_restart(db, first, 2)  # it left, restarted alone: the next may go
+        assert len(splitter.step(NOW.timestamp() + 600)) == 1 and len(told) == 2
 
 
 def test_no_split_while_a_job_due_waits_for_gpus(db):
@@ -104,7 +116,7 @@ def test_no_split_while_a_job_due_waits_for_gpus(db):
     _run(db, "box", [0], job={"duration_s": 36000.0})
     told = []
     splitter, _ = _splitter(db, told, waiting=lambda: HEAD)
-    splitter.sharing.measured[slow] = 0.5
+    _measure(splitter, slow, 0.5)
     assert splitter.step(NOW.timestamp()) == [] and told == []
     splitter.waiting = lambda: None
     assert splitter.step(NOW.timestamp()) == [_job_of(db, slow).id]
@@ -118,9 +130,9 @@ def test_a_job_lying_about_its_speed_moves_only_itself(db):
     told = []
     splitter, _ = _splitter(db, told)
     # 1 h left each; LM next to LM: 0.67 predicted, so its partner leaves in 1 h 30 min
-    splitter.sharing.measured[liar] = 0.5  # it says: 45 min done by then, ends at 1 h 45
+    _measure(splitter, liar, 0.5)  # it says: 45 min done by then, ends at 1 h 45
     assert splitter.step(NOW.timestamp()) == [] and told == []
-    splitter.sharing.measured[liar] = 0.3  # it says: ends at 2 h 3 min: past; alone in time
+    _measure(splitter, liar, 0.3)  # it says: ends at 2 h 3 min: past; alone in time
     assert splitter.step(NOW.timestamp()) == [_job_of(db, liar).id]
     assert told == [_job_of(db, liar).id] and _job_of(db, honest).id not in told
 
@@ -134,7 +146,7 @@ def test_a_partner_about_to_leave_keeps_a_job_from_a_split(db, partner_s, split)
     _run(db, "box", [0], job={"duration_s": partner_s})
     told = []
     splitter, _ = _splitter(db, told)
-    splitter.sharing.measured[slow] = 0.5
+    _measure(splitter, slow, 0.5)
     assert bool(splitter.step(NOW.timestamp())) is split
 
 
@@ -159,7 +171,7 @@ def test_once_requeued_a_split_job_runs_alone_in_its_next_attempt(db, split):
     told = []
     splitter, _ = _splitter(db, told)
     if split:
-        splitter.sharing.measured[slow] = 0.5
+        _measure(splitter, slow, 0.5)
         assert splitter.step(NOW.timestamp()) == [_job_of(db, slow).id]
     again = _requeue_and_restart(db, slow, 1)
     with db.write() as session:  # its partner ends: only the restarted job runs alone
@@ -183,3 +195,46 @@ def test_a_daemon_restarted_gives_a_split_job_its_checkpoints_grace():
     assert suspender.kill_after_s(7, None, split) == 630.0  # the lab's cost
     assert suspender.kill_after_s(7, 300.0, f"{MOVED} 0 on box with job 2") == 330.0
     assert suspender.kill_after_s(7, 300.0, "its planned piece ended") == 30.0
+
+
+@pytest.mark.parametrize("from_h, split", [(-2.0, False), (0.0, True)])
+def test_a_speed_measured_next_to_an_earlier_partner_splits_nothing(db, from_h, split):
+    """Review: a speed measured next to one partner was used against the next. The rate's
+    stretch must begin after the partner it has now started (1 h ago here)."""
+    slow = _run(db, "box", [0], job=TIGHT)
+    _run(db, "box", [0], job={"duration_s": 36000.0})
+    told = []
+    splitter, _ = _splitter(db, told)
+    _measure(splitter, slow, 0.5, NOW.timestamp() + from_h * H)
+    assert bool(splitter.step(NOW.timestamp())) is split
+
+
+def test_a_partner_past_its_duration_has_an_unknown_end(db):
+    """Review: a partner that ran past its --duration counted as leaving now, every pass,
+    so the job at risk was judged alone and never split; its end is unknown instead."""
+    slow = _run(db, "box", [0], job=TIGHT)
+    _run(db, "box", [0], job={"duration_s": 1800.0})  # ran 1 h of its 30 min
+    told = []
+    splitter, _ = _splitter(db, told)
+    _measure(splitter, slow, 0.5)
+    assert splitter.step(NOW.timestamp()) == [_job_of(db, slow).id]
+
+
+@pytest.mark.parametrize("delivered", [True, False])
+def test_the_split_reason_is_written_before_the_sigterm(db, delivered):
+    """Review: the reason (which gives a restarted daemon's guard its checkpoint's grace)
+    was written after the signal: a daemon dying in between left the job only the lab's
+    grace. Written first now; put back when the signal is not delivered."""
+    slow = _run(db, "box", [0], job=TIGHT)
+    _run(db, "box", [0], job={"duration_s": 36000.0})
+    before, seen = _job_of(db, slow).reason, []
+
+    def checkpoint(att, now):
+        seen.append(_job_of(db, att.id).reason)
+        return delivered
+
+    splitter = Splitter(Sharing(db, nodes=[_node()]), checkpoint, 300.0, grace_s=30.0)
+    _measure(splitter, slow, 0.5)
+    splitter.step(NOW.timestamp())
+    assert seen and seen[0].startswith(SPLIT)
+    assert _job_of(db, slow).reason == (seen[0] if delivered else before)

@@ -93,6 +93,7 @@ class Sharing:
     claimed: dict[int, tuple[str, int, float]] = field(default_factory=dict)  # job -> GPU
     tracker: SpeedTracker = field(default_factory=lambda: SpeedTracker())
     measured: dict[int, float] = field(default_factory=dict)  # attempt -> speed paired
+    measured_from: dict[int, float] = field(default_factory=dict)  # and since when (its rate's)
     # co-location moves (``daemon.energy.moves``; in memory: lost on a restart): each
     # moved job's GPU to restart on, and why it was checkpointed, for its requeue's reason
     booked: dict[int, Booking] = field(default_factory=dict)
@@ -302,6 +303,7 @@ class Sharing:
         speed = self.tracker.sample(att.id, t, done / total, span.partner if span else None)
         if speed is not None and 0 < speed <= 1.5:
             self.measured[att.id] = min(1.0, max(MIN_SPEED, speed))
+            self.measured_from[att.id] = since  # next to the partner it had from then on
 
 
 @dataclass

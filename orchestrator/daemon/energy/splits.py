@@ -10,9 +10,12 @@ stop or cancel nor killed, runs on a server that answers, and whose checkpoint's
 ``cancel_grace_s`` fits ``MOVE_GRACE_CAP_S``, splits when its work left (``_left_s``: by
 its own reports, else its ``--duration`` less the time its attempts ran; at its cap's
 rate), at its measured speed, ends after its deadline, and alone (its checkpoint's cost
-lost) would end by it, on a GPU free now (the pass's allocator; one split per pass, the
-next pass's allocator counts the GPU it will take; none while a job due waits for GPUs: it
-would restart behind it). Its partner is expected to leave
+lost) would end by it, on a GPU free now (the pass's allocator; one split at a time: none
+while an earlier split's job still runs, checkpointing, since nothing holds a GPU for it
+until it restarts; none while a job due waits for GPUs: it would restart behind it). Its
+speed counts only if measured next to the partner it has now (the rate's stretch began
+after that partner started), and a partner that has run past its ``--duration`` has an
+unknown end. Its partner is expected to leave
 after its ``--duration`` less the time its attempts ran (not its reports), at the model's
 predicted speed: the job runs alone from then on (unknown: paired to the end). Only that
 job: its reports are its own (untrusted), so they never make its partner be checkpointed;
@@ -82,6 +85,8 @@ class Splitter:
         measured = self.sharing.measured
         if not measured or self.waiting() is not None:
             return []  # a job due waits for GPUs: the one split would restart behind it
+        if self.told:
+            return []  # one at a time: the GPU the last one will take is nobody's yet
         paired = self.sharing.paired()
         ids = [a for a in paired if a in measured and a not in self.told]
         if not ids:
@@ -99,7 +104,10 @@ class Splitter:
             ).all()
         partner = {att.id: (att, job) for att, job in others}
         down = set(self.down())
-        candidates = [(att, job) for att, job in rows if self._may_split(att, job, down)]
+        candidates = [
+            (att, job) for att, job in rows
+            if self._may_split(att, job, down) and self._measured_now(att, paired, partner)
+        ]  # fmt: skip
         before = self.sharing.earlier_s([att for att, _ in candidates] + [a for a, _ in others])
         members, by_id = [], {}
         for att, job in candidates:
@@ -118,8 +126,18 @@ class Splitter:
                 continue  # no GPU free for it now: waiting would not save it
             partners = [partner[o][1].id for o in paired[att_id] if o in partner]
             if self._start(att, job, member, partners, now_s):
-                return [job.id]  # one per pass: the next one's allocator counts its GPU
+                return [job.id]  # one at a time
         return []
+
+    def _measured_now(self, att: Attempt, paired: dict, partner: dict) -> bool:
+        """Whether its measured speed is next to the one partner it has now: the rate's
+        stretch began once that partner had started (one measured next to an earlier
+        partner says nothing of this one)."""
+        others = [partner[o][0] for o in paired.get(att.id, ()) if o in partner]
+        since = self.sharing.measured_from.get(att.id)
+        if len(others) != 1 or since is None or others[0].started_at is None:
+            return False
+        return since >= others[0].started_at.timestamp()
 
     def _may_split(self, att: Attempt, job: Job, down: set) -> bool:
         if not (job.share and job.interruptible) or job.deadline is None:
@@ -140,22 +158,23 @@ class Splitter:
         note = (f"{SPLIT} ({with_}): at {member.speed:.0%} of its speed alone it would end "
                 "after its deadline; alone it keeps it")  # fmt: skip
         sharing.notes[job.id] = note  # the reaper's requeue reason (``Reaper.moved``)
-        sent = False
+        reason = f"{note}: SIGTERM to checkpoint"
+        was = _set_reason(sharing.db, job.id, reason)  # before the signal: a daemon that
+        sent = False  # dies right after it still finds why (``Suspender.kill_after_s``)
         try:  # its grace: at least its checkpoint's cost (capped), the lab's if longer
             self.grace(att.id, min(member.checkpoint_s + self.grace_s, MOVE_GRACE_CAP_S))
             sent = self.checkpoint(att, now)
         finally:
             if not sent:  # not delivered (or it raised): a later pass may try again
                 sharing.notes.pop(job.id, None)
+                _set_reason(sharing.db, job.id, was, unless=reason)
         if not sent:
             return False
         self.told[att.id] = job.id  # once per attempt
         with sharing.db.write() as session:  # in its history: said even if it then fails
             row = session.get(Job, job.id)
-            row.reason = f"{note}: SIGTERM to checkpoint"
-            session.add(row)
             session.add(Event(job_id=row.id, at=now, from_state=row.state, to_state=row.state,
-                              reason=row.reason, actor="daemon"))  # fmt: skip
+                              reason=reason, actor="daemon"))  # fmt: skip
         log.info("job %s: %s; SIGTERM to checkpoint", job.id, note)
         self.splits += 1
         return True
@@ -188,8 +207,8 @@ class Splitter:
             return None
         other, other_job = with_[0]
         left = _left_s(other_job, other, now_s, reports=False, before_s=before.get(other.id, 0.0))
-        if left is None:
-            return None
+        if left is None or left <= 0:
+            return None  # no estimate, or run past its --duration: its end is unknown
         node = next((n for n in self.sharing.nodes if n.name == other.node), None)
         gpu = type_of(node.model_of(other.gpu_ids) if node else None) or "v100"
         _, speed = self.sharing.model.speeds(kind_of(job), kind_of(other_job), gpu)
@@ -206,3 +225,16 @@ class Splitter:
 
     def _checkpoint_s(self, job: Job) -> float:
         return self.checkpoint_s if job.checkpoint_s is None else job.checkpoint_s
+
+
+def _set_reason(db, job_id: int, reason: str | None, unless: str | None = None) -> str | None:
+    """Set the job's reason (only if it is still ``unless``, when given); the one before."""
+    with db.write() as session:
+        row = session.get(Job, job_id)
+        if row is None:
+            return None
+        was = row.reason
+        if unless is None or was == unless:
+            row.reason = reason
+            session.add(row)
+        return was
