@@ -229,3 +229,28 @@ def test_a_moved_jobs_grace_is_its_checkpoints_cost_and_its_history_says_so(db):
     assert len(sent) == 1, "killed while it checkpoints"
     suspender.suspend_due(NOW + timedelta(minutes=11))  # 10 min + 30 s later
     assert len(sent) == 2
+
+
+@pytest.mark.parametrize("delivered", [True, False])
+def test_a_moves_reason_is_written_before_its_sigterm(db, delivered):
+    """Review: written after the signal, a daemon dying in between left the moved job
+    only the lab's grace after a restart (``kill_after_s`` reads the reason). Written
+    first now; put back when the signal is not delivered."""
+    from orchestrator.queue.models import Job
+
+    _run(db, "box", [0])
+    _run(db, "box", [1], job={"interruptible": False})
+    seen = []
+
+    def checkpoint(att, now):
+        with db.read() as session:
+            seen.append((att.job_id, session.get(Job, att.job_id).reason))
+        return delivered
+
+    mover = _mover(db, [_node()])
+    mover.checkpoint = checkpoint
+    mover.step(NOW.timestamp())
+    assert seen and seen[0][1].startswith("moved to share GPU")
+    with db.read() as session:
+        now_reason = session.get(Job, seen[0][0]).reason
+    assert (now_reason == seen[0][1]) is delivered

@@ -282,3 +282,18 @@ def window_means(series, decision, now_s: float) -> tuple[float, float]:
     later = sum(float(series.integral(a, b)) for a, b in pieces if b > a) / length_s
     current = float(series.integral(now_s, now_s + length_s)) / length_s
     return later, current
+
+
+def note_reason(db, job_id: int, reason: str | None, unless: str | None = None) -> str | None:
+    """Set the job's reason (only if it is still ``unless``, when given); the one before.
+    A move's or a split's is written before its SIGTERM: a daemon that dies right after
+    the signal leaves the reason ``Suspender.kill_after_s`` reads after a restart."""
+    with db.write() as session:
+        row = session.get(Job, job_id)
+        if row is None:
+            return None
+        was = row.reason
+        if unless is None or was == unless:
+            row.reason = reason
+            session.add(row)
+        return was

@@ -62,7 +62,7 @@ from sqlmodel import col, func, select
 from orchestrator.daemon.contain import OncePerReason
 from orchestrator.daemon.energy.emptying import emptying
 from orchestrator.daemon.energy.sharing import Booking, Sharing, _left_s, _policy
-from orchestrator.daemon.guard import MOVE_GRACE_CAP_S, MOVED
+from orchestrator.daemon.guard import MOVE_GRACE_CAP_S, MOVED, note_reason
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.interference import MOVE_AFTER_S, may_move_again, move_gain_j
 from orchestrator.planning.perfmodel import curve_for
@@ -166,6 +166,8 @@ class Mover:
             note += f" to empty server {move.server}"
         booking = Booking(move.host_att.node, gpu, move.host_att.id, move.host.id, move.att.id)
         sharing.booked[move.job.id], sharing.notes[move.job.id] = booking, note
+        reason = f"{note}: SIGTERM to checkpoint"
+        was = note_reason(sharing.db, move.job.id, reason)  # before the signal (its grace)
         sent = False
         try:  # its grace: at least its checkpoint's cost (capped), the lab's if longer
             ckpt = self._checkpoint_s(move.job)
@@ -175,14 +177,13 @@ class Mover:
             if not sent:  # not delivered (or it raised): a later pass may try again
                 sharing.booked.pop(move.job.id)
                 sharing.notes.pop(move.job.id)
+                note_reason(sharing.db, move.job.id, was, unless=reason)
         if not sent:
             return False
         with sharing.db.write() as session:  # in its history: said even if it then fails
             row = session.get(Job, move.job.id)
-            row.reason = f"{note}: SIGTERM to checkpoint"
-            session.add(row)
             session.add(Event(job_id=row.id, at=now, from_state=row.state, to_state=row.state,
-                              reason=row.reason, actor="daemon"))  # fmt: skip
+                              reason=reason, actor="daemon"))  # fmt: skip
         also = "; with its server's other moves and idle draw, it pays" if move.server else ""
         log.info("job %s: %s (the pair predicted to save %.1f kJ net of twice its checkpoint's "
                  "cost%s); SIGTERM to checkpoint", move.job.id, note, move.gain_j / 1e3,

@@ -42,7 +42,7 @@ from sqlmodel import col, select
 
 from orchestrator.daemon.contain import OncePerReason
 from orchestrator.daemon.energy.sharing import Sharing, _left_s, kind_of
-from orchestrator.daemon.guard import MOVE_GRACE_CAP_S, SPLIT
+from orchestrator.daemon.guard import MOVE_GRACE_CAP_S, SPLIT, note_reason
 from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.devices.splitting import Member, to_split
 from orchestrator.planning.perfmodel import curve_for
@@ -159,7 +159,7 @@ class Splitter:
                 "after its deadline; alone it keeps it")  # fmt: skip
         sharing.notes[job.id] = note  # the reaper's requeue reason (``Reaper.moved``)
         reason = f"{note}: SIGTERM to checkpoint"
-        was = _set_reason(sharing.db, job.id, reason)  # before the signal: a daemon that
+        was = note_reason(sharing.db, job.id, reason)  # before the signal: a daemon that
         sent = False  # dies right after it still finds why (``Suspender.kill_after_s``)
         try:  # its grace: at least its checkpoint's cost (capped), the lab's if longer
             self.grace(att.id, min(member.checkpoint_s + self.grace_s, MOVE_GRACE_CAP_S))
@@ -167,7 +167,7 @@ class Splitter:
         finally:
             if not sent:  # not delivered (or it raised): a later pass may try again
                 sharing.notes.pop(job.id, None)
-                _set_reason(sharing.db, job.id, was, unless=reason)
+                note_reason(sharing.db, job.id, was, unless=reason)
         if not sent:
             return False
         self.told[att.id] = job.id  # once per attempt
@@ -225,16 +225,3 @@ class Splitter:
 
     def _checkpoint_s(self, job: Job) -> float:
         return self.checkpoint_s if job.checkpoint_s is None else job.checkpoint_s
-
-
-def _set_reason(db, job_id: int, reason: str | None, unless: str | None = None) -> str | None:
-    """Set the job's reason (only if it is still ``unless``, when given); the one before."""
-    with db.write() as session:
-        row = session.get(Job, job_id)
-        if row is None:
-            return None
-        was = row.reason
-        if unless is None or was == unless:
-            row.reason = reason
-            session.add(row)
-        return was
