@@ -17,9 +17,10 @@ from orchestrator.sim.inputs import prepare
 from orchestrator.sim.runner import make_forecaster
 from orchestrator.sim.scenario import Scenario
 from tests.conftest import ROOT
+from tests.test_colocation_sim import GUEST, HOST, _gavel  # V100: 0.89, 0.85 predicted
 
 pytestmark = pytest.mark.backends("sqlite")
-HOST, GUEST = "Recommendation (batch size 4096)", "LM (batch size 20)"  # V100: 0.89, 0.85
+
 H = 3600.0
 
 
@@ -57,19 +58,6 @@ def test_only_the_job_whose_own_speed_shows_the_risk_leaves():
     slow, partner = _member(job=1, speed=0.1), _member(job=2, speed=0.9, deadline_s=2.5 * H)
     assert to_split([slow, partner], 0.0) == [1]
     assert to_split([partner], 0.0) == []
-
-
-def _gavel(tmp_path, host_speed: float, guest_speed: float):
-    """A throughputs file in Gavel's shape: HOST and GUEST alone and next to each other."""
-    h, g = f"('{HOST}', 1)", f"('{GUEST}', 1)"
-    table = {
-        "v100": {h: {"null": 10.0, g: [10.0 * host_speed, 8.0 * guest_speed]},
-                 g: {"null": 8.0, h: [8.0 * guest_speed, 10.0 * host_speed]}},
-        "p100": {}, "k80": {},
-    }  # fmt: skip
-    path = tmp_path / "gavel.json"
-    path.write_text(json.dumps(table))
-    return path
 
 
 def _run(tmp_path, gpus=2, more=()):
