@@ -10,7 +10,7 @@ no use on any GPU, and, just before ``power_off``, the server itself says so.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from executors.errors import ExecutorError, GpuControlError
@@ -80,6 +80,4 @@ def discovered_idle(db: Database, names: list[str]) -> dict[str, float | None]:
 
 
 def _epoch(at: datetime) -> float:
-    from datetime import UTC
-
     return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()

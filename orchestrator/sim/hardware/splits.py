@@ -74,8 +74,6 @@ class Splits:
         for i in to_split(members, now):
             att = d._running[d._att_of[i]]
             key = ("split", i)  # GPUs free for it now, else waiting would not save it
-            if not d.alloc.fits_now(att.gpus, d._wants[i]):
-                continue
             if d.alloc.allocate(key, att.gpus, d._wants[i]) is None:
                 continue
             probes.append(key)  # held until all are chosen: one free GPU, one split
