@@ -238,3 +238,25 @@ def test_the_split_reason_is_written_before_the_sigterm(db, delivered):
     splitter.step(NOW.timestamp())
     assert seen and seen[0].startswith(SPLIT)
     assert _job_of(db, slow).reason == (seen[0] if delivered else before)
+
+
+def test_a_restarted_daemon_sends_no_second_split_while_the_first_checkpoints(db):
+    """One at a time survives a restart: the split an earlier daemon sent (its job still
+    running, told to checkpoint, its reason the split's) counts until that job has left
+    (review: ``told`` was only in memory, so a new daemon could split a second job at
+    once, both then waiting for the one free GPU)."""
+    slow = [_run(db, "box", [0], job=TIGHT), _run(db, "box", [1], job=TIGHT)]
+    _run(db, "box", [0], job={"duration_s": 36000.0})
+    _run(db, "box", [1], job={"duration_s": 36000.0})
+    told = []
+    first, _ = _splitter(db, told)
+    for att in slow:
+        _measure(first, att, 0.5)
+    assert len(first.step(NOW.timestamp())) == 1
+    again, _ = _splitter(db, told)  # a new daemon: nothing of the first in memory
+    for att in slow:
+        _measure(again, att, 0.5)
+    assert again.step(NOW.timestamp() + 60) == [] and len(told) == 1
+    gone = next(a for a in slow if _job_of(db, a).id in told)
+    _requeue_and_restart(db, gone, 2)  # it left: the next may go
+    assert len(again.step(NOW.timestamp() + 600)) == 1 and len(told) == 2

@@ -12,11 +12,11 @@ its own reports, else its ``--duration`` less the time its attempts ran; at its 
 rate), at its measured speed, ends after its deadline, and alone (its checkpoint's cost
 lost) would end by it, on a GPU free now (the pass's allocator; one split at a time: none
 while an earlier split's job still runs, checkpointing, since nothing holds a GPU for it
-until it restarts; none while a job due waits for GPUs: it would restart behind it). Its
-speed counts only if measured next to the partner it has now (the rate's stretch began
-after that partner started), and a partner that has run past its ``--duration`` has an
-unknown end. Its partner is expected to leave
-after its ``--duration`` less the time its attempts ran (not its reports), at the model's
+until it restarts, one an earlier daemon sent included (``_restore``); none while a job
+due waits for GPUs: it would restart behind it). Its speed counts only if measured next
+to the partner it has now (the rate's stretch began after that partner started), and a
+partner that has run past its ``--duration`` has an unknown end. Its partner is expected
+to leave after its ``--duration`` less the time its attempts ran (not its reports), at the model's
 predicted speed: the job runs alone from then on (unknown: paired to the end). Only that
 job: its reports are its own (untrusted), so they never make its partner be checkpointed;
 a job that lies about itself only moves itself.
@@ -66,6 +66,7 @@ class Splitter:
     grace_s: float = 0.0  # ``cancel_grace_s``
     splits: int = 0
     told: dict[int, int] = field(default_factory=dict)  # attempt split -> its job
+    _restored: bool = False  # ``told`` read back from the store once (``_restore``)
     _faults: OncePerReason = field(
         default_factory=lambda: OncePerReason(
             log, "co-location splits", "no split this pass; the daemon goes on"
@@ -81,6 +82,7 @@ class Splitter:
         return done
 
     def _step(self, now_s: float) -> list[int]:
+        self._restore()
         self._forget()
         measured = self.sharing.measured
         if not measured or self.waiting() is not None:
@@ -178,6 +180,26 @@ class Splitter:
         log.info("job %s: %s; SIGTERM to checkpoint", job.id, note)
         self.splits += 1
         return True
+
+    def _restore(self) -> None:
+        """Once, at the first step: the splits an earlier daemon sent whose jobs still
+        checkpoint (running, told to checkpoint, their reason the split's) count as told,
+        so a restart does not send a second split while the first one's GPU is nobody's."""
+        if self._restored:
+            return
+        with self.sharing.db.read() as session:
+            rows = session.exec(
+                select(Attempt.id, Job.id)
+                .join(Job, col(Job.id) == col(Attempt.job_id))
+                .where(
+                    col(Attempt.finished_at).is_(None),
+                    col(Attempt.suspend_sent_at).is_not(None),
+                    col(Job.reason).startswith(SPLIT),
+                )
+            ).all()
+        for att_id, job_id in rows:
+            self.told.setdefault(att_id, job_id)
+        self._restored = True
 
     def _forget(self) -> None:
         """Attempts split that have ended: their requeue has its reason (the reaper runs
