@@ -114,7 +114,7 @@ def test_an_idle_server_is_powered_off_and_woken_for_a_job(cli, ssh_servers, tmp
         out = tmp_path / "ran"
         job = cli.submit("--gpus", "1", "--", sys.executable, "-c",
                          f"open({str(out)!r}, 'w').write('ok')")  # fmt: skip
-        done = cli.wait_state(job, {"completed", "failed"}, timeout=60)
+        done = cli.wait_state(job, {"completed", "failed"}, timeout=120)
         assert done["state"] == "completed", done
         assert done["node"] == "gpu1" and out.read_text() == "ok"
         woke = _calls(calls)
