@@ -240,20 +240,26 @@ def test_the_split_reason_is_written_before_the_sigterm(db, delivered):
     assert _job_of(db, slow).reason == (seen[0] if delivered else before)
 
 
-def test_a_restarted_daemon_sends_no_second_split_while_the_first_checkpoints(db):
-    """One at a time survives a restart: the split an earlier daemon sent (its job still
-    running, told to checkpoint, its reason the split's) counts until that job has left
-    (review: ``told`` was only in memory, so a new daemon could split a second job at
-    once, both then waiting for the one free GPU)."""
+@pytest.mark.parametrize("again_stepped_before", [False, True], ids=["restart", "lease-back"])
+def test_another_daemons_split_still_checkpointing_keeps_a_second_one_back(
+    db, again_stepped_before
+):
+    """One at a time across daemons: the split another one sent (its job still running,
+    told to checkpoint, its reason the split's) counts until that job has left, for a
+    daemon started after it (restart) and for one that had already served and takes the
+    lease back (review: ``told`` was only in memory, then read back once at the first
+    step; either way a second job could be split at once, both waiting for one GPU)."""
     slow = [_run(db, "box", [0], job=TIGHT), _run(db, "box", [1], job=TIGHT)]
     _run(db, "box", [0], job={"duration_s": 36000.0})
     _run(db, "box", [1], job={"duration_s": 36000.0})
     told = []
+    again, _ = _splitter(db, told)
+    if again_stepped_before:  # it served first (nothing measured yet), then stood by
+        assert again.step(NOW.timestamp() - 10) == []
     first, _ = _splitter(db, told)
     for att in slow:
         _measure(first, att, 0.5)
     assert len(first.step(NOW.timestamp())) == 1
-    again, _ = _splitter(db, told)  # a new daemon: nothing of the first in memory
     for att in slow:
         _measure(again, att, 0.5)
     assert again.step(NOW.timestamp() + 60) == [] and len(told) == 1

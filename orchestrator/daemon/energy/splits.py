@@ -12,7 +12,7 @@ its own reports, else its ``--duration`` less the time its attempts ran; at its 
 rate), at its measured speed, ends after its deadline, and alone (its checkpoint's cost
 lost) would end by it, on a GPU free now (the pass's allocator; one split at a time: none
 while an earlier split's job still runs, checkpointing, since nothing holds a GPU for it
-until it restarts, one an earlier daemon sent included (``_restore``); none while a job
+until it restarts, one another daemon sent included (``_in_flight``); none while a job
 due waits for GPUs: it would restart behind it). Its speed counts only if measured next
 to the partner it has now (the rate's stretch began after that partner started), and a
 partner that has run past its ``--duration`` has an unknown end. Its partner is expected
@@ -66,7 +66,6 @@ class Splitter:
     grace_s: float = 0.0  # ``cancel_grace_s``
     splits: int = 0
     told: dict[int, int] = field(default_factory=dict)  # attempt split -> its job
-    _restored: bool = False  # ``told`` read back from the store once (``_restore``)
     _faults: OncePerReason = field(
         default_factory=lambda: OncePerReason(
             log, "co-location splits", "no split this pass; the daemon goes on"
@@ -82,11 +81,11 @@ class Splitter:
         return done
 
     def _step(self, now_s: float) -> list[int]:
-        self._restore()
         self._forget()
         measured = self.sharing.measured
         if not measured or self.waiting() is not None:
             return []  # a job due waits for GPUs: the one split would restart behind it
+        self._in_flight()
         if self.told:
             return []  # one at a time: the GPU the last one will take is nobody's yet
         paired = self.sharing.paired()
@@ -181,12 +180,12 @@ class Splitter:
         self.splits += 1
         return True
 
-    def _restore(self) -> None:
-        """Once, at the first step: the splits an earlier daemon sent whose jobs still
-        checkpoint (running, told to checkpoint, their reason the split's) count as told,
-        so a restart does not send a second split while the first one's GPU is nobody's."""
-        if self._restored:
-            return
+    def _in_flight(self) -> None:
+        """Splits read from the store, at every step that could split: those whose jobs
+        still checkpoint (running, told to checkpoint, their reason the split's) count as
+        told, whichever daemon sent them (one before a restart, or another that held the
+        lease while this one stood by), so no second split goes while the first one's GPU
+        is nobody's."""
         with self.sharing.db.read() as session:
             rows = session.exec(
                 select(Attempt.id, Job.id)
@@ -199,7 +198,6 @@ class Splitter:
             ).all()
         for att_id, job_id in rows:
             self.told.setdefault(att_id, job_id)
-        self._restored = True
 
     def _forget(self) -> None:
         """Attempts split that have ended: their requeue has its reason (the reaper runs
