@@ -36,10 +36,10 @@ def test_a_jobs_reports_never_change_the_model_others_are_placed_and_charged_by(
         _report(sharing, 7, t, done, spans)
     assert sharing.measured[7] == pytest.approx(0.75)  # its own, per attempt
     assert sharing.model.measured == {}  # the shared model is the fitted one
-    # a crawl reported next to a victim is clamped and still only the attempt's own
+    # a crawl reported next to a victim is clamped at FLOOR and still only the attempt's own
     for t, done in ((50.0, 0), (60.0, 500), (200.0, 500.0001), (210.0, 500.0002)):
         _report(sharing, 8, t, done, spans)
-    assert sharing.measured[8] == MIN_SPEED
+    assert sharing.measured[8] == FLOOR and sharing.model.measured == {}
     _report(sharing, 9, 300.0, 5000, spans)  # more done than the total: ignored
     assert 9 not in sharing.measured
 

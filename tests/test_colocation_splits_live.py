@@ -5,7 +5,7 @@ and a daemon restarted meanwhile still gives it its checkpoint's grace."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
@@ -266,3 +266,30 @@ def test_another_daemons_split_still_checkpointing_keeps_a_second_one_back(
     gone = next(a for a in slow if _job_of(db, a).id in told)
     _requeue_and_restart(db, gone, 2)  # it left: the next may go
     assert len(again.step(NOW.timestamp() + 600)) == 1 and len(told) == 2
+
+
+def test_a_job_measured_at_a_crawl_is_judged_at_it_not_at_half_speed(db):
+    """Its speed from its own reports (``Sharing._learn``), 0.2 next to its partner: at
+    that speed its hour left takes 5 h, past its deadline in 2.5 h (alone: 1 h 5 min). Its
+    measurement was clamped at ``MIN_SPEED`` (0.5: 2 h, in time), so a pair really at 0.2
+    was never split; the floor is now ``FLOOR``, a split it causes being its own."""
+    from orchestrator.daemon.energy.sharesplit import Span
+
+    slow = _run(db, "box", [0], job={"deadline": NOW + timedelta(hours=2.5)})
+    _run(db, "box", [0], job={"duration_s": 36000.0})  # its partner stays 9 h more
+    told = []
+    splitter, _ = _splitter(db, told)
+    t_pair = NOW.timestamp() - H  # both started an hour ago
+    spans = [Span(t_pair, float("inf"), 0.5, "LM")]
+    reports = (
+        (t_pair - 200, 0.0),
+        (t_pair - 100, 10.0),  # alone: 0.1 per s
+        (NOW.timestamp() - 1800, 100.0),
+        (NOW.timestamp() - 600, 124.0),
+    )  # 0.02 per s
+    for t, done in reports:
+        att = SimpleNamespace(id=slow, progress_done=done, progress_total=1000,
+                              progress_at=datetime.fromtimestamp(t, UTC))  # fmt: skip
+        splitter.sharing._learn(att, spans)
+    assert splitter.sharing.measured[slow] == pytest.approx(0.2)
+    assert splitter.step(NOW.timestamp()) == [_job_of(db, slow).id] == told

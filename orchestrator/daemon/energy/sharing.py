@@ -24,7 +24,7 @@ restarts there, the one restart ``place`` puts next to another job, while that s
 alone on a server that answers. A job told to checkpoint (or killed) is nobody's host.
 
 Measured online, per attempt: a sharing job's progress reports give its rate alone and its
-rate next to a partner; their ratio, clamped to [``MIN_SPEED``, 1], is that attempt's
+rate next to a partner; their ratio, clamped to [``FLOOR``, 1], is that attempt's
 measured speed (``SpeedTracker``, ``Sharing.measured``; in memory, lost on a restart). The
 reports are the job's own: they never change the model that places or charges other jobs
 (one daemon-wide table keyed by users' ``--name`` would let one user's reports pair or
@@ -50,6 +50,7 @@ from orchestrator.daemon.energy.pairs import after_split, partners
 from orchestrator.daemon.energy.sharesplit import Span, fraction, stopped_within, stops_of
 from orchestrator.planning.devices.gputypes import ANY, family_of, type_of
 from orchestrator.planning.devices.interference import (
+    FLOOR,
     MIN_SPEED,
     Interference,
     split,
@@ -286,7 +287,8 @@ class Sharing:
         alone, from its progress reports), kept for that attempt alone (``measured``; in
         memory: lost on a restart). The reports are the job's own (untrusted): they never
         change the model other jobs are placed or charged by, and the speed is clamped to
-        [``MIN_SPEED``, 1]. A rate over a stretch where either one was stopped is not a
+        [``FLOOR``, 1] (a job that crawls next to its partner is judged at its crawl: a split
+        it causes is its own). A rate over a stretch where either one was stopped is not a
         speed: the tracker starts again after it."""
         done, total, at = att.progress_done, att.progress_total, att.progress_at
         if done is None or not total or at is None or not 0 <= done <= total:
@@ -302,7 +304,7 @@ class Sharing:
             return
         speed = self.tracker.sample(att.id, t, done / total, span.partner if span else None)
         if speed is not None and 0 < speed <= 1.5:
-            self.measured[att.id] = min(1.0, max(MIN_SPEED, speed))
+            self.measured[att.id] = min(1.0, max(FLOOR, speed))
             self.measured_from[att.id] = since  # next to the partner it had from then on
 
 
