@@ -28,6 +28,12 @@ CASES = {
     "malformed GPU count": (["submit", "--gpus", "two", "--", "true"], "invalid GPU count"),
     "inverted GPU range": (["submit", "--gpus", "4-2", "--", "true"], "invalid GPU range"),
     "empty command": (["submit", "--gpus", "1"], "empty command"),
+    # a value given to a flag (``--share`` takes none) would queue ``yes -- true``
+    "a word before --": (["submit", "--share", "yes", "--", "true"], "'yes' before --"),
+    "words before --": (
+        ["submit", "python", "x.py", "--", "--lr", "3"],
+        "'python' 'x.py' before -- would become the command",
+    ),
     "empty command after --": (["submit", "--"], "empty command"),
     "blank command": (["submit", "--", ""], "empty command"),
     "unknown option": (["submit", "--gpu-count", "2", "--", "true"], "No such option"),

@@ -111,6 +111,24 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _refuse_words_before_separator(args: list[str]) -> None:
+    """``submit``'s options, then ``--``, then the command: a word before a later ``--``
+    is a mistake (``--share yes -- true`` would queue ``yes -- true``), refused."""
+    from orchestrator.cli.fast.run import words_before_separator
+    from orchestrator.errors import SpecError
+
+    try:
+        stray = words_before_separator(app, args)
+    except Exception:  # it only parses: typer answers instead
+        stray = None
+    if stray:
+        words = " ".join(repr(w) for w in stray[:3]) + (" ..." if len(stray) > 3 else "")
+        raise SpecError(
+            f"{words} before -- would become the command: give submit's options, then --, "
+            "then the command (gridshift submit [OPTIONS] -- COMMAND)"
+        )
+
+
 def main(argv: list[str] | None = None) -> None:
     """The ``gridshift`` command: the everyday verbs through the fast path when it
     understands the command line (``orchestrator.cli.fast``), else the full typer one."""
@@ -137,6 +155,7 @@ def main(argv: list[str] | None = None) -> None:
             run = None
     try:
         with boundary():
+            _refuse_words_before_separator(args)
             result = run() if run is not None else _full(args)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)

@@ -111,3 +111,26 @@ def _as_click(command: Callable[[], object]) -> int:
     except typer.Exit as exc:
         return exc.exit_code
     return result if isinstance(result, int) else 0
+
+
+def words_before_separator(app, args: list[str]) -> list[str] | None:
+    """For ``submit``: the words that stand between its options and a later ``--`` (in
+    ``gridshift submit --share yes -- true``, ``["yes"]``: taken as the command, they
+    would run ``yes -- true``), or None where the command starts at ``--``, has no
+    ``--``, or the line is not one this parser reads (typer then decides)."""
+    root = app.registered_callback
+    root_spec = spec_of(root.callback, root.context_settings) if root else Spec()
+    if root_spec is None or (cut := split(root_spec, args)) is None:
+        return None
+    _, (verb, *rest) = cut
+    info = next((c for c in app.registered_commands if _name(c) == verb), None)
+    if verb != "submit" or info is None:
+        return None
+    settings = {**(app.info.context_settings or {}), **(info.context_settings or {})}
+    spec = spec_of(info.callback, settings)
+    if spec is None or (inner := split(spec, rest)) is None:
+        return None
+    command = inner[1]
+    if not command or command[0] == "--" or "--" not in command:
+        return None
+    return command[: command.index("--")]
