@@ -158,6 +158,18 @@ def test_show_prints_only_fields_with_a_value_rounded(cli):
     assert data["energy_kwh"] > 0 and "gpu_ids" in data and "deadline" in data  # every key
 
 
+def test_show_says_share_and_a_checkpoint_cost_of_zero(cli):
+    """What ``--json`` has, the text shows: ``share`` and a zero checkpoint cost (both
+    were left out: QA)."""
+    cli.run("submit", "--share", "--interruptible", "--checkpoint-cost", "0s", "--", "true")
+    cli.run("submit", "--", "true")
+    text = _run(cli, "show", "1")
+    assert re.search(r"^  share\s+yes", text, re.MULTILINE), text
+    assert re.search(r"^  checkpoint\s+0s$", text, re.MULTILINE), text
+    plain = _run(cli, "show", "2")
+    assert not re.search(r"^  (share|checkpoint) ", plain, re.MULTILINE), plain
+
+
 def test_cron_nodes_budget_and_report_piped_at_80_columns_are_whole(cli, tmp_path):
     long = ["python", "nightly.py", "--data", "/data/a/very/long/path/to/the/nightly/shard"]
     cli.run("submit", "--cron", "0 2 * * *", "--window", "8h", "--", *long)
