@@ -574,3 +574,23 @@ def test_a_job_the_site_limit_keeps_waiting_says_so_in_ls_and_show():
     )
     site.limit_w = 1000.0
     assert site.admits(4, [("A", [1])], 1.0) and 4 not in site.refused
+
+
+def test_a_modelled_draw_is_at_most_the_limit_the_site_limit_set():
+    """Where no counter measures a GPU, its modelled draw is at most the limit the split
+    set on it (QA: ``status`` showed 4 fake GPUs at 681.6 W, the curve's full draw, under
+    a 450 W site limit with 440 W of limits in force)."""
+    from types import SimpleNamespace as NS
+
+    from orchestrator.accounting.meter import modelled_power
+
+    _server, caps, site = _one_server(400.0)
+    keys = [(id(caps), 0), (id(caps), 1)]
+    assert site._apply({keys[0]: 100.0, keys[1]: 300.0}, increases=True)
+    nodes = [NS(name="A", gpus=[NS(model="Tesla V100-SXM2")])]
+    att = NS(node="A", gpu_ids=[0, 1], parts=None, cap=None)
+    full_w = curve_for("Tesla V100-SXM2").power_w(1.0)  # about 150 W
+    assert modelled_power(nodes)(att) == pytest.approx(2 * full_w)  # no site limit
+    assert modelled_power(nodes, None, site)(att) == pytest.approx(100.0 + full_w)
+    other = NS(node="B", gpu_ids=[0], parts=None, cap=None)  # a node it does not limit
+    assert modelled_power(nodes, None, site)(other) == pytest.approx(curve_for(None).power_w(1.0))

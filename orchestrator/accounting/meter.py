@@ -255,16 +255,32 @@ def spent_g(session: Session, start: datetime, end: datetime, kind: str = "carbo
     return float(total or 0.0) / (1.0 if kind == "carbon" else 3600.0)
 
 
-def modelled_power(nodes: list, curve=None) -> Callable[[Attempt], float]:
+def modelled_power(nodes: list, curve=None, site=None) -> Callable[[Attempt], float]:
     """GPU draw where no counter measures it: the GPU type's curve (the planner's, when
-    one plans) at the attempt's cap."""
+    one plans) at the attempt's cap, each GPU at most the limit a site power limit
+    (``site``: ``daemon.energy.sitelimit.SiteLimit``) last set or read on it: a GPU draws
+    no more than its limit, whatever its cap."""
     from orchestrator.planning.perfmodel import curve_for
-    from orchestrator.queue.attempts import width_of_attempt
+    from orchestrator.queue.attempts import parts_of
 
     def power_w(att: Attempt) -> float:
         node = next((n for n in nodes if n.name == att.node), None)
         model = next((g.model for g in node.gpus), None) if node and node.gpus else None
-        width = width_of_attempt(att)  # a job across servers: every part's GPUs
-        return (curve or curve_for(model)).power_w(att.cap or 1.0) * width
+        each_w = (curve or curve_for(model)).power_w(att.cap or 1.0)
+        total = 0.0
+        for part_node, gpus in parts_of(att):  # a job across servers: every part's GPUs
+            for index in gpus:
+                limit_w = _limit_w(site, part_node, index)
+                total += each_w if limit_w is None else min(each_w, limit_w)
+        return total
 
     return power_w
+
+
+def _limit_w(site, node: str, index: int) -> float | None:
+    """The limit the site power limit last set or read on that GPU (None: none known)."""
+    if site is None:
+        return None
+    caps = site.caps.by_node.get(node)
+    limit_w = site.last.get((id(caps), index)) if caps is not None else None
+    return float(limit_w) if limit_w is not None and limit_w > 0 else None

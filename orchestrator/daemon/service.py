@@ -139,7 +139,9 @@ class Daemon:
             accountant=Accountant(
                 carbon=feed.integral if feed is not None else _no_signal,
                 price=price.integral if price is not None else _no_signal,
-                modelled_power_w=modelled_power(nodes, self.planner and self.planner.curve),
+                modelled_power_w=modelled_power(
+                    nodes, self.planner and self.planner.curve, self.site
+                ),
                 split=sharing.split_for if sharing is not None else None,
             ),
             caps=self.caps,
