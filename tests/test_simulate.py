@@ -238,6 +238,80 @@ def test_bad_cluster_files_are_one_spec_error(tmp_path, text, message):
         load_cluster_file(path)
 
 
+NODE = '[[nodes]]\nname = "a"\ngpus = 8\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # an empty node list was the default cluster (64 GPUs), with no word
+        ("nodes = []\n", ": nodes: give at least one node"),
+        ("[cluster]\nnodes = []\n", ": nodes: give at least one node"),
+        # a node without GPUs left an empty cluster, then blamed a job for asking for 0
+        ('[[nodes]]\nname = "a"\ngpus = 0\n', ": nodes.0.gpus: "),
+        ('[[nodes]]\nname = "a"\nfake_gpus = 0\n', ": nodes.0.fake_gpus: "),
+        ('[[nodes]]\nname = "a"\ngpus = -1\n', ": nodes.0.gpus: "),
+        ('[[nodes]]\nname = "a"\nnvlink_islands = [[]]\n', "cluster: no node has a GPU"),
+        # a typo was ignored: right-sizing silently off
+        (NODE + 'idle_of_after = "1m"\n', ": nodes.0.idle_of_after: Extra inputs"),
+        (NODE + '[[nodes]]\nname = "b"\ngpus = 8\nbogus = 1\n', ": nodes.1.bogus: Extra"),
+        ("bogus = 1\n" + NODE, ": bogus: not a key of a cluster file"),
+        ("[clustr]\ngpus = 8\n" + NODE, ": clustr: not a key of a cluster file"),
+        ("[cluster]\ngpus = 8\nbogus = 1\n", ": bogus: Extra inputs"),
+    ],
+)
+def test_bad_cluster_files_get_one_line_and_exit_2(cli, tmp_path, text, message):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    args = ("simulate", "--jobs", "synthetic:count=5&days=1", "--cluster", str(path))
+    proc = cli.run(*args, check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[cluster]\nnodes = []\n", ": cluster.nodes: give at least one node"),
+        ('[[cluster.nodes]]\nname = "a"\ngpus = 0\n', ": cluster.nodes.0.gpus: "),
+        (
+            '[[cluster.nodes]]\nname = "a"\ngpus = 8\nidle_of_after = "1m"\n',
+            ": cluster.nodes.0.idle_of_after: Extra inputs",
+        ),
+    ],
+)
+def test_bad_scenario_nodes_get_one_line_and_exit_2(cli, tmp_path, text, message):
+    path = tmp_path / "s.toml"
+    path.write_text('[jobs]\nsource = "synthetic:count=5&days=1"\n' + text)
+    proc = cli.run("simulate", str(path), check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_gridshift_toml_is_still_a_cluster_file(tmp_path):
+    """A cluster file may be a daemon's gridshift.toml: its other sections and its nodes'
+    daemon keys (SSH, Slurm, power commands) are taken and left aside."""
+    from orchestrator.sim.inputs import build_topology
+    from orchestrator.sim.scenario import load_cluster_file
+
+    example = load_cluster_file(ROOT / "configs" / "gridshift.example.toml")
+    assert [n.name for n in example.nodes] == ["gpu-box-1"]
+    path = tmp_path / "gridshift.toml"
+    path.write_text(
+        'home = "/tmp/x"\ncancel_grace_s = 5\n[daemon]\npolicy = "budget"\n[grid]\n'
+        'source = ["uk"]\n[[nodes]]\nname = "a"\nexecutor = "ssh"\nhost = "a.lab"\n'
+        'user = "{user}"\nport = 2222\ngpus = 4\nshare = "mps"\npue = 1.3\n'
+        'idle_off_after = "30m"\npower_on = ["/bin/true"]\npower_off = ["/bin/true"]\n'
+        'wake_timeout = "10m"\n[[nodes]]\nname = "b"\nexecutor = "slurm"\ngpus = 8\n'
+        'partition = "gpu"\nsbatch_args = ["--qos=green"]\ngpus_per_node = 4\n'
+    )
+    cluster = load_cluster_file(path)
+    assert cluster.nodes[0].idle_off_after == "30m"
+    assert sum(n.gpus for n in build_topology(cluster).nodes) == 12
+
+
 # -- real traces -----------------------------------------------------------------------------
 needs_data = pytest.mark.skipif(
     not (DATA / "jobs" / "philly.csv").is_file(), reason="shared data are absent"

@@ -243,6 +243,8 @@ def build_topology(cfg: ClusterConfig) -> ClusterTopology:
                     )
                 else:
                     nodes.append(NodeTopology.plain(node.name, node.gpu_count, node.rack, gpu))
+            if not any(n.gpus for n in nodes):  # e.g. nvlink_islands = [[]]
+                raise ValueError("no node has a GPU")
             return ClusterTopology(tuple(n for n in nodes if n.gpus))
         except ValueError as exc:
             raise SpecError(f"cluster: {exc}") from None

@@ -67,6 +67,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from orchestrator.errors import ConfigError, SpecError
 from orchestrator.queue.spec import read_text_file
@@ -95,15 +96,28 @@ def no_bool(value: object) -> object:
 
 
 class SimNode(BaseModel):
-    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # a [[nodes]] table works
+    # a gridshift.toml's [[nodes]] table works: its daemon keys are left aside, any other
+    # key is refused (a typo such as idle_of_after would leave right-sizing off unseen)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(min_length=1)
-    gpus: int | None = Field(default=None, ge=0, le=65_536)
-    fake_gpus: int | None = Field(default=None, ge=0, le=65_536)
+    gpus: int | None = Field(default=None, ge=1, le=65_536)  # a node of 0: no cluster
+    fake_gpus: int | None = Field(default=None, ge=1, le=65_536)
     rack: str | None = None
     nvlink_islands: list[list[int]] | None = None
     gpu: str | None = Field(default=None, min_length=1, max_length=64)  # default: cluster.gpu
     gpu_model: str | None = Field(default=None, max_length=255)  # a gridshift.toml's name
+
+    @model_validator(mode="before")
+    @classmethod
+    def _daemon_keys(cls, value: object) -> object:
+        """A daemon's node keys (executor, host, power_on ...) mean nothing here."""
+        from orchestrator.settings.nodes import NodeConfig
+
+        if isinstance(value, dict):
+            daemon_only = NodeConfig.model_fields.keys() - cls.model_fields.keys()
+            value = {k: v for k, v in value.items() if k not in daemon_only}
+        return value
 
     @model_validator(mode="after")
     def _gpu_type(self) -> SimNode:
@@ -162,6 +176,15 @@ class ClusterConfig(BaseModel):
     @classmethod
     def _gpu(cls, value: str) -> str:
         return _named(value)
+
+    @field_validator("nodes")
+    @classmethod
+    def _some_nodes(cls, value: list[SimNode] | None) -> list[SimNode] | None:
+        if value is not None and not value:  # was the default cluster (64 GPUs), unsaid
+            raise PydanticCustomError(
+                "no_nodes", "give at least one node, or leave nodes out and give gpus"
+            )
+        return value
 
     _numbers = field_validator("host_w_per_gpu", "pue", "node_idle_w", "gpu_idle_w", mode="before")(
         no_bool
@@ -346,6 +369,14 @@ def load_cluster_file(path: Path) -> ClusterConfig:
         raise SpecError(f"cluster file {path}: nested too deeply") from None
     if not isinstance(raw.get("cluster", {}), dict):
         raise SpecError(f"cluster file {path}: [cluster] must be a table")
+    from orchestrator.settings import Settings  # a gridshift.toml's other keys are left aside
+
+    unknown = sorted(raw.keys() - Settings.model_fields.keys() - {"cluster"})
+    if unknown:
+        raise SpecError(
+            f"cluster file {path}: {unknown[0]}: not a key of a cluster file "
+            "([cluster], [[nodes]] or a gridshift.toml's)"
+        )
     table = dict(raw.get("cluster", {}))
     if "nodes" in raw:
         table["nodes"] = raw["nodes"]
