@@ -269,11 +269,13 @@ class Daemon:
             left = min(left, max(0.0, due - self.clock.now().timestamp()))
         return left
 
-    def _note(self, _now_s: float) -> None:
+    def _note(self, now_s: float) -> None:
         power = self.site.refused if self.site is not None else None
+        wakes = self.levers.wake_notes(now_s, power)  # jobs waiting for a server to wake
         if self.planner is not None and self.onepass.scheduler is not None:
             note_plans(self.db, self.planner, self.onepass.scheduler, self.queue.eligible,
-                       self.clock.now(), self.queue.waiting, power)  # fmt: skip
+                       self.clock.now(), self.queue.waiting, power, wakes)  # fmt: skip
+        self.levers.write_wake_notes(wakes)
         if power:
             power.clear()  # this pass's refusals: the next pass admits afresh
 
