@@ -332,6 +332,9 @@ POWER = {"power_off": ["/bin/true"], "power_on": ["/bin/true"], "idle_off_after"
         ({"executor": "slurm", "node_idle_w": 100}, "node_idle_w is not counted on a Slurm"),
         ({"executor": "slurm", "pue": 1.3}, "pue is not counted on a Slurm node"),
         ({**POWER, "power_off": ["/tmp/gridshift-nowhere/off.sh"]}, "No such file"),
+        ({**POWER, "power_on": ["/usr"]}, "node n1: power_on '/usr': is not a regular file"),
+        ({**POWER, "power_on": ["/etc/passwd"]}, "power_on '/etc/passwd': is not executable"),
+        ({**POWER, "power_off": ["/bin/true/x"]}, "power_off '/bin/true/x': /bin/true/x: Not a"),
     ],
 )
 def test_bad_power_and_idle_settings_are_one_line_and_exit_2(cli, extra, why):
@@ -367,6 +370,20 @@ def test_a_power_program_or_config_others_may_write_is_refused_as_root(cli, tmp_
     (cli.home / "gridshift.toml").chmod(0o666)
     proc = cli.run("nodes", check=False)
     assert proc.returncode == 2 and "names power commands but" in proc.stderr, proc.stderr
+
+
+def test_a_power_program_no_one_can_run_is_refused_for_a_user_too(tmp_path, monkeypatch):
+    from orchestrator.settings import trust
+
+    monkeypatch.setattr(trust.os, "geteuid", lambda: 4242)  # a user's own daemon or CLI
+    script = tmp_path / "on.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o644)
+    assert trust.unrunnable(str(script)).startswith("is not executable")
+    assert trust.unrunnable("/usr") == "is not a regular file (a directory)"
+    assert "No such file" in trust.unrunnable(str(tmp_path / "nowhere"))
+    script.chmod(0o755)
+    assert trust.unrunnable(str(script)) is None and trust.unrunnable("/bin/true") is None
 
 
 def _writable(tmp_path: Path) -> Path:

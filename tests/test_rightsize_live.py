@@ -6,6 +6,7 @@ shows the power state, ``report`` the idle energy."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -180,6 +181,15 @@ def test_a_failing_wake_marks_the_server_and_the_daemon_goes_on(cli, tmp_path):
         small = cli.submit("--gpus", "1", "--priority", "1", "--", "true")  # fifo: ahead
         assert cli.wait_state(small, {"completed"}, timeout=30)["node"] == "here"
         assert cli.json("show", str(wide))["state"] == "queued", "it waits for its server"
+        # ... and says why: its server's wake failed, why, and when it is tried again
+        shown = cli.json("show", str(wide))
+        note = shown["plan_note"] or ""
+        assert shown["wait_reason"] == "wake", shown
+        assert note.startswith("due; waiting for far to wake: its wake failed (power_on: python")
+        assert re.search(r"BMC says no\\x07\); tried again at \d\d:\d\d:\d\d UTC$", note), note
+        assert "\x1b" not in note and len(note) < 300, note
+        assert "far wake failed" in cli.run("ls").stdout
+        assert "its wake failed (power_on: python" in cli.run("show", str(wide)).stdout
         assert calls.read_text().splitlines().count("on") == 1, "retried only after a back-off"
         cli.run("cancel", str(wide))
     finally:

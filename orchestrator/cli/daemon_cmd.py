@@ -211,7 +211,7 @@ def _refuse_while_served(c, db) -> None:
     """An older daemon must not find its tables changed under it."""
     from sqlalchemy.exc import DBAPIError
 
-    from orchestrator.daemon.service import daemon_running
+    from orchestrator.daemon.lease import daemon_running
     from orchestrator.errors import GridshiftError, UserError
 
     try:

@@ -207,11 +207,13 @@ class Suspender:
 def note_plans(
     db: Database, planner: LivePlanner, scheduler: Scheduler, eligible: dict[int, Job],
     now: datetime, waiting: dict[int, Job] | None = None, power: dict[int, str] | None = None,
+    wakes: dict[int, str] | None = None,
 ) -> None:  # fmt: skip
     """Write each waiting job's planned start and, in words, why it waits (only what
     changed); a job waiting for a dependency (``waiting``) is planned ahead from its
     dependencies' expected ends (``planner.ahead``); ``power``: jobs the site power limit
-    kept waiting, and why (``SiteLimit.refused``)."""
+    kept waiting, and why (``SiteLimit.refused``); ``wakes``: jobs waiting for a server to
+    wake, their notes (``Levers.wake_notes``)."""
     blocked = scheduler.blocked()
     feed = planner.feed
     changes = {}
@@ -225,6 +227,8 @@ def note_plans(
             at = start.strftime("%H:%M:%S UTC")
             waits = _ids(planner.after.get(view.id))
             note = f"after job {waits}: planned for {at}, once it has ended"
+        elif wakes and view.id in wakes:
+            note = wakes[view.id]
         else:
             note = _why(planner, feed, view, decision, now, blocked, power)
         old = job.planned_start

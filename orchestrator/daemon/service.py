@@ -11,12 +11,12 @@ loses its lease stops acting at once and stands by again.
 ``tick`` does one pass, the one the simulator runs too (``orchestrator.planning.onepass``
 over the SQL store, ``orchestrator.daemon.sqlqueue``): fence orphans, settle interrupted
 launches, stop cancelled jobs, suspend jobs whose planned piece ended, reap ended attempts
-and account running ones, queue due cron occurrences, plan and launch what is due (with
-its power cap), run the deadline guard, note plans and record the daemon's health. It
-returns the seconds until the next thing due (or the interval); a pass is booked then.
-Stopping the daemon (SIGTERM, SIGINT) leaves running jobs running: their monitors record
-how they end, and the next daemon picks them up; every GPU goes back to its default power
-limit until then (under a site power limit the limits stay: ``daemon.energy.sitelimit``).
+and account running ones, queue due cron occurrences, plan and launch what is due (with its
+power cap), run the deadline guard, note plans and record the daemon's health. It returns
+the seconds until the next thing due (or the interval); a pass is booked then. Stopping the
+daemon (SIGTERM, SIGINT) leaves running jobs running: their monitors record how they end,
+and the next daemon picks them up; every GPU goes back to its default power limit until then
+(under a site power limit the limits stay: ``daemon.energy.sitelimit``).
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.energy.sharing import Sharing
 from orchestrator.daemon.guard import Suspender, note_plans
 from orchestrator.daemon.health import HealthWriter
-from orchestrator.daemon.lease import daemon_running  # noqa: F401 (it was here)
 from orchestrator.daemon.reaper import Reaper
 from orchestrator.daemon.server import serve
 from orchestrator.daemon.sqlqueue import SqlQueue
@@ -131,6 +130,7 @@ class Daemon:
             power_sample_s=cfg.seconds("power_sample"),
             site=self.site,
         )
+        curve = self.planner and self.planner.curve  # the planner's, for modelled draws
         self.reaper = Reaper(
             db=self.db,
             executor=self.executor,
@@ -139,9 +139,7 @@ class Daemon:
             accountant=Accountant(
                 carbon=feed.integral if feed is not None else _no_signal,
                 price=price.integral if price is not None else _no_signal,
-                modelled_power_w=modelled_power(
-                    nodes, self.planner and self.planner.curve, self.site
-                ),
+                modelled_power_w=modelled_power(nodes, curve, self.site),  # at most the limits
                 split=sharing.split_for if sharing is not None else None,
             ),
             caps=self.caps,
@@ -271,11 +269,13 @@ class Daemon:
             left = min(left, max(0.0, due - self.clock.now().timestamp()))
         return left
 
-    def _note(self, _now_s: float) -> None:
+    def _note(self, now_s: float) -> None:
         power = self.site.refused if self.site is not None else None
+        wakes = self.levers.wake_notes(now_s, power)  # jobs waiting for a server to wake
         if self.planner is not None and self.onepass.scheduler is not None:
             note_plans(self.db, self.planner, self.onepass.scheduler, self.queue.eligible,
-                       self.clock.now(), self.queue.waiting, power)  # fmt: skip
+                       self.clock.now(), self.queue.waiting, power, wakes)  # fmt: skip
+        self.levers.write_wake_notes(wakes)
         if power:
             power.clear()  # this pass's refusals: the next pass admits afresh
 

@@ -243,11 +243,12 @@ class NodeConfig(BaseModel):
         if levers and self.seconds("power_timeout") > self.seconds("wake_timeout"):
             raise ValueError(f"node {self.name}: power_timeout {self.power_timeout} is longer "
                              f"than wake_timeout {self.wake_timeout}")  # fmt: skip
-        from orchestrator.settings.trust import untrusted
+        from orchestrator.settings.trust import unrunnable, untrusted
 
-        for argv in (self.power_off, self.power_on) if levers else ():
-            if (why := untrusted(argv[0])) is not None:
-                raise ValueError(f"node {self.name}: power command {argv[0]!r}: {why}")
+        for key in ("power_off", "power_on") if levers else ():
+            program = getattr(self, key)[0]
+            if (why := untrusted(program) or unrunnable(program)) is not None:
+                raise ValueError(f"node {self.name}: {key} {program!r}: {why}")
         return self
 
     def seconds(self, name: str) -> float:

@@ -6,6 +6,7 @@ what its user may write anyway."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
@@ -38,4 +39,25 @@ def _chain(path: Path) -> str | None:
             continue
         if st.st_uid != 0 or st.st_mode & 0o022:
             return f"{folder} (a folder above {path.name}) is writable by others than root"
+    return None
+
+
+def unrunnable(path: str) -> str | None:
+    """Why the daemon could not run ``path`` as a program (None: it could): not there, not
+    a regular file (a directory, a device), or not executable. As root (the daemon of a
+    shared server), or for a program this user owns, it asks the kernel (``X_OK``); a
+    member's CLI reading root's config, which may not see or run root's programs, only
+    refuses what no one could run."""
+    me = os.geteuid()
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        if me != 0 and exc.errno == errno.EACCES:
+            return None  # root's daemon checks what it cannot see
+        return f"{exc.strerror or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file" + (" (a directory)" if stat.S_ISDIR(st.st_mode) else "")
+    mine = me == 0 or st.st_uid == me
+    if not st.st_mode & 0o111 or (mine and not os.access(path, os.X_OK)):
+        return "is not executable (no x permission for the daemon's user)"
     return None

@@ -86,6 +86,10 @@ def plan(j: dict[str, Any]) -> str:
         return "GPUs busy"
     if reason == "power":
         return "site power limit"
+    if reason == "wake":  # "due; waiting for gpu1 to wake: ..." (Levers.wake_notes)
+        note = j.get("plan_note") or ""
+        name = note.removeprefix("due; waiting for ").partition(" to wake: ")[0]
+        return f"{name} wake failed" if ": its wake failed (" in note else f"{name} waking"
     if reason in ("low carbon", "budget", "fallback"):
         return f"{reason} {short_time(start)}" if start else reason
     if reason == "due":

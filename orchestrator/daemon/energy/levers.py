@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 
 from orchestrator.daemon.contain import OncePerReason
 from orchestrator.daemon.energy.idle import IdleMeter
+from orchestrator.daemon.energy.powercmd import SHOWN_CHARS, escape
 from orchestrator.daemon.energy.rightsizing import WAKE_FAILED, RightSizer
 from orchestrator.errors import GridshiftError
-from orchestrator.planning.devices.rightsizing import OFF, ON
+from orchestrator.nodes.wakenotes import WakeNotes
+from orchestrator.planning.devices.rightsizing import OFF, ON, WAKING
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +25,8 @@ class Levers:
     _faults: OncePerReason = field(
         default_factory=lambda: OncePerReason(log, "energy levers", "the daemon goes on")
     )
+    _notes: WakeNotes = field(default_factory=WakeNotes)
+    _plan_waits: dict = field(default_factory=dict)  # server -> the plan's jobs due on it
 
     @classmethod
     def build(cls, settings, nodes: list, links: dict, db, carbon=None, caps=None) -> Levers:
@@ -112,6 +116,39 @@ class Levers:
             if self.power is not None:
                 planned = scheduler.planned() if scheduler is not None else []
                 self.power.step(queue.alloc, planned, now_s)
+                self._plan_waits = _plan_waits(self.power, queue.alloc, planned, now_s)
+
+    def wake_notes(self, now_s: float, refused: dict | None = None) -> dict[int, str]:
+        """Each job waiting for a right-sized server to wake (it fits only with that
+        server: ``RightSizer.allocate``; or the plan's, due within its wake and fitting
+        there: ``_plan_waits``), and why, in words: for ``show`` and ``ls`` (a job the site
+        power limit keeps from waking it, ``refused``: that note says why)."""
+        out: dict[int, str] = {}
+        for name, p in sorted(self.power.nodes.items()) if self.power is not None else ():
+            if p.state not in (WAKING, WAKE_FAILED):
+                p.waiters.clear()  # on: they launch; off (not woken for them): not waiting
+                continue
+            note = f"due; waiting for {name} to wake: "
+            if p.state == WAKING:
+                note += f"woken at {_hms(p.since_s)}"
+            else:
+                again = f"at {_hms(p.retry_at_s)}" if p.retry_at_s > now_s else "when next due"
+                failed = escape(p.error or "no reason given")[:SHOWN_CHARS]
+                note += f"its wake failed ({failed}); tried again {again}"
+            keys = p.waiters | {("job", j) for j in self._plan_waits.get(name, ())}
+            for key in sorted(keys, key=str):  # ("job", id): RightSizer.allocate's
+                if isinstance(key, tuple) and key[0] == "job" and key[1] not in (refused or {}):
+                    out.setdefault(key[1], note)
+        return out
+
+    def write_wake_notes(self, notes: dict[int, str]) -> None:
+        """``wake_notes`` on the jobs' rows (a note no longer true cleared); a job that no
+        longer waits is forgotten."""
+        if self.power is None:
+            return
+        gone = {("job", j) for j in self._notes.write(self.power.db, notes)}
+        for p in self.power.nodes.values():
+            p.waiters -= gone
 
     def stop(self, now_s: float) -> None:
         if self.power is not None:
@@ -121,3 +158,28 @@ class Levers:
                 self.idle.flush(now_s)
             except GridshiftError as exc:  # the store is gone: the last seconds are lost
                 log.warning("idle energy: the last stretch was not written: %s", exc)
+
+
+def _plan_waits(power: RightSizer, alloc, planned: list, now_s: float) -> dict[str, set[int]]:
+    """For each server waking or whose wake failed, the plan's jobs due within its wake
+    that fit there (its GPU count, its type): right-sizing woke it for them."""
+    from orchestrator.planning.devices.rightsizing import serves
+
+    out: dict[str, set[int]] = {}
+    for name, p in power.nodes.items():
+        if p.state not in (WAKING, WAKE_FAILED) or name not in alloc.node_names:
+            continue
+        due_s, size = now_s + (p.seconds("wake") or 0.0), len(alloc.gpus_of(name))
+        out[name] = {
+            job.id
+            for job, d in planned
+            if d.start_s <= due_s and (d.gpus or job.gpus) <= size
+            and serves(alloc.type_of(name), getattr(job, "gpu_type", None))
+        }  # fmt: skip
+    return out
+
+
+def _hms(t_s: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t_s, UTC).strftime("%H:%M:%S UTC")

@@ -77,6 +77,7 @@ class Power:
     down_seen: bool = False  # seen not answering since it was last on (power_off's end)
     checking: bool = False  # the thread under way only asks whether it answers
     check_at_s: float = 0.0  # when a server whose wake failed is asked again
+    waiters: set = field(default_factory=set)  # jobs that fit only with it: wait for it
 
     def seconds(self, name: str) -> float | None:
         return self.cfg.seconds(name) if getattr(self.cfg, name) is not None else None
@@ -132,6 +133,7 @@ class RightSizer:
             if woken:
                 alloc.free(key)
                 for name in sorted(woken):
+                    self.nodes[name].waiters.add(key)  # its wake note: levers.wake_notes
                     self.wake(name, now_s, f"for {_job(key)}", key)
                 got = None
         finally:

@@ -50,7 +50,7 @@ JOB_KEYS = (
 )
 #: Why a waiting job waits (``wait_reason``), from the most to the least binding.
 WAIT_REASONS = (
-    "held", "dependency", "capacity", "power", "low carbon", "budget", "fallback", "due",
+    "held", "dependency", "capacity", "power", "wake", "low carbon", "budget", "fallback", "due",
     "planned",
 )  # fmt: skip
 
@@ -144,6 +144,8 @@ def wait_reason(job, waits_for: list[int], budgeted: bool = False) -> str | None
     if waits_for:
         return "dependency"
     note = job.plan_note or ""
+    if note.startswith("due; waiting for ") and " to wake: " in note:  # Levers.wake_notes
+        return "wake"  # first: a server may be named "GPUs" or "power"
     if note.startswith("due; waiting for GPUs"):
         return "capacity"
     if note.startswith("due; waiting for power"):
