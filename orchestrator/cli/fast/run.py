@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import errno
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,16 +47,10 @@ def resolve(app, args: list[str]) -> Call | None:
 
     if os.environ.get("_GRIDSHIFT_COMPLETE"):  # shell completion: typer's business
         return None
-    root = app.registered_callback
-    root_spec = spec_of(root.callback, root.context_settings) if root else Spec()
-    if root_spec is None or (cut := split(root_spec, args)) is None:
+    found = _verb(app, args, VERBS)
+    if found is None:
         return None
-    root_args, (verb, *rest) = cut
-    info = next((c for c in app.registered_commands if _name(c) == verb), None)
-    if verb not in VERBS or info is None:
-        return None
-    settings = {**(app.info.context_settings or {}), **(info.context_settings or {})}
-    spec = spec_of(info.callback, settings)
+    root, root_spec, root_args, info, spec, rest = found
     root_kwargs = parse(root_spec, root_args)
     kwargs = None if spec is None else parse(spec, rest)
     if root_kwargs is None or spec is None or kwargs is None:
@@ -118,19 +112,25 @@ def words_before_separator(app, args: list[str]) -> list[str] | None:
     ``gridshift submit --share yes -- true``, ``["yes"]``: taken as the command, they
     would run ``yes -- true``), or None where the command starts at ``--``, has no
     ``--``, or the line is not one this parser reads (typer then decides)."""
-    root = app.registered_callback
-    root_spec = spec_of(root.callback, root.context_settings) if root else Spec()
-    if root_spec is None or (cut := split(root_spec, args)) is None:
-        return None
-    _, (verb, *rest) = cut
-    info = next((c for c in app.registered_commands if _name(c) == verb), None)
-    if verb != "submit" or info is None:
-        return None
-    settings = {**(app.info.context_settings or {}), **(info.context_settings or {})}
-    spec = spec_of(info.callback, settings)
-    if spec is None or (inner := split(spec, rest)) is None:
+    found = _verb(app, args, {"submit"})
+    if found is None or found[4] is None or (inner := split(found[4], found[5])) is None:
         return None
     command = inner[1]
     if not command or command[0] == "--" or "--" not in command:
         return None
     return command[: command.index("--")]
+
+
+def _verb(app, args: list[str], verbs: Collection[str]) -> tuple | None:
+    """(root callback, its spec, its words, the command's info, its spec or None, its
+    words) where ``args`` name one of ``verbs`` after the root's options, else None."""
+    root = app.registered_callback
+    root_spec = spec_of(root.callback, root.context_settings) if root else Spec()
+    if root_spec is None or (cut := split(root_spec, args)) is None:
+        return None
+    root_args, (verb, *rest) = cut
+    info = next((c for c in app.registered_commands if _name(c) == verb), None)
+    if verb not in verbs or info is None:
+        return None
+    settings = {**(app.info.context_settings or {}), **(info.context_settings or {})}
+    return root, root_spec, root_args, info, spec_of(info.callback, settings), rest
