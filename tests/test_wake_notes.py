@@ -118,3 +118,26 @@ def test_where_the_daemon_plans_the_wake_note_is_the_plan_note(tmp_path):
     now = datetime.fromtimestamp(NOW, UTC)
     note_plans(db, planner, scheduler, jobs, now, None, None, {1: wake})
     assert _notes(db)[1] == wake and _notes(db)[2] == "due now"
+
+
+def test_a_failing_store_or_server_leaves_the_notes_and_the_pass_goes_on(tmp_path, caplog):
+    """Notes are words no job waits on: a failure reading the servers or writing the notes
+    is logged once and swallowed, so the daemon's pass (launches, wakes) goes on."""
+    levers, sizer, _alloc, db = _levers(tmp_path)
+    a = sizer.nodes["a"]
+    a.state, a.since_s, a.waiters = "waking", NOW - 5, {("job", 1)}
+
+    class Broken:
+        def write(self, *_a):
+            raise RuntimeError("database is locked")
+
+    good, levers._notes = levers._notes, Broken()
+    for _ in range(3):
+        levers.write_wake_notes(levers.wake_notes(NOW))
+    assert _notes(db)[1] is None and a.waiters == {("job", 1)}
+    assert sum("database is locked" in r.getMessage() for r in caplog.records) == 1
+    a.since_s = "not a time"  # a broken server record: no note, no raise
+    assert levers.wake_notes(NOW) == {}
+    levers._notes, a.since_s = good, NOW - 5  # it works again: the note is written
+    levers.write_wake_notes(levers.wake_notes(NOW))
+    assert _notes(db)[1] == "due; waiting for a to wake: woken at 19:29:55 UTC"

@@ -26,6 +26,13 @@ class Levers:
         default_factory=lambda: OncePerReason(log, "energy levers", "the daemon goes on")
     )
     _notes: WakeNotes = field(default_factory=WakeNotes)
+    # each its own: a step that works must not re-arm another's log (once per reason)
+    _reading_notes: OncePerReason = field(
+        default_factory=lambda: OncePerReason(log, "wake notes", "no note this pass")
+    )
+    _writing_notes: OncePerReason = field(
+        default_factory=lambda: OncePerReason(log, "writing wake notes", "none changes")
+    )
     _plan_waits: dict = field(default_factory=dict)  # server -> the plan's jobs due on it
 
     @classmethod
@@ -122,7 +129,13 @@ class Levers:
         """Each job waiting for a right-sized server to wake (it fits only with that
         server: ``RightSizer.allocate``; or the plan's, due within its wake and fitting
         there: ``_plan_waits``), and why, in words: for ``show`` and ``ls`` (a job the site
-        power limit keeps from waking it, ``refused``: that note says why)."""
+        power limit keeps from waking it, ``refused``: that note says why). A failure is
+        logged once and no note changes this pass: notes are words, no job waits on them."""
+        with self._reading_notes.step():
+            return self._wake_notes(now_s, refused)
+        return {}
+
+    def _wake_notes(self, now_s: float, refused: dict | None) -> dict[int, str]:
         out: dict[int, str] = {}
         for name, p in sorted(self.power.nodes.items()) if self.power is not None else ():
             if p.state not in (WAKING, WAKE_FAILED):
@@ -146,9 +159,10 @@ class Levers:
         longer waits is forgotten."""
         if self.power is None:
             return
-        gone = {("job", j) for j in self._notes.write(self.power.db, notes)}
-        for p in self.power.nodes.values():
-            p.waiters -= gone
+        with self._writing_notes.step():  # logged once; the pass goes on
+            gone = {("job", j) for j in self._notes.write(self.power.db, notes)}
+            for p in self.power.nodes.values():
+                p.waiters -= gone
 
     def stop(self, now_s: float) -> None:
         if self.power is not None:
