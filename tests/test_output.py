@@ -102,7 +102,7 @@ def test_ls_piped_at_80_columns_holds_every_value_of_its_json(cli, tmp_path):
 
 
 def test_simulate_piped_at_80_columns_holds_every_value_of_its_json(cli):
-    from orchestrator.cli.output.simtext import METRICS, change
+    from orchestrator.cli.output.simtext import METRICS, OPTIONAL, change
 
     data = cli.json(*SIM)
     text = _run(cli, *SIM)
@@ -112,7 +112,8 @@ def test_simulate_piped_at_80_columns_holds_every_value_of_its_json(cli):
         row = next(line for line in lines if line.startswith(name + " "))
         cells = row.split()
         for key, _col, fmt in METRICS:
-            assert fmt(m[key]) in cells, (key, m[key], row)
+            if key in m or key not in OPTIONAL:  # a limit's, co-location's: only with them
+                assert fmt(m[key]) in cells, (key, m[key], row)
         if name != "fifo":
             assert change(m["carbon_kg"], data["policies"]["fifo"]["carbon_kg"]) in cells
         for forced in m["budget"]["forced_jobs"]:  # every one, not the first 8
@@ -183,3 +184,29 @@ def test_cron_nodes_budget_and_report_piped_at_80_columns_are_whole(cli, tmp_pat
     assert "AT SUBMISSION kg" in report and "…" not in report
     budget = _run(cli, "budget", "--budget", "1kg/day").splitlines()
     assert "spent" in budget[0] and "period from" in budget[0]  # one line, not wrapped at 80
+
+
+def test_simulate_with_sharing_and_a_limit_names_every_column_and_says_the_scenario(cli):
+    """Co-location's and the site limit's metrics get columns named as people read them
+    (no JSON key, no True/False), the row holds each value, and the scenario says how
+    jobs share; without sharing there is no co-location column and no key."""
+    args = (*SIM[:4], "--policy", "fifo", "--share", "1", "--power-limit", "3kW")
+    data = cli.json(*args)
+    m, s = data["policies"]["fifo"], data["scenario"]
+    assert (s["share"], s["pair_speeds"], s["moves"]) == (1.0, "model", False)
+    assert {"pairs", "colocation_moves", "splits", "limit_exceeded"} <= set(m)
+    assert m["pairs"] > 0, "synthetic jobs that all may share: some pairs form"
+    lines = _run(cli, *args).splitlines()
+    head = next(line for line in lines if line.startswith("policy")).split()
+    assert not [h for h in head if "_" in h], head
+    for name in ("pairs", "moves", "splits", "over", "limit", "idle", "power-offs", "wakes"):
+        assert name in head, name
+    row = next(line for line in lines if line.startswith("fifo ")).split()
+    assert "True" not in row and "False" not in row
+    assert ("yes" if m["limit_exceeded"] else "no") in row and str(m["pairs"]) in row
+    assert "share 1.0 (two to a GPU; pair speeds: model, no moves)" in lines
+    plain = cli.json(*SIM[:4], "--policy", "fifo")
+    assert plain["scenario"]["share"] == 0.0 and "pairs" not in plain["policies"]["fifo"]
+    head = next(ln for ln in _run(cli, *SIM[:4], "--policy", "fifo").splitlines()
+                if ln.startswith("policy")).split()  # fmt: skip
+    assert "pairs" not in head and "over" not in head

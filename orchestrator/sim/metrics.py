@@ -60,6 +60,10 @@ def metrics(inputs: SimInputs, run: RunResult) -> dict:
     out.update(idle_metrics(inputs, run.idle))
     if inputs.power_limit_w is not None:  # a job too wide for the limit even alone
         out["limit_exceeded"] = peak > inputs.power_limit_w * (1 + 1e-9) + 1e-6
+    if inputs.scenario.jobs.share > 0:  # co-location: what it did (sim.hardware.colocation)
+        out["pairs"] = len(run.pairs or ())
+        out["colocation_moves"] = run.moves
+        out["splits"] = run.splits
     if run.ledger is not None:
         out["budget"] = budget_block(run.ledger)
     return out

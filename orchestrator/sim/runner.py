@@ -43,6 +43,9 @@ class Outcome:
                 "deadline_rule": s.jobs.deadline_rule,
                 "interruptible": s.jobs.interruptible,
                 "elastic": s.jobs.elastic,
+                "share": s.jobs.share,  # co-location: its pair speeds and moves
+                "pair_speeds": s.jobs.pair_speeds,
+                "moves": s.jobs.moves,
                 "skip_jobs": s.jobs.skip_jobs,
                 "objective": inp.objective,
                 "budget": str(inp.budget) if inp.budget is not None else None,

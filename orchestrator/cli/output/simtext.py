@@ -23,6 +23,10 @@ def _f(digits: int) -> Callable[[Any], str]:
     return lambda v: num(v, digits)
 
 
+def _yes(v: Any) -> str:
+    return "-" if v is None else ("yes" if v else "no")
+
+
 def _share(v: Any) -> str:
     return num(None if v is None else 100 * v, 1, "%")
 
@@ -48,7 +52,16 @@ METRICS: tuple[tuple[str, Col, Callable[[Any], str]], ...] = (
     ("job_hours_beyond_signal", Col("h beyond signal", right=True, drop=15), _f(1)),
     ("jobs", Col("jobs", right=True, drop=9), _int),
     ("peak_power_kw", Col("peak kW", right=True, drop=16), _f(1)),  # under a site limit
+    ("limit_exceeded", Col("over limit", right=True, drop=4), _yes),  # under a site limit
+    ("idle_carbon_kg", Col("idle kg", right=True, drop=17), _f(1)),
+    ("power_offs", Col("power-offs", right=True, drop=18), _int),  # right-sizing
+    ("wakes", Col("wakes", right=True, drop=19), _int),
+    ("pairs", Col("pairs", right=True, drop=9), _int),  # with co-location (``share``)
+    ("colocation_moves", Col("moves", right=True, drop=18), _int),
+    ("splits", Col("splits", right=True, drop=17), _int),
 )
+#: shown only where some policy has them (a site limit, co-location)
+OPTIONAL = ("limit_exceeded", "pairs", "colocation_moves", "splits")
 NOT_METRICS = ("budget", "solver", "forecast")  # said below the table, or in the scenario
 
 
@@ -65,17 +78,26 @@ def columns_and_rows(data: dict) -> tuple[list[Col], list[list[str]]]:
         {k for m in policies.values() for k, v in m.items()
          if k not in known and k not in NOT_METRICS and not isinstance(v, dict | list)}
     )  # fmt: skip
+    shown = [(key, col, fmt) for key, col, fmt in METRICS[1:]
+             if key not in OPTIONAL or any(key in m for m in policies.values())]  # fmt: skip
     cols = [Col("policy"), METRICS[0][1], Col("vs fifo", right=True)]
-    cols += [c for _, c, _ in METRICS[1:]] + [Col(k, right=True, drop=20) for k in extra]
+    cols += [c for _, c, _ in shown] + [Col(k, right=True, drop=20) for k in extra]
     base = policies["fifo"]["carbon_kg"]
     rows = []
     for name, m in policies.items():
         row = [name, METRICS[0][2](m["carbon_kg"])]
         row.append(change(m["carbon_kg"], base) if name != "fifo" else "-")
-        row += [fmt(m.get(key)) for key, _, fmt in METRICS[1:]]
-        row += [num(m.get(k), 3) if isinstance(m.get(k), float) else _int(m.get(k)) for k in extra]
+        row += [fmt(m.get(key)) for key, _, fmt in shown]
+        row += [_extra(m.get(k)) for k in extra]
         rows.append(row)
     return cols, rows
+
+
+def _extra(v: Any) -> str:
+    """A metric no column declares yet: a flag as yes/no, a number as a number."""
+    if isinstance(v, bool):
+        return _yes(v)
+    return num(v, 3) if isinstance(v, float) else _int(v)
 
 
 def scenario_lines(s: dict) -> list[str]:
@@ -89,6 +111,11 @@ def scenario_lines(s: dict) -> list[str]:
     if s["power_limit_w"] is not None:
         parts.append(f"power limit {num(s['power_limit_w'], 0)} W")
     lines.append(", ".join(parts))
+    if s.get("share"):
+        moves = {False: "no moves", True: "moves: both kinds"}.get(
+            s["moves"], f"moves: {s['moves']}"
+        )
+        lines.append(f"share {s['share']} (two to a GPU; pair speeds: {s['pair_speeds']}, {moves})")
     lines.append(
         f"interruptible {s['interruptible']}, elastic {s['elastic']}, checkpoint "
         f"{num(s['checkpoint_s'], 0)} s, slot {num(s['slot_s'], 0)} s, skipped "
