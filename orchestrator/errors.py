@@ -107,6 +107,23 @@ def translate(exc: BaseException) -> GridshiftError | None:
     return None
 
 
+#: what pydantic puts before a validator's own message: the message says it all
+_PYDANTIC_PREFIXES = ("Value error, ", "Assertion failed, ")
+
+
+def first_invalid(exc: Exception) -> tuple[tuple, str]:
+    """A pydantic validation error's first problem: where (its ``loc``) and what, in the
+    validator's own words (pydantic's "Value error, " dropped)."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors) or not errors():
+        return (), str(exc)
+    first = errors()[0]
+    msg = str(first["msg"])
+    for prefix in _PYDANTIC_PREFIXES:
+        msg = msg.removeprefix(prefix)
+    return tuple(first["loc"]), msg
+
+
 @contextmanager
 def boundary() -> Iterator[None]:
     """The one place foreign errors become gridshift errors: the CLI's and the daemon's

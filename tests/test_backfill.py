@@ -225,7 +225,7 @@ def test_simulate_refuses_an_unknown_backfill_in_one_line(cli):
     proc = cli.run("simulate", "--backfill", "aggressive", check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "gridshift: error: scenario: backfill: Value error, unknown backfill 'aggressive'; "
+        "gridshift: error: --backfill: unknown backfill 'aggressive'; "
         "use easy, conservative or strict"
     ]
 

@@ -194,6 +194,22 @@ def test_simulate_bad_scenario_files(cli, tmp_path):
     assert proc.returncode == 2 and "colour" in proc.stderr
 
 
+def test_a_bad_flag_is_blamed_on_the_flag_and_a_bad_key_on_its_file(cli, tmp_path):
+    """With a scenario file, a flag's bad value names the flag, not the file; the file's
+    own bad key names the file and the key; neither says pydantic's "Value error,"."""
+    scenario = tmp_path / "s.toml"
+    scenario.write_text('[jobs]\nmoves = "sometimes"\n')
+    proc = cli.run("simulate", str(ROOT / "examples" / "whatif.toml"), "--backfill", "eager",
+                   "--power-limit", "5kW", check=False)  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == ("gridshift: error: --backfill: unknown backfill 'eager'; "
+                                   "use easy, conservative or strict")  # fmt: skip
+    proc = cli.run("simulate", str(scenario), check=False)
+    assert proc.returncode == 2 and "Value error" not in proc.stderr
+    assert proc.stderr.strip() == (f"gridshift: error: {scenario}: jobs.moves: moves is true, "
+                                   'false, "empty-servers" or "waiting-jobs"')  # fmt: skip
+
+
 def test_cluster_file_with_nodes(cli, tmp_path):
     cluster = tmp_path / "cluster.toml"
     cluster.write_text(

@@ -77,7 +77,7 @@ def daemon(
     order. Each option may also be set in the config file's [daemon] table. Stopping the
     daemon leaves running jobs running; the next daemon picks them up."""
     from orchestrator.daemon.service import Daemon
-    from orchestrator.errors import ConfigError
+    from orchestrator.errors import ConfigError, first_invalid
     from orchestrator.settings import DaemonSettings
     from orchestrator.signals.sources import provider_configs
 
@@ -104,9 +104,9 @@ def daemon(
     try:
         c.settings.daemon = DaemonSettings.model_validate(merged)
     except ValueError as exc:
-        first = exc.errors()[0] if hasattr(exc, "errors") else {"loc": (), "msg": str(exc)}
-        where = "--" + "-".join(str(p) for p in first["loc"]).replace("_", "-")
-        raise ConfigError(f"invalid {where}: {first['msg']}") from None
+        loc, msg = first_invalid(exc)
+        where = "--" + "-".join(str(p) for p in loc).replace("_", "-")
+        raise ConfigError(f"invalid {where}: {msg}") from None
     from orchestrator.timeparse import local_zone
 
     local_zone()  # a TZ that names no zone is one line now, not an error at every pass

@@ -104,37 +104,46 @@ def simulate(
     raw = loaded.model_dump(exclude_unset=True)
     cwd = Path.cwd()
 
-    def put(section: str | None, key: str, value) -> None:
+    flags: dict[tuple, str] = {}  # key path -> the flag that set it (errors name it)
+
+    def put(section: str | None, key: str, value, flag: str = "") -> None:
         if value is None:
             return
         (raw.setdefault(section, {}) if section else raw)[key] = value
+        flags[(section, key) if section else (key,)] = flag or "--" + key.replace("_", "-")
 
     # Flags win over the file; paths given as flags are relative to where you are.
-    put(None, "policies", [p for p in policy.split(",") if p.strip()] if policy else None)
+    put(
+        None,
+        "policies",
+        [p for p in policy.split(",") if p.strip()] if policy else None,
+        "--policy",
+    )
     put(None, "forecast", forecast)
     put(None, "seed", seed)
-    put("jobs", "source", resolve_path(jobs, cwd) if jobs else None)
+    put("jobs", "source", resolve_path(jobs, cwd) if jobs else None, "--jobs")
     put("jobs", "max_jobs", max_jobs)
     put("jobs", "skip_jobs", skip_jobs)
     put("jobs", "elastic", elastic)
     put("jobs", "share", share)
     put(None, "budget", budget)
     put(None, "objective", objective)
-    put(None, "power_limit_w", power_limit)
+    put(None, "power_limit_w", power_limit, "--power-limit")
     put(None, "slot", slot)
     put(None, "backfill", backfill)
     put(None, "time_limit", time_limit)
     put("jobs", "deadline_rule", deadline_rule)
     put("jobs", "interruptible", interruptible)
     put("jobs", "checkpoint_cost", checkpoint_cost)
-    put("grid", "source", resolve_path(grid, cwd) if grid else None)
+    put("grid", "source", resolve_path(grid, cwd) if grid else None, "--grid")
     put("grid", "price", resolve_path(price, cwd) if price else None)
     if gpus is not None:
         raw["cluster"] = {**raw.get("cluster", {}), "gpus": gpus}
+        flags[("cluster", "gpus")] = "--gpus"
         raw["cluster"].pop("nodes", None)
     if cluster is not None:
         raw["cluster"] = load_cluster_file(cluster).model_dump(exclude_unset=True)
-    chosen = validate(raw, str(scenario or "scenario"))
+    chosen = validate(raw, str(scenario or "scenario"), flags)
     if "fifo" not in chosen.policies:
         chosen.policies.insert(0, "fifo")  # the baseline every policy is compared with
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.errors import SpecError
+from orchestrator.errors import SpecError, first_invalid
 from orchestrator.queue import checks
 from orchestrator.timeparse import (
     check_seconds,
@@ -289,11 +289,10 @@ def _deadline(raw: dict[str, Any], now: datetime) -> datetime | None:
 
 
 def _first_error(exc: Exception) -> str:
-    errors = getattr(exc, "errors", None)
-    if callable(errors):
-        first = errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
-    return str(exc)
+    if not callable(getattr(exc, "errors", None)):
+        return str(exc)
+    loc, msg = first_invalid(exc)
+    return f"{'.'.join(str(p) for p in loc)}: {msg}"
 
 
 #: The largest job file read (a sweep of many thousand jobs is far smaller).

@@ -25,7 +25,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 from pydantic_settings.exceptions import SettingsError
 
 from orchestrator.api.environ import env_path, not_blank
-from orchestrator.errors import ConfigError
+from orchestrator.errors import ConfigError, first_invalid
 from orchestrator.settings.nodes import (  # noqa: F401 (re-exported)
     MAX_FAKE_GPUS,
     MAX_NODE_GPUS,
@@ -385,10 +385,10 @@ def load_settings(config: Path | None = None) -> Settings:
                 raise ConfigError(f"{source} names power commands but {why}")
         return settings
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "settings"
+        loc, msg = first_invalid(exc)
+        where = ".".join(str(p) for p in loc) or "settings"
         raise ConfigError(
-            f"invalid setting {where} (from {source} or GRIDSHIFT_* environment): {first['msg']}"
+            f"invalid setting {where} (from {source} or GRIDSHIFT_* environment): {msg}"
         ) from None
     except SettingsError as exc:  # a GRIDSHIFT_* variable that is not the JSON it must be
         raise ConfigError(f"invalid GRIDSHIFT_* environment: {str(exc).splitlines()[0]}") from None

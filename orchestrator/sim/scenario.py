@@ -69,7 +69,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from orchestrator.errors import ConfigError, SpecError
+from orchestrator.errors import ConfigError, SpecError, first_invalid
 from orchestrator.queue.spec import read_text_file
 from orchestrator.settings import EMPTY_SERVERS, MOVES, WAITING_JOBS  # the daemon's moves
 
@@ -346,13 +346,18 @@ def load_scenario(path: Path | None) -> tuple[Scenario, Path]:
     return scenario, base
 
 
-def validate(raw: dict, where: str) -> Scenario:
+def validate(raw: dict, where: str, flags: dict[tuple, str] | None = None) -> Scenario:
+    """``raw`` as a scenario; a problem is one line naming the key in ``where`` (the
+    scenario file), or the flag that gave it (``flags``: key path -> flag)."""
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "scenario"
-        raise SpecError(f"{where}: {field}: {err['msg']}") from None
+        loc, msg = first_invalid(exc)
+        flag = next((f for path, f in (flags or {}).items() if loc[: len(path)] == path), None)
+        if flag is not None:
+            raise SpecError(f"{flag}: {msg}") from None
+        field = ".".join(str(p) for p in loc) or "scenario"
+        raise SpecError(f"{where}: {field}: {msg}") from None
 
 
 def load_cluster_file(path: Path) -> ClusterConfig:
@@ -385,9 +390,8 @@ def load_cluster_file(path: Path) -> ClusterConfig:
     try:
         return ClusterConfig.model_validate(table)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"])
-        raise SpecError(f"cluster file {path}: {field}: {err['msg']}") from None
+        loc, msg = first_invalid(exc)
+        raise SpecError(f"cluster file {path}: {'.'.join(str(p) for p in loc)}: {msg}") from None
 
 
 def resolve_path(text: str, base: Path) -> str:
