@@ -96,6 +96,12 @@ CASES = {
     "unknown backfill mode": (["daemon", "--backfill", "aggressive"], "invalid --backfill"),
     "budget without an amount": (["budget"], "no budget"),
     "malformed report start": (["report", "--since", "yesterday"], "invalid --since"),
+    # an empty --since is no "all time"; a start in the future reports nothing; past a
+    # year it says the year is the limit (not "give a duration")
+    "empty report start": (["report", "--since", ""], "invalid --since '': give a duration"),
+    "report start in the future": (["report", "--since", "2099-01-01"], "in the future"),
+    "report start too long ago": (["report", "--since", "400d"], "at most one year (365d)"),
+    "report start of no time": (["report", "--since", "0d"], "longer than zero"),
 }
 
 

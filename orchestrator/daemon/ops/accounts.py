@@ -158,7 +158,7 @@ def report(ctx: OpContext, caller: Caller, args: Args) -> dict:
     now = utc_now()
     since, grid = args.get("since", str), args.get("grid", str)
     check_source(ctx, caller, grid)
-    start = _since(since, now) if since else None
+    start = _since(since, now) if since is not None else None
     with ctx.db.read() as session:
         carbon, label, source = _history(ctx, grid, session, start, now)
         data = make_report(session, start, carbon)
@@ -169,17 +169,28 @@ def report(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
 
 def _since(text: str, now):
+    """``--since``: a duration back from now (at most a year) or a date not after now."""
     from orchestrator.daemon.ops.base import when
-    from orchestrator.timeparse import parse_duration_s
+    from orchestrator.timeparse import MAX_DURATION_TEXT, _total_s, check_seconds
 
+    shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
     try:
-        return now - timedelta(seconds=parse_duration_s(text))
+        seconds = _total_s(text)
     except SpecError:
         pass
+    else:  # a duration: longer than zero, at most a year
+        try:
+            return now - timedelta(seconds=check_seconds(seconds))
+        except SpecError:
+            raise SpecError(f"invalid --since {shown}: a duration longer than zero and at "
+                            f"most {MAX_DURATION_TEXT}") from None  # fmt: skip
     try:
-        return when(text)
+        start = when(text)
     except SpecError:
-        raise SpecError(f"invalid --since {text!r}: give a duration (7d) or a date") from None
+        raise SpecError(f"invalid --since {shown}: give a duration (7d) or a date") from None
+    if start > now:
+        raise SpecError(f"invalid --since {shown}: that is in the future")
+    return start
 
 
 def _history(ctx: OpContext, grid: str | None, session, start, now):
