@@ -168,8 +168,12 @@ def test_a_failing_wake_marks_the_server_and_the_daemon_goes_on(cli, tmp_path):
     with sqlite3.connect(cli.db_url.removeprefix("sqlite:///")) as con:  # a daemon left it off
         con.execute("UPDATE node SET power_state = 'off' WHERE name = 'far'")
     daemon = cli.daemon()
-    try:
-        wide = cli.submit("--gpus", "2", "--", "true")
+    try:  # status says far is off (right-sizing left it so), not unreachable
+        wait_for(lambda: " far off since " in cli.run("status").stdout, timeout_s=10,
+                 what="status to say far is off")  # fmt: skip
+        made = cli.run("submit", "--gpus", "2", "--", "true")  # fits only on far
+        wide = int(made.stdout)
+        assert "starts once far wakes (about 1s)" in made.stderr, made.stderr
         far = wait_for(lambda: next((n for n in cli.json("nodes") if n["name"] == "far"
                                      and n["power"] == "wake failed"), None),
                        timeout_s=20, what="the wake to fail")  # fmt: skip
@@ -191,7 +195,17 @@ def test_a_failing_wake_marks_the_server_and_the_daemon_goes_on(cli, tmp_path):
         assert "far wake failed" in cli.run("ls").stdout
         assert "its wake failed (power_on: python" in cli.run("show", str(wide)).stdout
         assert calls.read_text().splitlines().count("on") == 1, "retried only after a back-off"
-        cli.run("cancel", str(wide))
+        status = cli.run("status").stdout  # the server's state, its failure (escaped, cut)
+        assert re.search(r" far wake failed since .*: power_on: python.*BMC says no\\x07; "
+                         r"tried again at ", status), status  # fmt: skip
+        assert "unreachable" not in status and "\x1b" not in status, status
+        power = cli.json("status")["nodes_power"]["far"]
+        assert power["power_state"] == "wake failed" and power["retry_at"], power
+        made = cli.run("submit", "--gpus", "2", "--", "true")  # a second: it says why it waits
+        assert "waits for far, whose wake failed (far: power_on: python" in made.stderr
+        assert "BMC says no\\x07); the daemon tries again after a back-off" in made.stderr
+        assert "\x1b" not in made.stderr, made.stderr
+        cli.run("cancel", str(wide), made.stdout.strip())
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)

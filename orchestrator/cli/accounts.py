@@ -41,8 +41,10 @@ def status(ctx: typer.Context, as_json: Annotated[bool, JSON_OPT] = False) -> No
     out.print(f"[bold]daemon[/]     {state} (pid {made['pid']}, last pass {last})")
     if not running:
         out.print(f"             the figures below are as of its last pass ({last})")
-    for node, since in (data["nodes_unreachable"] or {}).items():
-        out.print(f"[bold]node[/]       [red]{safe(node)} unreachable[/] since {local_time(since)}")
+    from orchestrator.cli.output.nodepower import node_lines
+
+    for line in node_lines(data["nodes_unreachable"], data.get("nodes_power"), datetime.now(UTC)):
+        out.print(line)
     mode = data["mode"] or "plan"
     line = safe(data["policy"]) + ("" if mode == "plan" else f" [red]→ {mode} fallback[/]")
     out.print(f"[bold]policy[/]     {line}")

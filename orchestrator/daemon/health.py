@@ -73,6 +73,8 @@ class HealthWriter:
                 node: datetime.fromtimestamp(since, UTC).isoformat()
                 for node, since in sorted(daemon.executor.unreachable_nodes().items())
             },
+            # right-sizing: each managed server's power (off, waking, wake failed ...)
+            "nodes_power": _power_view(getattr(daemon, "levers", None)),
         }
         feed = planner.feed if planner else None
         if feed is not None:
@@ -113,6 +115,10 @@ def effective_settings(daemon) -> dict:
         "policy": daemon.policy_name,
         "objective": cfg.objective,
     }
+
+
+def _power_view(levers) -> dict:
+    return levers.power_view() if levers is not None else {}
 
 
 def _iso(value: datetime | None) -> str | None:

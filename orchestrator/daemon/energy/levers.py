@@ -82,6 +82,22 @@ class Levers:
         the basis co-location gains are (``daemon.energy.emptying``)."""
         return self.idle.draw_w(name, gpus, busy, facility=False)
 
+    def power_view(self) -> dict[str, dict]:
+        """Each managed server's power, for ``status`` (its health's ``nodes_power``):
+        ``power_state`` (on, off, powering off, waking, wake failed), since when, the last
+        power command's failure (escaped, cut) and, after a failed wake, when it is tried
+        again (ISO times, UTC)."""
+        out: dict[str, dict] = {}
+        for name, p in sorted(self.power.nodes.items()) if self.power is not None else ():
+            failed = p.state == WAKE_FAILED
+            out[name] = {
+                "power_state": p.state,
+                "since": _iso(p.since_s) if p.since_s else None,
+                "error": escape(p.error)[:SHOWN_CHARS] if p.error else None,
+                "retry_at": _iso(p.retry_at_s) if failed and p.retry_at_s else None,
+            }
+        return out
+
     def awake(self, links: dict) -> dict:
         """The SSH links of servers that are on (discovery leaves the others alone)."""
         if self.power is None:
@@ -197,3 +213,9 @@ def _hms(t_s: float) -> str:
     from datetime import UTC, datetime
 
     return datetime.fromtimestamp(t_s, UTC).strftime("%H:%M:%S UTC")
+
+
+def _iso(t_s: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t_s, UTC).isoformat(timespec="seconds")

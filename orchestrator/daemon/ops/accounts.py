@@ -14,6 +14,7 @@ HEALTH_KEYS = (
     "policy", "mode", "fallback_reason", "slot_s", "suspend", "power_caps",
     "power_caps_reason", "queued_jobs", "running_jobs", "stopped_jobs", "running_gpus",
     "power_w", "signal", "budget", "nodes_unreachable", "settings", "power_limit",
+    "nodes_power",
 )  # fmt: skip
 
 

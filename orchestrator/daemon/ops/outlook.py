@@ -31,14 +31,18 @@ def outlooks(session, settings, jobs: list, now: datetime) -> dict[int, dict[str
     """For each new job: its estimate, and the latest time it may start
     (``may_wait_until``; None: it starts as soon as GPUs are free), and the one line."""
     from orchestrator.accounting.estimates import describe, estimates
+    from orchestrator.daemon.ops.wakeoutlook import servers, wake_wait
+    from orchestrator.planning.devices.typenames import type_of
     from orchestrator.timeparse import format_time
 
     known = estimates(session, jobs, settings.daemon.seconds("default_duration"), now)
     plans = defers(settings)
+    cluster = servers(session, settings)  # none: right-sizing powers no server
     out = {}
     for job in jobs:
         est = known[job.id]
         until = _latest_start(job, est.run_s, now) if plans else None
+        wake = wake_wait(job.gpus_min, type_of(job.gpu_type), cluster, now) if cluster else None
         if not plans:
             when = "starts when GPUs are free (the daemon plans with no grid signal)"
         elif until is None:
@@ -46,13 +50,29 @@ def outlooks(session, settings, jobs: list, now: datetime) -> dict[int, dict[str
             when = "starts now" + (" (--now)" if asked else ": its deadline leaves no time to wait")
         else:
             when = f"may wait until {format_time(until)} for low carbon"
+        if wake is not None:
+            when = _waking(when, wake, until is not None)
         out[job.id] = {
             "estimate_s": round(est.run_s, 1),
             "estimate_source": est.source,
             "may_wait_until": until.isoformat() if until else None,
+            # right-sizing: the servers it waits for (nodes, power_state, wake_s), or None
+            "wake": None if wake is None else {k: wake[k] for k in WAKE_KEYS},
             "outlook": f"{when}; {describe(est)}",
         }
     return out
+
+
+WAKE_KEYS = ("nodes", "power_state", "wake_s")
+
+
+def _waking(when: str, wake: dict, defers: bool) -> str:
+    """The outlook of a job that waits for a server to wake (``wakeoutlook``)."""
+    if "failed" in wake:
+        return (f"{when}, then waits for " if defers else "waits for ") + wake["failed"]
+    if defers:  # right-sizing wakes it ahead of the job's planned start
+        return f"{when}; right-sizing wakes {wake['names']} for it{wake['span']}"
+    return f"starts once {wake['names']} wakes{wake['span']}"
 
 
 def estimate_keys(session, settings, job) -> dict[str, Any]:
