@@ -15,6 +15,7 @@ from orchestrator.planning.devices.gputypes import type_of
 from orchestrator.planning.policies.base import DEFAULT_CHECKPOINT_S
 from orchestrator.sim.deadlines import DeadlineRule
 from orchestrator.sim.elastic import elastic_ranges, scaling_tables
+from orchestrator.sim.limitfloor import check_limit
 from orchestrator.sim.scenario import ClusterConfig, Scenario, resolve_path
 from orchestrator.sim.traces import TraceJobs, read_trace, shift_onto
 from orchestrator.timeparse import parse_checkpoint_s, parse_duration_s, zone_info
@@ -145,7 +146,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     if scenario.jobs.share > 0 and scenario.jobs.pair_speeds != "model":
         pair_speeds = _pair_speeds(scenario.jobs.pair_speeds, base)
         notes.append(f"pairs run at Gavel's measured speeds ({len(pair_speeds)} measured)")
-    return SimInputs(
+    inputs = SimInputs(
         scenario=scenario,
         carbon=carbon,
         carbon_end_s=end_s,
@@ -168,6 +169,8 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         notes=notes,
         **planning,
     )
+    check_limit(inputs)  # a limit no job could start under: refused; jobs it cannot hold
+    return inputs
 
 
 def _planning(scenario: Scenario, has_price: bool) -> dict:

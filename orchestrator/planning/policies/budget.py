@@ -201,8 +201,12 @@ def greedy(
 
 def _earliest_fit(p: Problem, j: int, cfg, free_g, free_w) -> float:
     """The first start (now, or a slot boundary) from which ``cfg`` finds its GPUs and
-    watts in every slot of the horizon it covers; the horizon's end if none."""
-    bad = (free_g < cfg.gpus - 1e-9) | (free_w < cfg.power_w - 1e-6)
+    watts in every slot of the horizon it covers; the horizon's end if none. A job that
+    draws more than the whole site limit needs all of it (it runs alone, the limit's
+    admission capping it): else no slot ever fits and each replan defers it again."""
+    limit_w = p.snapshot.power_limit_w
+    need_w = cfg.power_w if limit_w is None else min(cfg.power_w, float(limit_w))
+    bad = (free_g < cfg.gpus - 1e-9) | (free_w < need_w - 1e-6)
     cum = np.concatenate(([0], np.cumsum(bad)))
     m = max(1, int(np.ceil(cfg.run_s / p.slot - 1e-9)))
     k = np.arange(int(p.rk[j]), p.K)
