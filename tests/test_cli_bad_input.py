@@ -102,6 +102,19 @@ CASES = {
     "report start in the future": (["report", "--since", "2099-01-01"], "in the future"),
     "report start too long ago": (["report", "--since", "400d"], "at most one year (365d)"),
     "report start of no time": (["report", "--since", "0d"], "longer than zero"),
+    # a date whose UTC falls outside what a datetime holds (an offset past year 1 or 9999)
+    "report start before year 1 in UTC": (
+        ["report", "--since", "0001-01-01T00:00:00+00:01"],
+        "invalid --since",
+    ),
+    "report start past year 9999 in UTC": (
+        ["report", "--since", "9999-12-31T23:59:59-14:00"],
+        "invalid --since",
+    ),
+    "plan time past year 9999 in UTC": (
+        ["plan", "--at", "9999-12-31T23:59:59-14:00"],
+        "invalid time",
+    ),
 }
 
 

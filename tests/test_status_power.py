@@ -182,3 +182,15 @@ def test_the_outlook_reads_the_servers_power_from_the_store(tmp_path):
     )
     assert a.error == HOSTILE and (b.state, b.error, b.wake_s) == ("on", None, None)
     assert wake_wait(2, None, [a, b], NOW) is None, "b is on and free: it starts there"
+
+
+def test_a_cpu_only_job_never_waits_for_a_wake():
+    """A job of no GPUs is placed on the first node with no GPUs and never wakes a server
+    (``RunningViews.allocate``): its outlook says nothing of a wake, even where every
+    server is off."""
+    from orchestrator.daemon.ops.wakeoutlook import wake_wait
+
+    off = _server("gpu1", "off", gpus=4, free=4, wake_s=120.0)
+    failed = _server("gpu2", "wake failed", error="boom", wake_s=60.0)
+    assert wake_wait(0, None, [off], NOW) is None
+    assert wake_wait(0, None, [failed], NOW) is None

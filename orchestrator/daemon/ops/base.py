@@ -123,6 +123,6 @@ def when(text: str):
 
     try:
         value = parse_time(text)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: its UTC is before year 1 or past 9999
         raise SpecError(f"invalid time {text!r}: use ISO 8601, e.g. 2023-03-06T10:00") from None
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

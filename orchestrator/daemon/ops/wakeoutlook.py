@@ -35,6 +35,8 @@ def wake_wait(width: int, gpu_type: str | None, servers: list[Server], now: date
     ``failed``: the failure, escaped and cut); None when a server that is on holds it
     now, or none that is off could (a job across servers, or waiting for GPUs: no word
     here)."""
+    if width <= 0:  # a CPU-only job: the first node, no GPUs, no wake (RunningViews)
+        return None
     fitting = [s for s in servers if s.gpus >= width and serves(s.gpu_type, gpu_type)]
     if not fitting or any(s.state == ON and s.free >= width for s in fitting):
         return None
