@@ -124,7 +124,8 @@ def test_a_job_whose_every_fitting_server_failed_to_wake_says_so():
     from orchestrator.daemon.ops.wakeoutlook import wake_wait
 
     failed = _server("gpu1", "wake failed", error=HOSTILE, wake_s=60.0)
-    got = wake_wait(2, None, [_server("here", free=1), failed], NOW)
+    small = _server("here", gpus=1, free=1)  # on, too small for it
+    got = wake_wait(2, None, [small, failed], NOW)
     assert got["nodes"] == ["gpu1"] and got["power_state"] == "wake failed"
     words = got["failed"]
     assert words.startswith("gpu1, whose wake failed (gpu1: power_on: ipmi: exit 1: \\x1b[2J")
@@ -132,7 +133,10 @@ def test_a_job_whose_every_fitting_server_failed_to_wake_says_so():
                           "30m): gridshift status says when")  # fmt: skip
     assert words.isprintable() and len(words) < 330
     off = _server("gpu2", "off", wake_s=60.0)  # one that may be woken: that one
-    assert wake_wait(2, None, [_server("here", free=1), failed, off], NOW)["nodes"] == ["gpu2"]
+    assert wake_wait(2, None, [small, failed, off], NOW)["nodes"] == ["gpu2"]
+    # one that is on and fits, busy now: the job starts there once its GPUs free (the
+    # failed server is barred until its retry), so it waits for GPUs, not for that wake
+    assert wake_wait(2, None, [_server("here", free=1), failed], NOW) is None
 
 
 @pytest.mark.parametrize("defers", [False, True])

@@ -52,8 +52,8 @@ def wake_wait(width: int, gpu_type: str | None, servers: list[Server], now: date
         return {"nodes": [s.name for s in picked], "power_state": picked[0].state,
                 "wake_s": about, "names": " or ".join(s.name for s in picked),
                 "span": span}  # fmt: skip
-    if not waiting:
-        return None
+    if not waiting or any(s.state == ON for s in fitting):
+        return None  # nothing to wake, or it starts on a server that is on once it frees
     first = waiting[0]
     error = escape(first.error or "no reason given")[:SHOWN_CHARS]
     names = " or ".join(s.name for s in waiting)
