@@ -86,9 +86,13 @@ def test_the_plans_jobs_due_within_a_wake_wait_for_that_server(tmp_path):
 
     _, sizer, alloc, _db = _levers(tmp_path)
     sizer.nodes["a"].state = "wake failed"
+    alloc.hold(("down", "a"), "a", alloc.free_on("a"))  # as right-sizing holds it
     planned = [(NS(id=1, gpus=2, gpu_type=None), Decision(start_s=NOW)),
                (NS(id=2, gpus=4, gpu_type=None), Decision(start_s=NOW)),
                (NS(id=3, gpus=1, gpu_type=None), Decision(start_s=NOW + 3600))]  # fmt: skip
+    # b, on, is free: job 1 starts there in its turn; it waits for no wake
+    assert _plan_waits(sizer, alloc, planned, NOW) == {"a": set()}
+    alloc.hold(("job", 9), "b", [0, 1])  # b busy: job 1 waits for a
     assert _plan_waits(sizer, alloc, planned, NOW) == {"a": {1}}
 
 

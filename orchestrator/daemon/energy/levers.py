@@ -192,7 +192,8 @@ class Levers:
 
 def _plan_waits(power: RightSizer, alloc, planned: list, now_s: float) -> dict[str, set[int]]:
     """For each server waking or whose wake failed, the plan's jobs due within its wake
-    that fit there (its GPU count, its type): right-sizing woke it for them."""
+    that fit there (its GPU count, its type) and on no server on now (one that does
+    waits for its turn there, not for a wake): right-sizing woke it for them."""
     from orchestrator.planning.devices.rightsizing import serves
 
     out: dict[str, set[int]] = {}
@@ -205,6 +206,7 @@ def _plan_waits(power: RightSizer, alloc, planned: list, now_s: float) -> dict[s
             for job, d in planned
             if d.start_s <= due_s and (d.gpus or job.gpus) <= size
             and serves(alloc.type_of(name), getattr(job, "gpu_type", None))
+            and not alloc.fits_now(d.gpus or job.gpus, getattr(job, "gpu_type", None))
         }  # fmt: skip
     return out
 
