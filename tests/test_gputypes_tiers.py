@@ -24,8 +24,9 @@ def test_type_tiers_nest_the_larger_types():
     assert type_tiers({"v100": 8, "k80": 4}) == [(4, frozenset({"v100"}), 8)]
     three = type_tiers({"a100": 8, "v100": 16, "k80": 4})
     assert three == [(8, frozenset({"v100"}), 16), (4, frozenset({"v100", "a100"}), 24)]
-    # a type with no GPUs holds nobody: every job needs the others
-    assert type_tiers({"v100": 8, "k80": 0}) == [(0, frozenset({"v100"}), 8)]
+    # a type with no GPUs (a CPU-only node's) holds nobody: the pool is the one type's
+    assert type_tiers({"v100": 8, None: 0}) == []
+    assert type_tiers({"v100": 8, "k80": 4, None: 0}) == [(4, frozenset({"v100"}), 8)]
 
 
 def test_tiers_take_by_width_or_by_type():
@@ -100,3 +101,52 @@ def test_sim_a_few_slow_gpus_do_not_hold_up_the_queue(tmp_path):
     # and the one-GPU jobs after it: three of them waited past their deadlines
     assert np.flatnonzero(late).tolist() == [1]
     assert run.first_start_s[1] >= run.finish_s[0]
+
+
+def test_planner_types_from_the_daemons_topology():
+    from orchestrator.daemon.energy.gputypes import planner_types
+    from placement.topology import ClusterTopology, NodeTopology
+
+    nodes = [("v", 8, "v100"), ("k", 4, "k80"), ("k2", 4, "k80")]
+    topo = ClusterTopology(tuple(NodeTopology.plain(n, g, "r", gpu=t) for n, g, t in nodes))
+    held = {1: ("v",), 2: ("k", "k2"), 3: ("v", "k"), 4: ("gone",)}
+    per_type, on = planner_types(topo, held)
+    assert per_type == {"v100": 8, "k80": 8}
+    assert on == {1: "v100", 2: "k80", 3: None, 4: None}  # several types, or no node known
+    one = ClusterTopology((NodeTopology.plain("v", 8, "r", gpu="v100"),))
+    assert planner_types(one, {1: ("v",)}) == (None, {})
+
+
+def test_the_daemons_planner_plans_a_wide_job_on_its_types_gpus():
+    from datetime import UTC, datetime, timedelta
+    from types import SimpleNamespace
+
+    from orchestrator.daemon.planner import LivePlanner
+    from orchestrator.planning.perfmodel import curve_for
+    from orchestrator.planning.policies import resolve_policy
+    from orchestrator.queue.models import Job
+
+    t0 = datetime(2026, 3, 2, 6, 0, tzinfo=UTC)
+    series = StepSeries(t0.timestamp() - 6 * H, 900.0, np.full(400, 300.0))
+    feed = SimpleNamespace(series=lambda: series, age_s=lambda now: 0.0, version=1, last_error=None)
+
+    def job(i: int, gpus: int, within_h: float, run_s: float = H) -> Job:
+        return Job(
+            id=i, state="queued", user="alice", uid=1000, command=["true"], workdir="/",
+            gpus_min=gpus, gpus_max=gpus, submitted_at=t0, duration_s=run_s,
+            deadline=t0 + timedelta(hours=within_h),
+        )  # fmt: skip
+
+    queued = [job(1, 8, 2), *(job(i, 1, 6) for i in range(2, 8))]
+    running = [(job(100 + k, 1, 48, 24 * H), 1, t0) for k in range(3)]
+    types = ({"v100": 8, "k80": 4}, {100: "v100", 101: "v100", 102: "v100"})
+
+    def plan(types):
+        planner = LivePlanner(resolve_policy("budget"), 900.0, curve_for("v100"), feed=feed)
+        planner.schedule(t0, queued, {}, running, 12, 8, 0.0, types=types)
+        return {j.id: planner._plan[j.id].start_s - t0.timestamp() for j in queued}
+
+    typed, pooled = plan(types), plan((None, {}))
+    # 5 V100s free for a day: the 8-GPU job is not planned now, the narrow ones are
+    assert typed[1] >= 6 * H and all(typed[i] < H for i in range(2, 8))
+    assert pooled[1] == 0.0 and max(pooled[i] for i in range(2, 8)) >= H  # the pool's plan

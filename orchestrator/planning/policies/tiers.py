@@ -32,8 +32,9 @@ import numpy as np
 
 def type_tiers(type_gpus: dict | None) -> list[tuple[int, frozenset, int]]:
     """Per tier, largest GPU count first: (the width a job must exceed to need it, its
-    types, their GPUs). None or one type: none."""
-    if not type_gpus or len(type_gpus) < 2:
+    types, their GPUs). None, or one type with GPUs (a CPU-only node's holds nobody): none."""
+    type_gpus = {t: n for t, n in (type_gpus or {}).items() if n > 0}
+    if len(type_gpus) < 2:
         return []
     counts = sorted(set(type_gpus.values()), reverse=True)
     out = []
