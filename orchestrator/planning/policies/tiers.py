@@ -17,10 +17,11 @@ a narrower one may go to any type and takes from the pool only). An option fits 
 pool and every tier it needs have room: a necessary condition, no more (types are per
 node, and which type a narrow job gets is the dispatcher's choice when it starts).
 
-``Tiers.room_for(j, pool, tiers)`` folds the tiers into one free vector as job ``j``'s
-widest option sees it, so the pool's code (``Problem.fits``, ``cheapest_pieces``) takes it
-unchanged; a narrower option of an elastic job is held to the same tiers (on the safe
-side). With one type there are no tiers and the pool comes back as it is.
+``Tiers.room_for(widest, pool, tiers)`` folds the tiers into one free vector as a job
+whose widest option is ``widest`` sees it (``Problem.room_for(j, ...)``), so the pool's
+code (``Problem.fits``, ``cheapest_pieces``) takes it unchanged; a narrower option of an
+elastic job is held to the same tiers (on the safe side). With one type there are no
+tiers and the pool comes back as it is.
 """
 
 from __future__ import annotations
