@@ -78,3 +78,28 @@ def test_submit_refuses_a_job_wider_than_its_types_gpus(cli, tmp_path):
     assert cli.job_count() == 0
     cli.submit("--gpus", "2-4", "--gpu-type", "v100", "--", "true")  # its minimum fits
     assert cli.job_count() == 1
+
+
+def test_plan_keeps_a_wide_job_off_the_gpus_its_type_lacks(cli):
+    """``gridshift plan`` on 2 V100s and 1 K80 (``planning.policies.tiers``): with a V100
+    busy, a 2-GPU job (V100s only: one K80) is not planned now, as on the pool of 3."""
+    from datetime import UTC, datetime
+
+    from sqlalchemy import create_engine, text
+
+    kbox = '[[nodes]]\nname = "kbox"\nfake_gpus = 1\ngpu_model = "Tesla K80"\n'
+    (cli.home / "gridshift.toml").write_text(CLUSTER.split('[[nodes]]\nname = "pbox"')[0] + kbox)
+    busy = cli.submit("--duration", "10h", "--within", "20h", "--", "true")
+    wide = cli.submit("--gpus", "2", "--duration", "15m", "--within", "1h", "--", "true")
+    engine = create_engine(cli.db_url)
+    with engine.begin() as conn:  # the first job runs on a V100 (as the daemon records it)
+        conn.execute(
+            text("UPDATE job SET state = 'running', node = 'vbox', gpu_ids = '[0]', "
+                 "started_at = :t WHERE id = :i"),
+            {"t": datetime.now(UTC).replace(tzinfo=None), "i": busy},
+        )  # fmt: skip
+    engine.dispose()
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    rows = cli.json("plan", "--grid", f"synthetic:start={day}&days=3", "--policy", "budget")
+    (row,) = [r for r in rows["jobs"] if r["id"] == wide]
+    assert row["forced"] and row["start"] != rows["now"]

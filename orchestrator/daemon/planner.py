@@ -131,6 +131,7 @@ class LivePlanner:
         after: dict | None = None,  # job id -> ids of the jobs it waits for
         load: float = 0.0,  # recent arrivals' share of the GPUs (``expected_load``)
         widest: int | None = None,  # most GPUs one job may get (SSH servers together)
+        types: tuple = (None, {}),  # GPUs per type, running jobs' types (``planner_types``)
     ) -> Scheduler:
         policy = self._choose(now)
         held = {j.id for j in waiting or ()}
@@ -164,6 +165,7 @@ class LivePlanner:
             state = BudgetState(self.budget, start, end, spent_g)
         inputs = self._inputs(now_s, queued, remaining_s, running, total_gpus, state)
         inputs.estimates, inputs.expected_load, inputs.widest_gpus = known, load, widest
+        inputs.type_gpus, inputs.running_types = types
         snap = build_snapshot(inputs, largest_node)  # also the scheduler's views of the jobs
         snap.power_limit_w = self.power_limit_w
         if self.idle_cost is not None:

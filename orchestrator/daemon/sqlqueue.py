@@ -23,7 +23,7 @@ from sqlmodel import Session, col, select
 from orchestrator.daemon.contain import Faults
 from orchestrator.daemon.dispatch import Dispatcher
 from orchestrator.daemon.energy.across import across_servers
-from orchestrator.daemon.energy.gputypes import allocate_typed, type_problem
+from orchestrator.daemon.energy.gputypes import allocate_typed, planner_types, type_problem
 from orchestrator.daemon.guard import Suspender
 from orchestrator.daemon.planner import LivePlanner, expected_load
 from orchestrator.daemon.reaper import Reaper
@@ -132,7 +132,7 @@ class SqlQueue(RunningViews):
                         f"job {job.id}: plan: the stored job cannot be believed: {why}; cancel it",
                     )
             stopped_jobs = [j for j in stopped_jobs if j.id in stopped]
-            running = _running_rows(session)
+            running, held_on = _running_rows(session)
             deps = dependencies(session, [j.id for j in queued])
             dep_ids = {x for xs in deps.values() for x in xs}
             dep_state = dict(
@@ -191,7 +191,7 @@ class SqlQueue(RunningViews):
             scheduler = self.planner.schedule(
                 now, list(eligible.values()), remaining, running, alloc.total_gpus, largest,
                 spent, known, list(waiting.values()), {i: deps[i] for i in waiting}, load,
-                widest,
+                widest, planner_types(alloc.topology, held_on),
             )  # fmt: skip
             scheduler.backfill = self.backfill
             self._restart_resized(scheduler, {j.id for j, _, _ in running}, now_s)
@@ -412,13 +412,17 @@ def _note_held(db: Database, job: Job, held: list[int]) -> None:
             session.add(row)
 
 
-def _running_rows(session: Session) -> list:
+def _running_rows(session: Session) -> tuple[list, dict[int, tuple]]:
+    """(job, width, started) of each running attempt, and the nodes each holds."""
     rows = session.exec(
         select(Attempt, Job)
         .join(Job, col(Job.id) == col(Attempt.job_id))
         .where(Attempt.state == AttemptState.RUNNING)
     ).all()
-    return [(job, width_of_attempt(att), att.started_at or job.started_at) for att, job in rows]
+    nodes = {job.id: tuple(p["node"] for p in att.parts or ()) or (att.node,) for att, job in rows}
+    return [
+        (job, width_of_attempt(att), att.started_at or job.started_at) for att, job in rows
+    ], nodes
 
 
 def _queued_view(job: Job, largest: int, widest: int | None = None) -> QueuedJob:

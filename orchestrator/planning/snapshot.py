@@ -59,6 +59,10 @@ class PlanInputs:
     after: dict | None = None  # job id -> ids of the jobs it waits for (``--after``)
     expected_load: float = 0.0  # recent arrivals' share of the GPUs (``recent_load``)
     widest_gpus: int | None = None  # most GPUs one job may get (SSH servers together)
+    # on a cluster of several GPU types: GPUs per type, and each running job's (None: one
+    # type; the planner's capacity by type, ``policies.tiers``)
+    type_gpus: dict | None = None
+    running_types: dict | None = None  # job id -> the type of its GPUs (None: several)
 
 
 def model_for(job, curve, duration_s: float | None = None, estimate: RunEstimate | None = None):
@@ -143,10 +147,12 @@ def build_snapshot(inp: PlanInputs, largest_node: int) -> Snapshot:
         else:
             left_s = DEFAULT_RUNNING_S
         end = inp.now_s + max(left_s, inp.slot_s)
-        committed.append(Commitment(job.id, gpus, power, inp.now_s, end))
+        on = (inp.running_types or {}).get(job.id)
+        committed.append(Commitment(job.id, gpus, power, inp.now_s, end, on))
     snap = Snapshot(inp.now_s, jobs, inp.carbon)
     snap.committed = committed
     snap.total_gpus = inp.total_gpus
+    snap.type_gpus = inp.type_gpus
     snap.price = inp.price
     snap.budget = inp.budget
     snap.objective = inp.objective

@@ -280,12 +280,13 @@ class SimDaemon(Resizing, Devices):
         )  # fmt: skip
 
     def _context(self, now: float) -> dict:
-        running = [c for a in self._running.values() for c in held_pieces(a, now)]
+        running = [c for a in self._running.values() for c in self._typed(held_pieces(a, now))]
         inp = self.inputs
         return {
             "expected_load": self._recent_load(now),
             **self.power.context(now, running),  # committed: running, and nodes off
             "total_gpus": self.alloc.total_gpus,
+            "type_gpus": dict(self._per_type) if self._mixed else None,
             "budget": self.ledger.state(now) if self.ledger is not None else None,
             "price": self._price,
             "objective": inp.objective,

@@ -36,6 +36,23 @@ def type_gpus(topology: ClusterTopology) -> dict[str | None, int]:
     return out
 
 
+def planner_types(
+    topology: ClusterTopology, held: dict[int, tuple[str | None, ...]]
+) -> tuple[dict[str | None, int] | None, dict[int, str | None]]:
+    """For the planner's capacity by type (``planning.policies.tiers``): GPUs per type, and
+    per running job (``held``: the nodes its attempt holds) the type of its GPUs (None:
+    several); (None, {}) on a cluster of one type."""
+    per_type = type_gpus(topology)
+    if len(per_type) < 2:
+        return None, {}
+    of = {node.name: node.gpu for node in topology.nodes}
+    out: dict[int, str | None] = {}
+    for job_id, nodes in held.items():
+        types = {of.get(node) for node in nodes}
+        out[job_id] = types.pop() if len(types) == 1 else None
+    return per_type, out
+
+
 def check_requested(specs, settings, db) -> None:
     """Refuse (one line) a submission whose jobs ask for a type no node has, or for more
     GPUs than that type's nodes hold together (``type_problem`` at submission): the nodes

@@ -83,6 +83,11 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
         objective, slot_s, estimates=known, after=after, expected_load=load,
         checkpoint_s=settings.daemon.seconds("checkpoint_cost"),
     )  # fmt: skip
+    from orchestrator.daemon.energy.gputypes import planner_types, with_types
+    from orchestrator.nodes.inventory import topology
+
+    held = {j.id: (j.node,) for j, _, _ in running}  # the planner's capacity by GPU type
+    inputs.type_gpus, inputs.running_types = planner_types(with_types(topology(nodes), nodes), held)
     snapshot = build_snapshot(inputs, largest)
     snapshot.power_limit_w = power_limit_w
     rows = plan_rows(chosen, snapshot, inputs)

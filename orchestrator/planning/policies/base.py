@@ -125,6 +125,7 @@ class Commitment:
     power_w: float
     start_s: float
     end_s: float
+    gpu_type: str | None = None  # the type its GPUs are of (None: not known, or several)
 
 
 Plan = dict[int, Decision]
@@ -139,6 +140,8 @@ class Snapshot:
     extra: dict = field(default_factory=dict)
     committed: list[Commitment] = field(default_factory=list)
     total_gpus: int | None = None  # None: capacity is not the policy's concern
+    # GPUs per type on a cluster of several (``policies.tiers``); None: one type
+    type_gpus: dict[str | None, int] | None = None
     price: object | None = None  # a StepForecaster of the price signal (per MWh)
     objective: str = "carbon"  # carbon | cost | mix:W (W: the carbon weight, 0-1)
     budget: object | None = None  # an orchestrator.planning.budgets.BudgetState

@@ -3,8 +3,10 @@
 
 ``budget`` plans every queued job together on the slot grid of ``Problem``. Jobs are placed
 one by one (``placement_order``: those that must start now first) into the capacity left
-by running jobs and by the jobs placed before them, keeping room in later slots for the
-load expected to arrive; each takes its cheapest option that meets its latest finish:
+by running jobs and by the jobs placed before them (on a cluster of several GPU types, a
+job too wide for the smaller types only where the larger ones have room: ``tiers``),
+keeping room in later slots for the load expected to arrive; each takes its cheapest
+option that meets its latest finish:
 
 - with no budget, the cheapest in the objective (carbon, cost or a mix): it waits for low
   slots, runs at the power cap where a joule buys the most work, and for a job that may be
@@ -135,6 +137,7 @@ def greedy(
     result = Result(len(periods.bounds) if periods else 0)
     free_g, free_w = p.free_gpus.copy(), p.free_w.copy()
     room = free_g - p.reserved  # what the queue may plan on, leaving room for arrivals
+    tiers = p.free_tiers.copy()  # by GPU type, on a cluster of several (``tiers``)
     jobs = p.jobs
     order = placement_order(p, shortest_first=lambdas is not None)
     todo = deque(order)
@@ -143,36 +146,39 @@ def greedy(
     slack = p.latest - np.nanmin(np.where(p.has, p.run_s, np.nan), axis=1)
     while todo:
         j = todo.popleft()
-        fits = p.fits(j, room, free_w)
+        fits = p.fits(j, p.room_for(j, room, tiers), free_w)
         options = np.where(fits & p.meets[j], cost[j], np.inf)
         c, s, best = _cheapest(options, p.end[j])
         intervals = None
         if jobs[j].interruptible:
-            alt = cheapest_pieces(p, j, room, free_w, periods, lambdas, best)
+            alt = cheapest_pieces(p, j, p.room_for(j, room, tiers), free_w, periods, lambdas,
+                                  best)  # fmt: skip
             if alt is not None and alt[2] < best - 1e-9 * max(1.0, abs(best)):
                 c, intervals, best = alt[0], alt[1], alt[2]
         victims: list[int] = []
         if not np.isfinite(best):
             # room taken by plans of jobs with more slack: bump them, if that makes room
-            alone = np.where(p.fits(j, p.free_gpus, p.free_w) & p.meets[j], cost[j], np.inf)
+            own = p.room_for(j, p.free_gpus, p.free_tiers)
+            alone = np.where(p.fits(j, own, p.free_w) & p.meets[j], cost[j], np.inf)
             c, s, best = _cheapest(alone, p.end[j])
             if np.isfinite(best):
                 cfg = p.configs[j][c]
                 span = (float(p.start[j, c, s]), float(p.end[j, c, s]))
-                victims = _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room)
+                victims = _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room,
+                                tiers)  # fmt: skip
                 if victims is None:
                     best, victims = np.inf, []
         forced = not np.isfinite(best)
         if forced:  # the deadline guard: the earliest start that fits, full speed
             c, s = 0, -1
-            start = _earliest_fit(p, j, p.configs[j][0], free_g, free_w)
+            start = _earliest_fit(p, j, p.configs[j][0], p.room_for(j, free_g, tiers), free_w)
             intervals = ((start, start + p.configs[j][0].run_s),)
         cfg = p.configs[j][c]
         split = intervals is not None and not forced
         if intervals is None:
             start = float(p.start[j, c, s])
             intervals = ((start, start + cfg.run_s),)
-        p.reserve(free_g, free_w, cfg.gpus, cfg.power_w, intervals)
+        p.reserve(free_g, free_w, cfg.gpus, cfg.power_w, intervals, tiers)
         p.reserve(room, None, cfg.gpus, 0.0, intervals)
         placed[j] = (cfg, intervals)
         result.choice[j] = (c, None if split else s, intervals, forced)
@@ -217,15 +223,14 @@ def _earliest_fit(p: Problem, j: int, cfg, free_g, free_w) -> float:
     return float(max(p.t[first], p.release[j]))
 
 
-def _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room) -> list[int] | None:
+def _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room, tiers) -> list[int] | None:
     """Take placed jobs with more slack than job j off the plan until j's option fits.
     Returns them, or None (and nothing changes) when that cannot make room."""
     a, b = p.slot_range(*span)
 
     def short() -> bool:
-        return bool(
-            (free_g[a:b] < cfg.gpus - 1e-9).any() or (free_w[a:b] < cfg.power_w - 1e-6).any()
-        )
+        g = p.room_for(j, free_g, tiers)
+        return bool((g[a:b] < cfg.gpus - 1e-9).any() or (free_w[a:b] < cfg.power_w - 1e-6).any())
 
     candidates = []
     for v, (_, pieces) in placed.items():
@@ -239,13 +244,13 @@ def _bump(p, j, cfg, span, placed, bumps, slack, free_g, free_w, room) -> list[i
         if not short():
             break
         vcfg, pieces = placed.pop(v)
-        p.reserve(free_g, free_w, -vcfg.gpus, -vcfg.power_w, pieces)
+        p.reserve(free_g, free_w, -vcfg.gpus, -vcfg.power_w, pieces, tiers)
         p.reserve(room, None, -vcfg.gpus, 0.0, pieces)
         taken.append((v, vcfg, pieces))
     if short():
         for v, vcfg, pieces in taken:  # undo
             placed[v] = (vcfg, pieces)
-            p.reserve(free_g, free_w, vcfg.gpus, vcfg.power_w, pieces)
+            p.reserve(free_g, free_w, vcfg.gpus, vcfg.power_w, pieces, tiers)
             p.reserve(room, None, vcfg.gpus, 0.0, pieces)
         return None
     for v, _, _ in taken:

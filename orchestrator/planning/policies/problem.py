@@ -10,7 +10,9 @@ still meets its latest finish. For every (job, configuration, start) the problem
 as (J, C, S) arrays, the start, end, GPUs, power, objective cost, grams of CO2e and
 whether it meets the job's latest finish, so a policy compares options with array
 operations. Capacity is a profile over slots: free GPUs and free watts after what is
-already committed (running jobs, plans that stand).
+already committed (running jobs, plans that stand); on a cluster of several GPU types,
+also the free GPUs of each tier of types that jobs too wide for the smaller types need
+(``policies.tiers``: ``room_for`` folds them into the free GPUs a job may count on).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import numpy as np
 from orchestrator.planning.budgets import J_PER_KWH
 from orchestrator.planning.devices.idlecost import wait_cost
 from orchestrator.planning.policies.base import QueuedJob, Snapshot
+from orchestrator.planning.policies.tiers import Tiers
 
 DEFAULT_GPU_W = 350.0  # facility draw per GPU of a job without a model (300 W + host)
 CAP_STEP = 0.05
@@ -263,11 +266,24 @@ class Problem:
             ahead = (self.t[:-1] - self.now) / max(snap.max_defer_s, self.slot)
             share = ARRIVAL_ROOM * min(snap.expected_load, 1.0)
             self.reserved = total * share * np.clip(ahead, 0.0, 1.0)
+        # on a cluster of several GPU types, the free GPUs of each tier of types too
+        self.tier = Tiers(snap.type_gpus, self.K)
+        self.free_tiers = self.tier.free
         for c in snap.committed:
             a, b = self.slot_range(max(c.start_s, self.now), c.end_s)
             free_gpus[a:b] -= c.gpus
             free_w[a:b] -= c.power_w
+            if self.tier:
+                self.tier.take(self.free_tiers, c.gpus, a, b, c.gpu_type)
         return free_gpus, free_w
+
+    def room_for(self, j: int, free_gpus: np.ndarray, tiers: np.ndarray) -> np.ndarray:
+        """``free_gpus`` as job j may count on them: less where a tier of GPU types it
+        needs (``tiers``: their free GPUs) has less room; ``free_gpus`` itself with one
+        type."""
+        if not self.tier:
+            return free_gpus
+        return self.tier.room_for(int(self.gpus[j].max()), free_gpus, tiers)
 
     def fits(self, j: int, free_gpus: np.ndarray, free_w: np.ndarray) -> np.ndarray:
         """(C, S): whether each option of job j finds its GPUs and watts in every slot it
@@ -295,9 +311,14 @@ class Problem:
         rows = (self.K + 1) * np.arange(self.C)[None, :, None]
         return rows + a, rows + b
 
-    def reserve(self, free_gpus, free_w, gpus: int, power_w: float, intervals) -> None:
+    def reserve(self, free_gpus, free_w, gpus: int, power_w: float, intervals,
+                tiers: np.ndarray | None = None) -> None:  # fmt: skip
+        """Take ``gpus`` and ``power_w`` (negative: give them back) over ``intervals``;
+        given ``tiers``, from the tiers of GPU types a job of that width needs too."""
         for a_s, b_s in intervals:
             a, b = self.slot_range(a_s, b_s)
             free_gpus[a:b] -= gpus
             if free_w is not None:
                 free_w[a:b] -= power_w
+            if tiers is not None and self.tier:
+                self.tier.take(tiers, gpus, a, b)

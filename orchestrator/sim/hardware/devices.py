@@ -17,6 +17,8 @@ scenario's seed from Gavel's mix (``model_mix``); ``"none"``: no family (the mea
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from orchestrator.errors import PlacementError, SpecError
@@ -32,6 +34,7 @@ from orchestrator.planning.devices.gputypes import (
 )
 from orchestrator.planning.perfmodel import JobModel
 from orchestrator.planning.pieces import piece_index, width_of
+from orchestrator.planning.policies.base import Commitment
 from orchestrator.sim.elastic import job_model
 
 MODEL_SOURCES = ("gavel", "none")
@@ -157,6 +160,17 @@ class Devices:
         chosen = choose_type(self._model(i), self._families[i], self._ref, free, width, work,
                              now, self._deadline[i], cap)  # fmt: skip
         return self._place(key, width, chosen)
+
+    def _typed(self, held: list[Commitment]) -> list[Commitment]:
+        """A running attempt's commitments (``held_pieces``), the piece it runs now said to
+        be on the type of its GPUs (on a mixed cluster, when they are of one type)."""
+        if not self._mixed or not held:
+            return held
+        allocation = self.alloc.allocation(("job", held[0].id))
+        types = {self.alloc.type_of(node) for node, _ in allocation.parts} if allocation else ()
+        if len(types) != 1:
+            return held
+        return [replace(held[0], gpu_type=types.pop()), *held[1:]]
 
     def _place(self, key, width: int, gpu_type: str | None):
         """The allocator's call, once the type is chosen (a packing preference hooks here)."""

@@ -242,7 +242,14 @@ class SimPower:
         """The GPUs of nodes off or waking, as held until the node could answer."""
         nodes = [(k, self.nodes[k]) for k in sorted(self._down)]
         return [
-            Commitment(-1 - k, n.gpus, 0.0, now, n.ready_s if n.state == WAKING else now + n.wake_s)
+            Commitment(
+                -1 - k,
+                n.gpus,
+                0.0,
+                now,
+                n.ready_s if n.state == WAKING else now + n.wake_s,
+                n.gpu_type,
+            )
             for k, n in nodes
         ]
 
