@@ -195,7 +195,14 @@ def test_a_failing_wake_marks_the_server_and_the_daemon_goes_on(cli, tmp_path):
         assert "far wake failed" in cli.run("ls").stdout
         assert "its wake failed (power_on: python" in cli.run("show", str(wide)).stdout
         assert calls.read_text().splitlines().count("on") == 1, "retried only after a back-off"
-        status = cli.run("status").stdout  # the server's state, its failure (escaped, cut)
+
+        # the server's state, its failure (escaped, cut): from the daemon's health, which
+        # it writes at most once a second (the wake may have failed within that second)
+        def failed_status() -> str | None:
+            out = cli.run("status").stdout
+            return out if " far wake failed " in out else None
+
+        status = wait_for(failed_status, timeout_s=10, what="status to say the wake failed")
         assert re.search(r" far wake failed since .*: power_on: python.*BMC says no\\x07; "
                          r"tried again at ", status), status  # fmt: skip
         assert "unreachable" not in status and "\x1b" not in status, status
