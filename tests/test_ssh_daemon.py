@@ -177,11 +177,12 @@ def test_two_servers_pack_place_and_survive_one_going_away(cli, ssh_servers, tmp
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not); it may go between the two looks."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     return state != "Z"
 
 
