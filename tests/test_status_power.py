@@ -64,6 +64,8 @@ def test_a_failed_wake_says_its_error_escaped_and_cut_and_when_it_is_tried_again
     (line,) = _lines({}, {"gpu1": failed | {"error": None, "retry_at": "not a time"}})
     assert line.endswith("wake failed since 2026-11-24 19:29 UTC: no reason given; tried "
                          "again when a job next needs it")  # fmt: skip
+    (line,) = _lines({}, {"gpu1": failed | {"retry_at": "2026-11-24T19:40:00"}})  # no zone
+    assert line.endswith("; tried again when a job next needs it"), line
 
 
 def test_a_hostile_server_name_or_state_is_shown_not_obeyed():

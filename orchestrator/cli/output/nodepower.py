@@ -55,7 +55,9 @@ def _power_words(p: dict, now: datetime) -> str:
 
 
 def _when(text) -> datetime | None:
+    """An ISO time with its offset (the daemon writes UTC); anything else: None."""
     try:
-        return datetime.fromisoformat(text) if isinstance(text, str) else None
+        value = datetime.fromisoformat(text) if isinstance(text, str) else None
     except ValueError:
         return None
+    return value if value is not None and value.tzinfo is not None else None
