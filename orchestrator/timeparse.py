@@ -26,11 +26,12 @@ def parse_duration_s(text: str) -> float:
     """Seconds in a duration such as ``45s``, ``90m``, ``2h30m``, ``1.5h``, ``1d12h``, ``1w``.
     A unit is required on every number; the total is more than zero and at most
     ``MAX_DURATION_S`` (one year)."""
-    return check_seconds(_total_s(text), text)
+    return check_seconds(total_duration_s(text), text)
 
 
-def _total_s(text: str, what: str = "duration") -> float:
-    """The seconds ``text`` adds up to, unchecked; a SpecError if it is not a duration."""
+def total_duration_s(text: str, what: str = "duration") -> float:
+    """The seconds ``text`` adds up to, unchecked (zero or over a year pass: callers that
+    take such values say so themselves); a SpecError if it is not a duration."""
     if not isinstance(text, str):
         raise SpecError(f"invalid {what} {text!r}: use e.g. 45s, 90m, 2h30m, 1.5h or 1d")
     cleaned = text.strip().lower().replace(" ", "")
@@ -51,7 +52,7 @@ def parse_checkpoint_s(value: str | float) -> float:
     ``MAX_CHECKPOINT_S`` (one day; a larger cost would silently stop all splitting)."""
     given = value
     if isinstance(value, str):
-        value = 0.0 if value.strip() == "0" else _total_s(value, "checkpoint cost")
+        value = 0.0 if value.strip() == "0" else total_duration_s(value, "checkpoint cost")
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise SpecError(f"invalid checkpoint cost {_shown(given)}: use e.g. 5m, 90s or 0")
     if not math.isfinite(value) or not 0 <= value <= MAX_CHECKPOINT_S:

@@ -19,10 +19,6 @@ import pytest
 
 from tests.conftest import ROOT
 
-# one worker builds the wheel once: two `pip wheel` runs in one source tree race on its
-# build/ and egg-info folders (the module-scoped fixture runs once per worker)
-pytestmark = pytest.mark.xdist_group("wheel")
-
 PY = "python{}.{}".format(*sys.version_info[:2])
 NOT_SOURCES = (".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
 

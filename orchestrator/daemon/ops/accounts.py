@@ -172,11 +172,11 @@ def report(ctx: OpContext, caller: Caller, args: Args) -> dict:
 def _since(text: str, now):
     """``--since``: a duration back from now (at most a year) or a date not after now."""
     from orchestrator.daemon.ops.base import when
-    from orchestrator.timeparse import MAX_DURATION_TEXT, _total_s, check_seconds
+    from orchestrator.timeparse import MAX_DURATION_TEXT, check_seconds, total_duration_s
 
     shown = repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
     try:
-        seconds = _total_s(text)
+        seconds = total_duration_s(text)
     except SpecError:
         pass
     else:  # a duration: longer than zero, at most a year
