@@ -139,6 +139,26 @@ def test_a_share_of_jobs_is_a_number_not_true(key):
     assert getattr(validate({"jobs": {key: 1}}, "s.toml").jobs, key) == 1.0
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "nan", "-inf"])
+def test_a_share_of_jobs_is_a_finite_number(value):
+    from orchestrator.errors import SpecError
+    from orchestrator.sim.scenario import validate
+
+    # the scenario's own check (allow_inf_nan=False), not a bound nan does not break
+    with pytest.raises(SpecError, match=r"jobs.share: .*a finite number"):
+        validate({"jobs": {"share": value}}, "s.toml")
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_an_empty_pair_speeds_is_one_clear_error(value):
+    from orchestrator.errors import SpecError
+    from orchestrator.sim.scenario import validate
+
+    # it was read as the scenario's own folder: "cannot read ...: Is a directory"
+    with pytest.raises(SpecError, match=r'jobs.pair_speeds: .*"model", "measured" or a path'):
+        validate({"jobs": {"share": 0.5, "pair_speeds": value}}, "s.toml")
+
+
 def test_a_shared_gpu_never_draws_above_its_boards_limit(tmp_path):
     inputs = prepare(_scenario(tmp_path), ROOT)
     daemon = SharingDaemon(inputs, resolve_policy("fifo"), make_forecaster("perfect", inputs, 0))

@@ -230,6 +230,14 @@ class JobsConfig(BaseModel):
             return value if isinstance(value, bool) else word
         raise ValueError(f'moves is true, false, "{EMPTY_SERVERS}" or "{WAITING_JOBS}"')
 
+    @field_validator("pair_speeds")
+    @classmethod
+    def _pair_speeds(cls, value: str) -> str:
+        if not value.strip():  # read as the scenario's own folder, "Is a directory"
+            raise ValueError('pair_speeds is "model", "measured" or a path to Gavel\'s '
+                             "throughputs JSON")  # fmt: skip
+        return value
+
     @field_validator("checkpoint_cost")
     @classmethod
     def _checkpoint_cost(cls, value: str) -> str:
