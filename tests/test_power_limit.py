@@ -594,3 +594,25 @@ def test_a_modelled_draw_is_at_most_the_limit_the_site_limit_set():
     assert modelled_power(nodes, None, site)(att) == pytest.approx(100.0 + full_w)
     other = NS(node="B", gpu_ids=[0], parts=None, cap=None)  # a node it does not limit
     assert modelled_power(nodes, None, site)(other) == pytest.approx(curve_for(None).power_w(1.0))
+
+
+@pytest.mark.parametrize("model", ["NVIDIA H100 80GB HBM3", None])
+def test_a_server_down_at_start_whose_type_has_no_known_highest_limit_is_refused(model):
+    """QA: such a server's GPUs were counted at the generic curve's 300 W; an H100 comes
+    back at its 700 W default, and the sum would pass the limit. Never read and of no
+    known type: one line, how to fix it (the right-sized server's rule)."""
+    from executors.gpu.base import GpuInfo
+    from orchestrator.daemon.energy.sitelimit import SiteLimit
+    from orchestrator.errors import ConfigError
+    from orchestrator.nodes.inventory import ResolvedNode
+    from orchestrator.nodes.powercaps import ClusterCaps, PowerCaps
+
+    a, b = _Server(), _Server()
+    b.down = True
+    caps = ClusterCaps({"A": PowerCaps(a, 2), "B": PowerCaps(b, 2)})
+    gpus = tuple(GpuInfo(i, f"u{i}", model) for i in (0, 1))
+    nodes = [ResolvedNode(n, "ssh", gpus, "config") for n in ("A", "B")]
+    site = SiteLimit(100_000.0, caps, nodes, db=None)
+    with pytest.raises(ConfigError, match=r"node B does not answer .* nor is its GPU type's "
+                       r"highest limit known: power it on once"):  # fmt: skip
+        site.check()

@@ -46,16 +46,21 @@ def stored_ranges(db: Database | None, names: list[str]) -> dict[tuple[str, int]
 
 
 def range_of(ranges: dict, node: str, index: int, fallback_w: float, min_fraction: float,
-             sized: bool) -> tuple[float, float]:  # fmt: skip
+             sized: bool, type_known: bool = True) -> tuple[float, float]:  # fmt: skip
     """A GPU's (lowest, highest) limits as discovery stored them, else from its type's
-    curve (``fallback_w``, ``min_fraction``); a right-sized (``sized``) server's never
-    read is refused: one line, how to fix it."""
+    curve (``fallback_w``, ``min_fraction``); never read, a right-sized (``sized``)
+    server's is refused, and so is one whose type has no known board limit
+    (``type_known`` false: the generic curve's 300 W would undercount an H100's 700 W):
+    one line, how to fix it."""
     got = ranges.get((node, index), StoredRange(None, None))
-    if got.high_w is None and sized:
+    if got.high_w is None and (sized or not type_known):
+        why = "(right-sized) " if sized else ""
         raise ConfigError(
-            f"invalid --power-limit: node {node} (right-sized) does not answer and its "
-            "GPUs' power limit range was never read: power it on once (gridshift "
-            "discovers its GPUs) before starting the daemon with a site limit"
+            f"invalid --power-limit: node {node} {why}does not answer and its GPUs' power "
+            "limit range was never read"
+            + ("" if sized else ", nor is its GPU type's highest limit known")
+            + ": power it on once (gridshift discovers its GPUs) before starting the "
+            "daemon with a site limit"
         )
     high = got.high_w or fallback_w
     return min(got.low_w or min_fraction * high, high), high

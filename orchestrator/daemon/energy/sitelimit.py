@@ -174,7 +174,7 @@ class SiteLimit:
         curve = curve_for(node.model_of([g.index for g in node.gpus]))
         for g in node.gpus:
             low, high = range_of(ranges, node.name, g.index, float(curve.max_limit_w),
-                                 curve.min_fraction, sized)  # fmt: skip
+                                 curve.min_fraction, sized, curve.gpu != "generic")  # fmt: skip
             self.gpus[(id(caps), g.index)] = _Gpu(caps, g.index, low, high)
         into.add(id(caps))
         if into is self.down:
