@@ -295,6 +295,9 @@ def test_bad_cluster_files_get_one_line_and_exit_2(cli, tmp_path, text, message)
             '[[cluster.nodes]]\nname = "a"\ngpus = 8\nidle_of_after = "1m"\n',
             ": cluster.nodes.0.idle_of_after: Extra inputs",
         ),
+        # the daemon's [[nodes]] refuses it too (QA: 2,000 W there, 10,000 W here)
+        ('[[cluster.nodes]]\nname = "a"\ngpus = 8\ngpu_idle_w = 5000\n', "gpu_idle_w: "),
+        ("[cluster]\ngpu_idle_w = 2500\n", ": cluster.gpu_idle_w: "),
     ],
 )
 def test_bad_scenario_nodes_get_one_line_and_exit_2(cli, tmp_path, text, message):

@@ -32,6 +32,10 @@ def _not_bool(value: object) -> object:
     return value
 
 
+#: the largest idle draw a GPU is given (the daemon's config and a simulated cluster alike)
+MAX_GPU_IDLE_W = 2000.0
+
+
 class NodeConfig(BaseModel):
     """One ``[[nodes]]`` table."""
 
@@ -102,7 +106,7 @@ class NodeConfig(BaseModel):
     gpu_idle_w: float | None = Field(
         default=None,
         ge=0,
-        le=2000,
+        le=MAX_GPU_IDLE_W,
         description="a GPU's draw without a job; default: measured while idle, else 50 W",
     )
     node_idle_w: float = Field(default=150.0, ge=0, le=100_000, description="the server's own "

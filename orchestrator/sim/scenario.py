@@ -72,6 +72,7 @@ from pydantic_core import PydanticCustomError
 from orchestrator.errors import ConfigError, SpecError, first_invalid
 from orchestrator.queue.spec import read_text_file
 from orchestrator.settings import EMPTY_SERVERS, MOVES, WAITING_JOBS  # the daemon's moves
+from orchestrator.settings.nodes import MAX_GPU_IDLE_W
 
 
 def check_duration(value: str | None, never: bool = True) -> str | None:
@@ -130,7 +131,7 @@ class SimNode(BaseModel):
     idle_off_after: str | None = None
     wake: str | None = None
     node_idle_w: float | None = Field(default=None, ge=0, le=100_000)
-    gpu_idle_w: float | None = Field(default=None, ge=0, le=10_000)
+    gpu_idle_w: float | None = Field(default=None, ge=0, le=MAX_GPU_IDLE_W)
 
     @field_validator("idle_off_after", "wake")
     @classmethod
@@ -162,7 +163,7 @@ class ClusterConfig(BaseModel):
     idle_off_after: str | None = None
     wake: str = "5m"
     node_idle_w: float = Field(default=150.0, ge=0, le=100_000)  # a server on, no GPU
-    gpu_idle_w: float | None = Field(default=None, ge=0, le=10_000)  # None: 20 % of max
+    gpu_idle_w: float | None = Field(default=None, ge=0, le=MAX_GPU_IDLE_W)  # None: 20 % of max
     # planners count the idle server time a waiting job adds (with right-sizing only;
     # always on, a deferral adds none)
     plan_idle: bool = False
