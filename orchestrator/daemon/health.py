@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from sqlmodel import col, func, select
 
 from orchestrator.errors import ConfigError
-from orchestrator.queue.attempts import ON_GPU, AttemptState, values, width_of_attempt
+from orchestrator.queue.attempts import ON_GPU, AttemptState, gpus_held, values
 from orchestrator.queue.models import Attempt, Health, Job
 from orchestrator.queue.states import JobState
 from orchestrator.signals.feed import trace_end
@@ -63,9 +63,8 @@ class HealthWriter:
             "queued_jobs": int(queued),
             "running_jobs": sum(1 for a in running if a.state == AttemptState.RUNNING),
             "stopped_jobs": sum(1 for a in running if a.state == AttemptState.STOPPED),
-            "running_gpus": sum(
-                width_of_attempt(a) for a in running if a.state == AttemptState.RUNNING
-            ),
+            # distinct GPUs: two jobs sharing one (co-location) hold it once
+            "running_gpus": gpus_held(a for a in running if a.state == AttemptState.RUNNING),
             "power_w": round(sum(meters.power_w(a.id) or 0.0 for a in running), 1),
             "signal": None,
             "budget": None,
