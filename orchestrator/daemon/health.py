@@ -50,6 +50,7 @@ class HealthWriter:
             select(func.count()).select_from(Job).where(Job.state == JobState.QUEUED.value)
         ).one()
         meters = daemon.reaper.accountant
+        power = _power_view(getattr(daemon, "levers", None))
         data = {
             "stopped": stopped,
             "policy": daemon.policy_name,
@@ -68,12 +69,9 @@ class HealthWriter:
             "power_w": round(sum(meters.power_w(a.id) or 0.0 for a in running), 1),
             "signal": None,
             "budget": None,
-            "nodes_unreachable": {
-                node: datetime.fromtimestamp(since, UTC).isoformat()
-                for node, since in sorted(daemon.executor.unreachable_nodes().items())
-            },
+            "nodes_unreachable": unreachable(daemon.executor.unreachable_nodes(), power),
             # right-sizing: each managed server's power (off, waking, wake failed ...)
-            "nodes_power": _power_view(getattr(daemon, "levers", None)),
+            "nodes_power": power,
         }
         feed = planner.feed if planner else None
         if feed is not None:
@@ -113,6 +111,17 @@ def effective_settings(daemon) -> dict:
         "budget": cfg.budget,
         "policy": daemon.policy_name,
         "objective": cfg.objective,
+    }
+
+
+def unreachable(down: dict[str, float], power: dict[str, dict]) -> dict[str, str]:
+    """``nodes_unreachable``: the nodes that do not answer (name -> since, ISO, UTC) while
+    on. One right-sizing has off, powering off, waking or wake failed is not: it is in
+    ``nodes_power`` with its state, as ``status`` shows it."""
+    return {
+        node: datetime.fromtimestamp(since, UTC).isoformat()
+        for node, since in sorted(down.items())
+        if (power.get(node) or {}).get("power_state", "on") == "on"
     }
 
 
