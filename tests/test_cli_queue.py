@@ -96,7 +96,8 @@ def test_json_keys_are_stable(cli):
         "power_default_w",
         "power_min_w",
         "power_max_w",
-        "job_id",
+        "job_id",  # the job on it (the first to hold it where two share it)
+        "job_ids",  # every job on it: two where jobs share it
     }
 
 

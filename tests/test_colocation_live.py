@@ -175,3 +175,30 @@ def test_placement_rules_mps_is_one_users_and_nothing_is_forced():
     first = stub.place(_asking(id=1), 1, 5.0)
     assert first == ("box", [0]) and stub.shares(1)
     assert stub.place(_asking(id=2), 1, 5.0) is None  # one partner per GPU in a pass
+
+
+def test_a_shared_gpu_counts_once_in_status_and_shows_both_jobs_in_nodes(cli, tmp_path):
+    """Two jobs on one GPU of a two-GPU node, a third alone on the other: 2 GPUs held,
+    not 3; ``nodes`` names both jobs on the shared GPU."""
+    cli.home.joinpath("gridshift.toml").write_text(
+        NODE.format(share="time-slice").replace("fake_gpus = 1", "fake_gpus = 2")
+    )
+    cli.env.update({"GRIDSHIFT_FAKE_GPU_POWER_W": str(POWER_W)})
+    a = _job(cli, tmp_path, FIRST, 30, "--share")
+    x = _job(cli, tmp_path, "x", 30)
+    b = _job(cli, tmp_path, SECOND, 30, "--share")
+    cli.daemon("--interval", "0.2")
+    for job in (a, x, b):
+        cli.wait_state(job, {"running"}, timeout=30)
+    deadline = time.monotonic() + 10
+    while (status := cli.json("status"))["running_jobs"] < 3 and time.monotonic() < deadline:
+        time.sleep(0.3)  # the daemon writes its health at most once a second
+    assert status["running_jobs"] == 3 and status["running_gpus"] == 2
+    assert "3 running on 2 GPUs" in cli.run("status").stdout
+    (node,) = cli.json("nodes")
+    assert node["gpus_busy"] == 2 and node["gpus_free"] == 0
+    shared, alone = sorted(node["gpu_list"], key=lambda g: len(g["job_ids"]), reverse=True)
+    assert shared["job_ids"] == [a, b] and shared["job_id"] == a, "the first to hold it"
+    assert alone["job_ids"] == [x] and alone["job_id"] == x
+    jobs_column = cli.run("nodes").stdout.splitlines()[1].split()[-1]
+    assert sorted(map(int, jobs_column.split(","))) == sorted([a, b, x])

@@ -134,7 +134,19 @@ def test_a_woken_server_that_never_answers_is_a_failed_wake(tmp_path):
     alloc.hold(("attempt", 1), "b", [0, 1])
     sizer.allocate(alloc, ("job", 1), 1, 10.0)
     _settle(sizer, alloc, 20.0, "wake failed")
-    assert "no answer within 2s of power_on (no answer)" in _row(db, "a")[1]
+    assert _row(db, "a")[1] == "power_on: no answer within 2s", "said once"
+
+
+def test_a_resumed_wake_that_gets_no_answer_says_why_once(tmp_path):
+    from datetime import UTC, datetime
+
+    ok = _script(tmp_path, "ok", "pass")
+    refused = "ssh: connect to host h: Connection refused"  # the probe's words, once
+    sizer, alloc, db = _sizer(tmp_path, ok, ok, probe=lambda _n: refused)
+    since = datetime(2026, 1, 1, tzinfo=UTC)  # a wake a previous daemon sent, long over
+    sizer.restore(since.timestamp() + 100, {"a": {"power_state": "waking", "power_since": since}})
+    _settle(sizer, alloc, since.timestamp() + 101, "wake failed")
+    assert _row(db, "a")[1] == f"power_on: no answer within 2s ({refused})"
 
 
 def test_a_power_off_that_fails_leaves_the_server_on(tmp_path):

@@ -227,7 +227,9 @@ def test_a_wake_counts_an_answer_only_once_the_server_was_down_or_booted_again(t
         time.sleep(0.1)
         sizer.step(alloc, [], 11.0)
     assert sizer.nodes["a"].state == "wake failed"
-    assert "did not boot again" in sizer.nodes["a"].error
+    assert sizer.nodes["a"].error == (
+        "power_on: it answers but did not boot again within 2s (same boot_id)"
+    )
     ids = iter(["old", None, "new"])  # down, then up again
     sizer.boot = lambda _n: next(ids, "new")
     sizer.allocate(alloc, ("job", 1), 2, 200.0)

@@ -206,8 +206,10 @@ def test_a_failing_wake_marks_the_server_and_the_daemon_goes_on(cli, tmp_path):
         assert re.search(r" far wake failed since .*: power_on: python.*BMC says no\\x07; "
                          r"tried again at ", status), status  # fmt: skip
         assert "unreachable" not in status and "\x1b" not in status, status
-        power = cli.json("status")["nodes_power"]["far"]
+        health = cli.json("status")
+        power = health["nodes_power"]["far"]
         assert power["power_state"] == "wake failed" and power["retry_at"], power
+        assert "far" not in health["nodes_unreachable"], "its wake failed: not unreachable"
         made = cli.run("submit", "--gpus", "2", "--", "true")  # a second: it says why it waits
         assert "waits for far, whose wake failed (far: power_on: python" in made.stderr
         assert "BMC says no\\x07); the daemon tries again after a back-off" in made.stderr

@@ -50,6 +50,24 @@ def test_status_says_a_server_is_off_or_waking_not_unreachable():
     ]
 
 
+def test_status_json_lists_as_unreachable_only_servers_that_are_on():
+    """``nodes_unreachable`` agrees with the text: a server right-sizing has off, powering
+    off, waking or wake failed is in ``nodes_power`` alone."""
+    from orchestrator.daemon.health import unreachable
+
+    down = {f"gpu{i}": NOW.timestamp() - i for i in range(1, 7)}
+    power = {
+        "gpu1": {"power_state": "off"},
+        "gpu2": {"power_state": "waking"},
+        "gpu3": {"power_state": "wake failed"},
+        "gpu4": {"power_state": "powering off"},
+        "gpu5": {"power_state": "on"},
+    }  # gpu6: not managed by right-sizing
+    assert unreachable(down, power) == {"gpu5": _iso(-5), "gpu6": _iso(-6)}
+    assert unreachable(down, {}) == {n: _iso(-int(n[3:])) for n in down}
+    assert unreachable({}, power) == {}
+
+
 def test_a_failed_wake_says_its_error_escaped_and_cut_and_when_it_is_tried_again():
     failed = {"power_state": "wake failed", "since": _iso(-60), "error": HOSTILE,
               "retry_at": _iso(90)}  # fmt: skip

@@ -33,7 +33,7 @@ def nodes(
     )  # fmt: skip
     rows = []
     for d in data:
-        jobs = sorted({g["job_id"] for g in d["gpu_list"] if g["job_id"] is not None})
+        jobs = sorted({j for g in d["gpu_list"] for j in _held(g)})
         limits = sorted({g["power_limit_w"] for g in d["gpu_list"] if g["power_limit_w"]})
         state = {True: "up", False: "down", None: "-"}[d["reachable"]]
         if d["error"]:
@@ -52,3 +52,12 @@ def nodes(
                 f"note: node {d['name']} runs every user's jobs as one account: they share "
                 'one trust domain there (user = "{user}" runs each as its submitter)'
             )
+
+
+def _held(gpu: dict) -> list:
+    """The jobs on a GPU: both where two share it (``job_ids``; ``job_id`` alone from a
+    daemon older than co-location)."""
+    held = gpu.get("job_ids")
+    if isinstance(held, list):
+        return held
+    return [gpu["job_id"]] if gpu.get("job_id") is not None else []

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from sqlmodel import col, func, select
 
 from orchestrator.errors import ConfigError
-from orchestrator.queue.attempts import ON_GPU, AttemptState, values, width_of_attempt
+from orchestrator.queue.attempts import ON_GPU, AttemptState, gpus_held, values
 from orchestrator.queue.models import Attempt, Health, Job
 from orchestrator.queue.states import JobState
 from orchestrator.signals.feed import trace_end
@@ -50,6 +50,7 @@ class HealthWriter:
             select(func.count()).select_from(Job).where(Job.state == JobState.QUEUED.value)
         ).one()
         meters = daemon.reaper.accountant
+        power = _power_view(getattr(daemon, "levers", None))
         data = {
             "stopped": stopped,
             "policy": daemon.policy_name,
@@ -63,18 +64,14 @@ class HealthWriter:
             "queued_jobs": int(queued),
             "running_jobs": sum(1 for a in running if a.state == AttemptState.RUNNING),
             "stopped_jobs": sum(1 for a in running if a.state == AttemptState.STOPPED),
-            "running_gpus": sum(
-                width_of_attempt(a) for a in running if a.state == AttemptState.RUNNING
-            ),
+            # distinct GPUs: two jobs sharing one (co-location) hold it once
+            "running_gpus": gpus_held(a for a in running if a.state == AttemptState.RUNNING),
             "power_w": round(sum(meters.power_w(a.id) or 0.0 for a in running), 1),
             "signal": None,
             "budget": None,
-            "nodes_unreachable": {
-                node: datetime.fromtimestamp(since, UTC).isoformat()
-                for node, since in sorted(daemon.executor.unreachable_nodes().items())
-            },
+            "nodes_unreachable": unreachable(daemon.executor.unreachable_nodes(), power),
             # right-sizing: each managed server's power (off, waking, wake failed ...)
-            "nodes_power": _power_view(getattr(daemon, "levers", None)),
+            "nodes_power": power,
         }
         feed = planner.feed if planner else None
         if feed is not None:
@@ -114,6 +111,17 @@ def effective_settings(daemon) -> dict:
         "budget": cfg.budget,
         "policy": daemon.policy_name,
         "objective": cfg.objective,
+    }
+
+
+def unreachable(down: dict[str, float], power: dict[str, dict]) -> dict[str, str]:
+    """``nodes_unreachable``: the nodes that do not answer (name -> since, ISO, UTC) while
+    on. One right-sizing has off, powering off, waking or wake failed is not: it is in
+    ``nodes_power`` with its state, as ``status`` shows it."""
+    return {
+        node: datetime.fromtimestamp(since, UTC).isoformat()
+        for node, since in sorted(down.items())
+        if (power.get(node) or {}).get("power_state", "on") == "on"
     }
 
 

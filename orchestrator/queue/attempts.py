@@ -17,7 +17,7 @@ attempts.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -168,6 +168,12 @@ def down_since(att: Attempt, down: dict[str, float]) -> float | None:
     """Since when a node of the attempt has been unreachable (``down``: node -> since),
     the earliest; None while every node of it answers."""
     return min((down[n] for n in nodes_of(att) if n in down), default=None)
+
+
+def gpus_held(attempts: Iterable[Attempt]) -> int:
+    """The distinct GPUs the attempts run on, over all their parts: a GPU two of them
+    share (co-location) counts once."""
+    return len({(node, gpu) for att in attempts for node, gpus in parts_of(att) for gpu in gpus})
 
 
 def width_of_attempt(att: Attempt) -> int:

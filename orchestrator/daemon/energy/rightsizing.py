@@ -275,23 +275,23 @@ class RightSizer:
         # an answer counts once the server was seen down, or booted again (a server
         # still going down answers for a while)
         before = None if p.down_seen else self.boot(name)
-        down_seen = before is None
+        down_seen, same_boot = before is None, False  # same_boot: answers, not booted again
         got = run_power_command(p.cfg.power_on, p.seconds("power_timeout"))
         if not got.ok:
             return got
-        why = "no answer yet"
         while not stop.is_set():
             now_id = self.boot(name)
             if now_id is None:
-                down_seen, why = True, "no answer"
+                down_seen = True
             elif down_seen or now_id != before:
                 return Outcome(True, "answers")
-            else:
-                why = "it answers but did not boot again (same boot_id)"
+            same_boot = not down_seen
             if time.monotonic() >= deadline:
                 break
             stop.wait(PROBE_EVERY_S)
-        return Outcome(False, f"no answer within {p.cfg.wake_timeout} of power_on ({why})")
+        if same_boot:
+            return _late(p, "it answers but did not boot again", "same boot_id")
+        return _late(p, "no answer")
 
     def _check(self, name: str, p: Power) -> None:
         """Ask (on a thread) whether a server whose state is uncertain answers: on if so."""
@@ -387,7 +387,7 @@ class RightSizer:
 
     def _until_up(self, name: str, p: Power, left_s: float) -> Outcome:
         """A wake a previous daemon started: the server answers within ``left_s``."""
-        deadline, stop, why = time.monotonic() + left_s, self._stop, "no answer"
+        deadline, stop, why = time.monotonic() + left_s, self._stop, None
         while not stop.is_set():
             why = self.probe(name)
             if why is None:
@@ -395,7 +395,7 @@ class RightSizer:
             if time.monotonic() >= deadline:
                 break
             stop.wait(PROBE_EVERY_S)
-        return Outcome(False, f"no answer within {p.cfg.wake_timeout} of power_on ({why})")
+        return _late(p, "no answer", why)
 
     def _store(self) -> None:
         todo = {n: p for n, p in self.nodes.items() if not p.stored}
@@ -435,6 +435,11 @@ def answers(link) -> str | None:
     except ExecutorError as exc:
         return str(exc)
     return None
+
+
+def _late(p: Power, what: str, why: str | None = None) -> Outcome:
+    """A wake not seen through in time, said once (``power_on: no answer within 6s``)."""
+    return Outcome(False, f"{what} within {p.cfg.wake_timeout}" + (f" ({why})" if why else ""))
 
 
 def _job(key: object) -> str:

@@ -17,14 +17,19 @@ def nodes(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
 
     refresh = bool(args.get("refresh", bool, False))
     resolved = resolve_nodes(ctx.settings)
-    holders: dict[tuple[str, int], int] = {}
+    # the jobs on each GPU, the first to hold it first: two where jobs share one
+    holders: dict[tuple[str, int], list[int]] = {}
     with ctx.db.read() as session:
         for att in session.exec(
-            select(Attempt).where(col(Attempt.state).in_(values([AttemptState.LAUNCHING, *ON_GPU])))
+            select(Attempt)
+            .where(col(Attempt.state).in_(values([AttemptState.LAUNCHING, *ON_GPU])))
+            .order_by(col(Attempt.id))
         ):
             for node, gpus in parts_of(att):  # a job across servers: each part's
                 for gpu in gpus:
-                    holders[(node, gpu)] = att.job_id
+                    held = holders.setdefault((node, gpu), [])
+                    if att.job_id not in held:
+                        held.append(att.job_id)
         stored = {n.name: n for n in session.exec(select(Node)).all()}
         stored_gpus: dict[str, list[Gpu]] = {}
         for g in session.exec(select(Gpu).order_by(Gpu.node, Gpu.index)).all():
@@ -67,7 +72,9 @@ def nodes(ctx: OpContext, caller: Caller, args: Args) -> list[dict]:
         for g in gpu_rows:
             full = dict.fromkeys(keys)
             full.update(g)
-            full["job_id"] = holders.get((n.name, g["index"]))
+            held = holders.get((n.name, g["index"]), [])
+            # job_id: the job that holds it (the first, where two share it); job_ids: all
+            full["job_id"], full["job_ids"] = (held[0] if held else None), held
             gpus.append(full)
         busy = sum(1 for g in gpus if g["job_id"] is not None)
         data.append(
