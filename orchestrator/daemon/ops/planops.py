@@ -90,6 +90,10 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
     inputs.type_gpus, inputs.running_types = planner_types(with_types(topology(nodes), nodes), held)
     snapshot = build_snapshot(inputs, largest)
     snapshot.power_limit_w = power_limit_w
+    if args.get("power_limit", str) is not None:  # the daemon's own: its start check's
+        from orchestrator.planning.limitfloor import check_plan_limit
+
+        check_plan_limit(snapshot, "--power-limit")  # one no job could start under
     rows = plan_rows(chosen, snapshot, inputs)
     data = {
         "policy": chosen.name,
