@@ -151,7 +151,7 @@ def _forecast(settings, spec: str | None, now, horizon_s: float):
     from orchestrator.errors import GridDataError
     from orchestrator.signals.sources import open_chain
 
-    chain = open_chain(settings, [spec] if spec else [])
+    chain = open_chain(settings, [spec] if spec else [], flag="--grid")
     signal = chain.forecast(now, timedelta(seconds=horizon_s))
     if not len(signal.frame):
         _not_covered(spec, chain.sources, now)
