@@ -242,25 +242,29 @@ def utc_now() -> datetime:
 
 
 # -- power, as people type it (one parser for every option and setting) ------------------
-_POWER_UNITS_W = {"": 1.0, "w": 1.0, "kw": 1e3, "mw": 1e6}
-_POWER = re.compile(r"(\d+(?:\.\d+)?)(w|kw|mw)?", re.ASCII)
+_POWER_UNITS_W = {"": 1.0, "w": 1.0, "kw": 1e3, "mw": 1e6, "gw": 1e9}
+_POWER = re.compile(r"(\d+(?:\.\d+)?)([kmg]?w)?", re.ASCII | re.IGNORECASE)
 #: The largest site power limit taken: 1 GW (a larger one is a typo, not a site).
 MAX_POWER_W = 1e9
 
 
 def parse_power_w(value: str | float) -> float:
-    """Watts in a power such as ``15kW``, ``15 kW``, ``800W``, ``1.5MW`` or a number of
-    watts (``15000``). Units are case-insensitive (``mw`` is megawatts: nobody caps a
-    site in milliwatts); the power is more than zero and at most ``MAX_POWER_W``."""
+    """Watts in a power such as ``15kW``, ``15 kW``, ``800W``, ``1.5MW``, ``1GW`` or a
+    number of watts (``15000``). Units are case-insensitive but for the M: a lowercase
+    ``m`` is milli (``1.5mW``), which no site is capped in, so it is refused rather than
+    read as mega; the power is more than zero and at most ``MAX_POWER_W`` (1 GW)."""
     shown = _shown(value)
     usage = "use e.g. 15kW, 800W or 1.5MW"
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise SpecError(f"invalid power {shown}: {usage}")
     if isinstance(value, str):
-        match = _POWER.fullmatch(value.strip().lower().replace(" ", ""))
+        match = _POWER.fullmatch(value.strip().replace(" ", ""))
         if match is None:
             raise SpecError(f"invalid power {shown}: {usage}")
-        value = float(match.group(1)) * _POWER_UNITS_W[match.group(2) or ""]
+        unit = match.group(2) or ""
+        if unit.startswith("m"):
+            raise SpecError(f"invalid power {shown}: m is milli; write MW for megawatts")
+        value = float(match.group(1)) * _POWER_UNITS_W[unit.lower()]
     if not math.isfinite(value) or not 0 < value <= MAX_POWER_W:
         raise SpecError(f"invalid power {shown}: it must be more than 0 W and at most 1 GW")
     return float(value)

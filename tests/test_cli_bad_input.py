@@ -111,6 +111,14 @@ CASES = {
         ["report", "--since", "9999-12-31T23:59:59-14:00"],
         "invalid --since",
     ),
+    "plan without a grid source names its own flag": (  # not grid show's --source (QA)
+        ["plan"],
+        "no grid source: give --grid (e.g. uk, csv:PATH) or set grid.source",
+    ),
+    "grid show without a grid source names its own flag": (
+        ["grid", "show"],
+        "no grid source: give --source (e.g. uk, csv:PATH) or set grid.source",
+    ),
     "plan time past year 9999 in UTC": (
         ["plan", "--at", "9999-12-31T23:59:59-14:00"],
         "invalid time",

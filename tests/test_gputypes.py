@@ -196,8 +196,12 @@ def test_sim_jobs_that_ask_for_a_type_wait_for_it(tmp_path):
 @pytest.mark.parametrize(
     "job, why",
     [
-        ({"gpu_type": "a100"}, "1 jobs asking for a GPU type the cluster lacks were left out"),
-        ({"gpus": 3}, "1 jobs wider than the cluster were left out"),
+        ({"gpu_type": "a100"}, "1 job asking for a GPU type the cluster lacks was left out"),
+        (  # the cluster has P100s, just not two (QA: it said it lacks the type)
+            {"gpus": 2, "gpu_type": "p100"},
+            r"1 job asking for more GPUs of its type than the cluster has \(1 p100\) was left out",
+        ),
+        ({"gpus": 3}, "1 job wider than the cluster was left out"),
         ({"skip_jobs": 1}, "skip_jobs 1 leaves none of 1"),
     ],
 )
@@ -209,6 +213,40 @@ def test_sim_with_every_job_left_out_says_why(tmp_path, job, why):
     cfg = {k: job.pop(k) for k in list(job) if k == "skip_jobs"}
     with pytest.raises(SpecError, match=f"^no jobs to simulate: {why}$"):
         _mixed_run(tmp_path, [{"submit": 0, "duration": 3600, **job}], nodes, **cfg)
+
+
+def test_sim_notes_say_which_typed_jobs_were_left_out_and_why(tmp_path):
+    from orchestrator.sim.inputs import prepare
+    from orchestrator.sim.scenario import Scenario
+    from tests.conftest import ROOT
+
+    rows = [
+        {"submit": 0, "duration": 60, "gpu_type": "a100"},
+        {"submit": 0, "duration": 60, "gpu_type": "k80", "gpus": 2},
+        {"submit": 0, "duration": 60, "gpu_type": "p100", "gpus": 17},
+        {"submit": 0, "duration": 60, "after": 3},  # waits for the 17-P100 job
+        {"submit": 0, "duration": 60, "gpu_type": "p100", "gpus": 16},  # fits
+    ]
+    trace = tmp_path / "jobs.jsonl"
+    trace.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    scenario = Scenario.model_validate(
+        {
+            "policies": ["fifo"],
+            "jobs": {"source": str(trace), "deadline_rule": "none"},
+            "grid": {"source": "synthetic:days=7"},
+            "cluster": {"gpu": "v100", "nodes": [
+                {"name": "v", "gpus": 8, "gpu": "v100"}, {"name": "p", "gpus": 16, "gpu": "p100"},
+            ]},
+        }
+    )  # fmt: skip
+    inputs = prepare(scenario, ROOT)
+    assert len(inputs.jobs) == 1
+    said = [n for n in inputs.notes if "left out" in n or "waiting for those" in n]
+    assert said == [
+        "2 jobs asking for a GPU type the cluster lacks were left out",
+        "1 job asking for more GPUs of its type than the cluster has (16 p100) was left out",
+        "1 job waiting for those too",
+    ]
 
 
 @pytest.mark.backends("sqlite")  # simulate never opens the store

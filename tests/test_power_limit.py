@@ -138,6 +138,11 @@ def test_a_job_lying_in_its_progress_reports_takes_at_most_the_bounded_surplus()
         ("15000", 15000),
         (2500, 2500),
         ("0.5kw", 500),
+        ("1KW", 1000),
+        ("800w", 800),
+        ("1.5Mw", 1.5e6),
+        ("1GW", 1e9),  # the largest taken, as its message says (QA: refused as bad format)
+        ("0.5gw", 5e8),
     ],
 )
 def test_power_as_people_type_it(text, watts):
@@ -157,6 +162,10 @@ def test_power_as_people_type_it(text, watts):
         "inf",
         "15kWh",
         "2GW",
+        "1.000001GW",
+        "1.5mW",  # milliwatts (QA: read as 1.5 MW)
+        "1.5mw",
+        "15 mW",
         "15 k W x",
         True,
         None,
@@ -169,6 +178,20 @@ def test_bad_powers_are_one_clear_error(bad):
     with pytest.raises(SpecError, match="invalid power") as err:
         parse_power_w(bad)
     assert "\n" not in str(err.value) and len(str(err.value)) < 120
+
+
+@pytest.mark.parametrize("text", ["1.5mW", "1.5mw", "2 mW"])
+def test_a_lowercase_m_is_milli_and_refused_saying_to_write_MW(text):
+    with pytest.raises(SpecError, match="MW") as err:
+        parse_power_w(text)
+    assert "milli" in str(err.value)
+
+
+def test_the_largest_power_the_message_names_is_taken_and_just_over_it_is_not():
+    assert parse_power_w("1GW") == parse_power_w("1000MW") == 1e9
+    for over in ("1001MW", "1000000001", "1.1GW"):
+        with pytest.raises(SpecError, match="at most 1 GW"):
+            parse_power_w(over)
 
 
 # -- what-if runs ---------------------------------------------------------------------

@@ -125,14 +125,25 @@ def _toml(tmp_path: Path, limit: str | None = None) -> Path:
 def test_simulate_refuses_a_limit_no_job_could_start_under_exit_2(tmp_path):
     idle_w, need_w = _needs_w()
     below = f"{(idle_w + need_w.min()) / 2:.0f}W"  # over the idle draw, under any job
-    for args in ([str(_toml(tmp_path)), "--power-limit", below],
-                 [str(_toml(tmp_path, below))]):  # fmt: skip
+    for args, named in (([str(_toml(tmp_path)), "--power-limit", below], "--power-limit: "),
+                        ([str(_toml(tmp_path, below))], "invalid power_limit_w: ")):  # fmt: skip
         proc = _cli(tmp_path, *args)
         assert proc.returncode == 2, proc.stderr
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "smallest job needs" in lines[0] and not proc.stdout
         assert f"give at least {np.ceil(need_w.min()):.0f} W" in lines[0]
+        assert lines[0].startswith(f"gridshift: error: {named}"), lines[0]  # who gave it (QA)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]  # nothing written
+
+
+def test_a_limit_under_the_idle_draw_names_the_flag_that_gave_it(tmp_path):
+    """QA: ``simulate --power-limit 1W`` said "invalid power_limit_w:", the scenario's key."""
+    for args, named in ((["--power-limit", "1W"], "--power-limit: "),
+                        ([], "invalid power_limit_w: ")):  # fmt: skip
+        proc = _cli(tmp_path, str(_toml(tmp_path, None if args else "1W")), *args)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert lines[0].startswith(f"gridshift: error: {named}1 W is less than the cluster's idle")
 
 
 @pytest.mark.parametrize("bad", ["12 parsecs", "3kWh", "-5kW", "0W", "nan", "1e400W"])

@@ -23,9 +23,10 @@ def provider_configs(settings: Settings) -> dict:
     return configs
 
 
-def open_chain(settings: Settings, specs: list[str], client=None):
+def open_chain(settings: Settings, specs: list[str], client=None, flag: str = "--source"):
     """The sources named by ``specs`` (or the configured chain), tried in order, with the
-    file cache under GRIDSHIFT_HOME behind them."""
+    file cache under GRIDSHIFT_HOME behind them; with neither, an error that names ``flag``,
+    the caller's option for a source."""
     import httpx
 
     from grid.cache import CachedChain, SignalCache
@@ -33,7 +34,7 @@ def open_chain(settings: Settings, specs: list[str], client=None):
 
     specs = specs or settings.grid.source
     if not specs:
-        raise SpecError("no grid source: give --source (e.g. uk, csv:PATH) or set grid.source")
+        raise SpecError(f"no grid source: give {flag} (e.g. uk, csv:PATH) or set grid.source")
     client = client or httpx.Client(
         timeout=settings.grid.timeout_s, headers={"User-Agent": "gridshift"}
     )

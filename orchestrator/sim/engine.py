@@ -135,8 +135,9 @@ class SimDaemon(Resizing, Devices):
         self.power = SimPower(self)  # idle power, right-sizing: after launch, each pass
         self.limit = None  # the site power limit (``sim.sitelimit``): admission, then caps
         if inputs.power_limit_w is not None:
+            named = inputs.scenario.named("power_limit_w")  # the flag, if it gave the limit
             self.limit = SimSiteLimit(inputs.power_limit_w, self.executor, self._running_model,
-                                      self.power)  # fmt: skip
+                                      self.power, named)  # fmt: skip
             after.insert(0, ("split power", lambda now: self.limit.split(self._running, now)))
         after.insert(0, ("power", self.power.step))
         self._resize_to: dict[int, int] = {}  # resized jobs: the width each restarts on

@@ -65,6 +65,7 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
     from orchestrator.sim.hardware.devices import (
         job_families,
         keep_typed,
+        leave_out,
         note_unknown_types,
         requested_types,
         typed_widest,
@@ -91,19 +92,8 @@ def prepare(scenario: Scenario, base: Path, settings=None) -> SimInputs:
         if abs(weeks) >= 1:
             notes.append(f"the trace was moved by {weeks:+.0f} weeks onto the signal's year")
     inside = (jobs.submit_s >= carbon.start_s) & (jobs.submit_s < carbon.end_s)
-    if not inside.all():
-        notes.append(f"{int((~inside).sum())} jobs submitted outside the signal were left out")
-        kept = jobs.without_dependants(inside)
-        if (kept != inside).any():
-            notes.append(f"{int((kept != inside).sum())} jobs waiting for those too")
-        jobs = jobs.take(np.flatnonzero(kept))
-    largest_fit = jobs.gpus <= total
-    if not largest_fit.all():
-        notes.append(f"{int((~largest_fit).sum())} jobs wider than the cluster were left out")
-        kept = jobs.without_dependants(largest_fit)
-        if (kept != largest_fit).any():
-            notes.append(f"{int((kept != largest_fit).sum())} jobs waiting for those too")
-        jobs = jobs.take(np.flatnonzero(kept))
+    jobs = leave_out(jobs, inside, "submitted outside the signal", notes)
+    jobs = leave_out(jobs, jobs.gpus <= total, "wider than the cluster", notes)
     jobs = keep_typed(jobs, topology, notes)
     note_unknown_types(topology, notes)
     before_skip = len(jobs)

@@ -3,7 +3,8 @@ holds it to: each job's least limit is what the site draws when it runs alone at
 lowest cap, on its fewest GPUs, every other GPU idle and every server on (``alone_w``).
 
 A limit under the least of these could start no job without going over it: refused up
-front (``check_limit``, one line, the least limit that could run a job). Under a limit
+front (``check_limit``, one line, the least limit that could run a job, said as ``plan``
+says it: ``planning.limitfloor``). Under a limit
 that some jobs' least limits exceed, those jobs still run, each only when nothing else
 runs, over the limit (``sitelimit``'s rule: a run never deadlocks): a note says how many
 and by how much. A limit below the idle draw alone is ``SimSiteLimit``'s to refuse.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.errors import SpecError
+from orchestrator.planning.limitfloor import gpus_text, refuse_below
 
 
 def alone_w(inputs) -> tuple[float, np.ndarray, list[str | None]]:
@@ -53,17 +54,16 @@ def check_limit(inputs) -> None:
     floor_w, need_w, types = alone_w(inputs)
     if limit_w < floor_w:
         return  # below the idle draw: ``SimSiteLimit`` refuses it, saying so
-    least = int(np.argmin(need_w))
-    if limit_w + 1e-6 < need_w[least]:
-        gpus = int((inputs.min_gpus if inputs.min_gpus is not None else inputs.jobs.gpus)[least])
-        kind = f" {types[least]}" if types[least] else ""
-        least_w = np.ceil(need_w[least] - 1e-6)
-        raise SpecError(
-            f"invalid power_limit_w: {limit_w:.10g} W is less than the {least_w:.0f} W the "
-            f"smallest job needs ({gpus}{kind} GPU{'s' if gpus > 1 else ''} at its lowest cap, "
-            "every other GPU idle and every server on), so no job could start within it; "
-            f"give at least {least_w:.0f} W"
-        )
+    gpus = inputs.min_gpus if inputs.min_gpus is not None else inputs.jobs.gpus
+    refuse_below(
+        limit_w,
+        need_w,
+        lambda i: (
+            f"{gpus_text(int(gpus[i]), types[i])} at its lowest cap, every other GPU "
+            "idle and every server on"
+        ),
+        inputs.scenario.named("power_limit_w"),
+    )
     over = int((need_w > limit_w + 1e-6).sum())
     if over:
         who = "1 job needs" if over == 1 else f"{over} jobs need"

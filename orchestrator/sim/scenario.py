@@ -62,6 +62,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -290,6 +291,12 @@ class Scenario(BaseModel):
     jobs: JobsConfig = Field(default_factory=JobsConfig)
     grid: GridConfig = Field(default_factory=GridConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    _flags: dict = PrivateAttr(default_factory=dict)  # key path -> the flag that set it
+
+    def named(self, *path: str) -> str:
+        """How an error found after validation names the key at ``path``: the flag that
+        gave it (``--power-limit``), else ``invalid`` and the key (``power_limit_w``)."""
+        return self._flags.get(path) or f"invalid {'.'.join(path)}"
 
     @field_validator("timezone")
     @classmethod
@@ -359,7 +366,7 @@ def validate(raw: dict, where: str, flags: dict[tuple, str] | None = None) -> Sc
     """``raw`` as a scenario; a problem is one line naming the key in ``where`` (the
     scenario file), or the flag that gave it (``flags``: key path -> flag)."""
     try:
-        return Scenario.model_validate(raw)
+        scenario = Scenario.model_validate(raw)
     except ValidationError as exc:
         loc, msg = first_invalid(exc)
         flag = next((f for path, f in (flags or {}).items() if loc[: len(path)] == path), None)
@@ -367,6 +374,8 @@ def validate(raw: dict, where: str, flags: dict[tuple, str] | None = None) -> Sc
             raise SpecError(f"{flag}: {msg}") from None
         field = ".".join(str(p) for p in loc) or "scenario"
         raise SpecError(f"{where}: {field}: {msg}") from None
+    scenario._flags = dict(flags or {})  # errors found later name the flag too (``named``)
+    return scenario
 
 
 def load_cluster_file(path: Path) -> ClusterConfig:

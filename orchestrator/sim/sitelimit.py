@@ -35,13 +35,13 @@ class SimSiteLimit:
     """The simulator's side of the site limit, over ``SimDaemon``'s running attempts."""
 
     def __init__(self, limit_w: float, executor, model_of: Callable[[int], JobModel],
-                 power) -> None:  # fmt: skip
-        self.limit_w = float(limit_w)
+                 power, name: str = "invalid power_limit_w") -> None:  # fmt: skip
+        self.limit_w = float(limit_w)  # (``name``: what its errors call it, e.g. the flag)
         self.power = power  # sim.hardware.power.SimPower: the idle draw
         floor_w = sum(n.idle_w for n in power.nodes) * power.pue
         if floor_w > self.limit_w:
             raise SpecError(
-                f"invalid power_limit_w: {self.limit_w:.10g} W is less than the cluster's "
+                f"{name}: {self.limit_w:.10g} W is less than the cluster's "
                 f"idle draw ({floor_w:.0f} W: every server on, nothing running), so it cannot hold"
             )
         self.executor = executor

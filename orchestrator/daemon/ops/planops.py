@@ -90,6 +90,10 @@ def plan(ctx: OpContext, caller: Caller, args: Args) -> dict:
     inputs.type_gpus, inputs.running_types = planner_types(with_types(topology(nodes), nodes), held)
     snapshot = build_snapshot(inputs, largest)
     snapshot.power_limit_w = power_limit_w
+    if args.get("power_limit", str) is not None:  # the daemon's own: its start check's
+        from orchestrator.planning.limitfloor import check_plan_limit
+
+        check_plan_limit(snapshot, "--power-limit")  # one no job could start under
     rows = plan_rows(chosen, snapshot, inputs)
     data = {
         "policy": chosen.name,
@@ -147,7 +151,7 @@ def _forecast(settings, spec: str | None, now, horizon_s: float):
     from orchestrator.errors import GridDataError
     from orchestrator.signals.sources import open_chain
 
-    chain = open_chain(settings, [spec] if spec else [])
+    chain = open_chain(settings, [spec] if spec else [], flag="--grid")
     signal = chain.forecast(now, timedelta(seconds=horizon_s))
     if not len(signal.frame):
         _not_covered(spec, chain.sources, now)

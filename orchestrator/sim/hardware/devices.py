@@ -94,22 +94,41 @@ def note_unknown_types(topology, notes: list[str]) -> None:
         )
 
 
+def counted(n: int, what: str) -> str:
+    """``1 job <what> was``, ``2 jobs <what> were``."""
+    return f"1 job {what} was" if n == 1 else f"{n} jobs {what} were"
+
+
+def leave_out(jobs, keep, what: str, notes: list[str]):
+    """``jobs`` (``TraceJobs``) less those ``keep`` leaves out (``what``: why, e.g. "wider
+    than the cluster"; a GPU type the cluster lacks or has too few of: ``keep_typed``)
+    and those that wait for them, each said in ``notes``."""
+    keep = np.asarray(keep, dtype=bool)
+    if keep.all():
+        return jobs
+    notes.append(f"{counted(int((~keep).sum()), what)} left out")
+    kept = jobs.without_dependants(keep)
+    waiting = int((kept != keep).sum())
+    if waiting:
+        notes.append(f"{waiting} job{'' if waiting == 1 else 's'} waiting for those too")
+    return jobs.take(np.flatnonzero(kept))
+
+
 def keep_typed(jobs, topology, notes: list[str]):
-    """The jobs less those that asked for a type the cluster has too few GPUs of (and
-    those waiting for them), said in ``notes``."""
+    """The jobs less those that asked for a type the cluster lacks, or for more GPUs of
+    their type than it has (and those waiting for them), each said in ``notes``."""
     wants = requested_types(jobs)
     if wants is None:
         return jobs
     have = _type_gpus(topology)
-    fits = np.array(
-        [w is None or have.get(w, 0) >= g for w, g in zip(wants, jobs.gpus.tolist(), strict=True)],
-        dtype=bool,
-    )
-    if fits.all():
-        return jobs
-    kept = jobs.without_dependants(fits)
-    notes.append(f"{int((~kept).sum())} jobs asking for a GPU type the cluster lacks were left out")
-    return jobs.take(np.flatnonzero(kept))
+    jobs = leave_out(jobs, [w is None or w in have for w in wants],
+                     "asking for a GPU type the cluster lacks", notes)  # fmt: skip
+    wants = requested_types(jobs) or [None] * len(jobs)
+    pairs = list(zip(wants, jobs.gpus.tolist(), strict=True))
+    short = sorted({w for w, g in pairs if w is not None and have[w] < g})
+    why = "asking for more GPUs of its type than the cluster has"
+    has = ", ".join(f"{have[w]} {w}" for w in short)
+    return leave_out(jobs, [w is None or have[w] >= g for w, g in pairs], f"{why} ({has})", notes)
 
 
 class Devices:
