@@ -103,3 +103,67 @@ def test_plan_keeps_a_wide_job_off_the_gpus_its_type_lacks(cli):
     rows = cli.json("plan", "--grid", f"synthetic:start={day}&days=3", "--policy", "budget")
     (row,) = [r for r in rows["jobs"] if r["id"] == wide]
     assert row["forced"] and row["start"] != rows["now"]
+
+
+WIDE = CLUSTER + '[[nodes]]\nname = "abox"\nfake_gpus = 4\ngpu_model = "NVIDIA A40"\n'
+
+
+def _refused(proc, message: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_edit_checks_the_width_and_type_as_submit_does(cli):
+    """An edit the cluster's GPUs of the job's type could never hold is refused, as submit
+    refuses it (before: accepted, and the daemon failed the job)."""
+    (cli.home / "gridshift.toml").write_text(WIDE)  # the largest node has 4: 3 fits it
+    job = str(cli.submit("--gpus", "1-4", "--gpu-type", "v100", "--", "true"))
+    before = cli.json("show", job)
+    _refused(
+        cli.run("edit", job, "--gpus", "3", check=False), "needs 3 v100 GPUs; the cluster has 2"
+    )
+    _refused(cli.run("edit", job, "--gpu-type", "a100", check=False),
+             "no node has GPU type a100 (this cluster's: a40, p100, v100)")  # fmt: skip
+    _refused(cli.run("edit", job, "--gpu-type", "../../etc", check=False), "invalid GPU type")
+    _refused(cli.run("edit", job, "--gpu-type", "nvidia", check=False), "names no GPU")
+    _refused(cli.run("edit", job, "--gpus", "3", "--gpu-type", "P100", check=False),
+             "needs 3 p100 GPUs; the cluster has 2")  # fmt: skip
+    after = cli.json("show", job)
+    assert (after["gpus_min"], after["gpus_max"], after["gpu_type"]) == (1, 4, "v100")
+    assert after["events"] == before["events"]  # nothing written
+    # what fits is changed: a type with room, and "" for any type (then 3 fits the A40s)
+    cli.run("edit", job, "--gpu-type", "P100", "--gpus", "2")
+    assert cli.json("show", job)["gpu_type"] == "p100"
+    cli.run("edit", job, "--gpu-type", "", "--gpus", "3")  # any type: 3 fit the A40s
+    _refused(
+        cli.run("edit", job, "--gpu-type", "v100", check=False),
+        "needs 3 v100 GPUs; the cluster has 2",
+    )  # the width it has, in that type's GPUs
+    cli.run("edit", job, "--priority", "5")  # its GPUs and type stay as they are
+    shown = cli.json("show", job)
+    assert (shown["gpu_type"], shown["gpus_min"], shown["priority"]) == (None, 3, 5)
+
+
+def test_restart_checks_the_width_and_type_as_submit_does(cli):
+    """A copy the cluster could no longer run (its type's GPUs fewer, or gone) is refused
+    at restart, one line, nothing queued (before: queued, and the daemon failed it)."""
+    (cli.home / "gridshift.toml").write_text(WIDE.replace("fake_gpus = 2", "fake_gpus = 4"))
+    wide = str(cli.submit("--gpus", "3", "--gpu-type", "v100", "--", "true"))
+    typed = str(cli.submit("--gpu-type", "p100", "--", "true"))
+    fine = str(cli.submit("--", "true"))
+    cli.run("cancel", wide, typed, fine)
+    # the V100 server now has 2 GPUs, and the P100 one holds K80s
+    (cli.home / "gridshift.toml").write_text(WIDE.replace("Tesla P100-PCIE-16GB", "Tesla K80"))
+    count = cli.job_count()
+    _refused(
+        cli.run("restart", wide, check=False), f"job {wide}: needs 3 v100 GPUs; the cluster has 2"
+    )
+    _refused(cli.run("restart", typed, check=False), f"job {typed}: no node has GPU type p100")
+    _refused(
+        cli.run("restart", fine, typed, check=False), f"job {typed}: no node has GPU type p100"
+    )
+    assert cli.job_count() == count  # all or none: not even the copy of the one that fits
+    (cli.home / "gridshift.toml").write_text(WIDE)
+    copy = cli.run("restart", typed).stdout.split()[1].rstrip(":")
+    assert cli.json("show", copy)["gpu_type"] == "p100"

@@ -270,6 +270,24 @@ def test_report_plot_draws_hostile_users_and_labels_literally(tmp_path):
     assert "cost \\$5 and \\$6" in ticks and "\\x1b[2Jesc" in ticks  # drawn as typed
 
 
+def test_report_plot_draws_other_users_jobs_as_one_bar_beside_a_label_named_alike():
+    from orchestrator.accounting.plots import report_figure
+
+    row = {"carbon_kg": 1.0, "carbon_at_submission_kg": 2.0}
+    data = {
+        "by_user": {"alice": row, "bob": row},
+        "by_label": {"(other users)": row, "-": row},  # bob's own label, named alike
+        "others_labels_hidden": row | {"carbon_kg": 3.0},
+        "total": {"jobs": 3, "saving_pct": None, "carbon_kg": 5.0,
+                  "carbon_at_submission_kg": 6.0},
+        "signal": None, "first_submitted_at": None, "last_finished_at": None,
+    }  # fmt: skip
+    labels = report_figure(data).axes[1]
+    ticks = [t.get_text() for t in labels.get_xticklabels()]
+    assert ticks == ["(other users)", "-", "(other users)"]  # two bars, neither lost
+    assert sorted(b.get_height() for b in labels.patches)[-1] == 3.0
+
+
 @pytest.mark.parametrize("name", HOSTILE)
 def test_job_plot_draws_a_hostile_name_literally(name, tmp_path):
     from orchestrator.accounting.plots import job_figure

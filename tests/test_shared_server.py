@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, base_env
+from tests.conftest import ROOT, Cli, base_env
 from tests.helpers.users import as_user, lab_users, needs_root
 from tests.helpers.waiting import wait_for
 
@@ -243,3 +243,39 @@ def test_the_live_socket_survives_a_crowd_and_a_silent_client(queue, lab):
     assert time.monotonic() - started < 120
     silent.close()
     assert queue.daemon.poll() is None, "the daemon lives on"
+
+
+def test_report_leaves_out_other_users_labels_but_counts_their_jobs(queue, lab):
+    _, users = lab
+    alice, bob = users.alice, users.bob
+    secret = queue.json(alice, "submit", "--label", "secretlabel", "--label", "both", "--", "true")
+    mine = queue.json(bob, "submit", "--label", "both", "--label", "bobs", "--", "true")
+
+    def done() -> bool:
+        states = [queue.json(alice, "show", str(secret["id"]))["state"],
+                  queue.json(bob, "show", str(mine["id"]))["state"]]  # fmt: skip
+        return states == ["completed", "completed"]
+
+    wait_for(done, 60, "both jobs")
+
+    seen = queue.json(bob, "report")
+    assert "secretlabel" not in json.dumps(seen)
+    assert set(seen["by_label"]) <= {"both", "bobs", "-"}, seen["by_label"]
+    # a label bob also uses counts only his own jobs: alice's use of it is hers
+    assert seen["by_label"]["both"]["jobs"] == 1 and seen["by_label"]["bobs"]["jobs"] == 1
+    # her jobs still count: in the totals, per user, and as other users' jobs
+    assert seen["by_user"][alice.name]["jobs"] >= 1
+    hidden = seen["others_labels_hidden"]
+    assert hidden["jobs"] == seen["by_user"][alice.name]["jobs"]
+    assert sum(r["jobs"] for r in seen["by_label"].values()) <= seen["total"]["jobs"]
+    text = queue.run(bob, "report")
+    assert text.returncode == 0, text.stderr
+    assert "secretlabel" not in text.stdout and "other users" in text.stdout
+
+    hers = queue.json(alice, "report")
+    assert hers["by_label"]["secretlabel"]["jobs"] == 1 and "bobs" not in hers["by_label"]
+    assert hers["by_label"]["both"]["jobs"] == 1
+    # root (the daemon's user here) sees every label
+    root = json.loads(Cli(queue.home, queue.env).run("report", "--json").stdout)
+    assert root["by_label"]["both"]["jobs"] == 2 and "secretlabel" in root["by_label"]
+    assert root["others_labels_hidden"] is None

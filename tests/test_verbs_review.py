@@ -126,10 +126,16 @@ def test_a_daemon_reaping_an_end_cancel_recorded_meanwhile_changes_nothing(tmp_p
 
 
 @pytest.mark.parametrize(
-    "edit", [{"gpus_min": 4, "gpus_max": 4}, {"duration_s": 7200.0}, {"deadline": "later"}]
+    "edit",
+    [
+        {"gpus_min": 4, "gpus_max": 4},
+        {"duration_s": 7200.0},
+        {"deadline": "later"},
+        {"gpu_type": "p100"},
+    ],
 )
 def test_a_launch_refuses_a_job_edited_since_the_pass_planned_it(tmp_path, edit):
-    """``edit --gpus 4`` (or a new run time or deadline) landing between a pass's plan
+    """``edit --gpus 4`` (or a new run time, deadline or GPU type) landing between a pass's plan
     and its launch: not launched on the planned GPUs; planned again at the next pass."""
     import os
     from datetime import UTC, datetime, timedelta

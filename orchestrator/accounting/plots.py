@@ -65,12 +65,15 @@ def report_figure(data: dict, zone: tzinfo | None = None):
     zone = zone or local_zone()
     fig = Figure(figsize=(11, 4.5))
     axes = fig.subplots(1, 2)
-    groups = [("user", data["by_user"]), ("label", data["by_label"])]
+    labels = list(data["by_label"].items())
+    if data.get("others_labels_hidden"):  # other users' jobs: their labels are private
+        labels.append(("(other users)", data["others_labels_hidden"]))
+    groups = [("user", list(data["by_user"].items())), ("label", labels)]
     for ax, (title, rows) in zip(axes, groups, strict=True):
-        names = list(rows)
+        names = [n for n, _ in rows]
         shown = [drawn(n if len(n) <= 40 else n[:39] + "…") for n in names]
-        actual = [rows[n]["carbon_kg"] or 0.0 for n in names]
-        base = [rows[n]["carbon_at_submission_kg"] or 0.0 for n in names]
+        actual = [r["carbon_kg"] or 0.0 for _, r in rows]
+        base = [r["carbon_at_submission_kg"] or 0.0 for _, r in rows]
         x = range(len(names))
         ax.bar([i - 0.2 for i in x], base, width=0.4, label="at submission", color="#bbbbbb")
         ax.bar([i + 0.2 for i in x], actual, width=0.4, label="as run", color="#2a9d8f")

@@ -54,9 +54,14 @@ def budget_periods(session: Session, budget: Budget, now: datetime, periods: int
     }
 
 
-def report(session: Session, since: datetime | None, carbon=None, price=None) -> dict:
+def report(
+    session: Session, since: datetime | None, carbon=None, price=None, viewer_uid=None
+) -> dict:
     """kWh, kg CO2e, cost and saving per user and per label of the jobs that ran since
-    ``since``. ``carbon``/``price``: StepSeries of the signals (for the saving)."""
+    ``since``. ``carbon``/``price``: StepSeries of the signals (for the saving).
+    ``viewer_uid``: the member who asks, who sees only their own jobs' labels (another
+    user's labels are private): others' jobs count in the totals, per user and, in one row,
+    in ``others_labels_hidden``; None: every job's labels (root, the queue's owner)."""
     query = select(Job).where(col(Job.energy_j).is_not(None))
     if since is not None:
         query = query.where(col(Job.submitted_at) >= since)
@@ -64,10 +69,14 @@ def report(session: Session, since: datetime | None, carbon=None, price=None) ->
     ran = _run_seconds(session, [j.id for j in jobs])
     by_user: dict[str, dict] = defaultdict(_zero)
     by_label: dict[str, dict] = defaultdict(_zero)
-    total = _zero()
+    total, hidden = _zero(), _zero()
     for job in jobs:
         row = _job_figures(job, ran.get(job.id, 0.0), carbon)
-        for bucket in (by_user[job.user], total, *(by_label[lb] for lb in job.labels or ["-"])):
+        if viewer_uid is None or job.uid == viewer_uid:
+            labelled = [by_label[lb] for lb in job.labels or ["-"]]
+        else:
+            labelled = [hidden]
+        for bucket in (by_user[job.user], total, *labelled):
             _add(bucket, row)
     finished = [j.finished_at for j in jobs if j.finished_at]
     idle = idle_energy(session, since)
@@ -81,6 +90,7 @@ def report(session: Session, since: datetime | None, carbon=None, price=None) ->
         "total": _finish(total),
         "by_user": {k: _finish(v) for k, v in sorted(by_user.items())},
         "by_label": {k: _finish(v) for k, v in sorted(by_label.items())},
+        "others_labels_hidden": _finish(hidden) if hidden["jobs"] else None,
     }
 
 

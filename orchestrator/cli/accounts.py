@@ -214,7 +214,10 @@ def _periods(periods: list[dict], unit: str) -> None:
 def _print_report(data: dict, plot) -> None:
     from orchestrator.cli.output.tables import Col, num, say, table
 
-    for title, rows in (("user", data["by_user"]), ("label", data["by_label"])):
+    labels = list(data["by_label"].items())
+    if data.get("others_labels_hidden"):  # other users' jobs: their labels are private
+        labels.append(("(other users)", data["others_labels_hidden"]))
+    for title, rows in (("user", list(data["by_user"].items())), ("label", labels)):
         say(f"by {title}", "bold")
         columns = (
             Col(title.upper()), Col("JOBS", right=True), Col("kWh", right=True),
@@ -225,7 +228,7 @@ def _print_report(data: dict, plot) -> None:
             [key, str(r["jobs"]), num(r["energy_kwh"], 3) + ("*" if r["modelled_jobs"] else ""),
              num(r["carbon_kg"], 3), num(r["cost"], 2), num(r["carbon_at_submission_kg"], 3),
              num(r["saving_pct"], 0, "%")]
-            for key, r in [*rows.items(), ("total", data["total"])]
+            for key, r in [*rows, ("total", data["total"])]
         ])  # fmt: skip
     say("* includes modelled energy (GPUs without energy counters)", "dim")
     idle = data.get("idle") or {}

@@ -411,7 +411,7 @@ class Dispatcher:
 
 
 #: What ``edit`` changes that the plan (when, how many GPUs, its pieces) was made on.
-PLANNED_ON = ("gpus_min", "gpus_max", "duration_s", "deadline")
+PLANNED_ON = ("gpus_min", "gpus_max", "gpu_type", "duration_s", "deadline")
 
 
 def _placed(node: str, gpus: list[int], parts: list[tuple[str, list[int]]] | None) -> str:

@@ -1,10 +1,12 @@
 """Changes to jobs already queued, each one transaction, all or none: ``hold`` and
 ``release`` (a held job is never planned or started), ``edit`` (a queued or held job's
-priority, deadline, run time, GPUs or name) and ``restart`` (a finished job queued again as
-a new job with the same spec). Each job must be the user's (root may change any)."""
+priority, deadline, run time, GPUs, GPU type or name) and ``restart`` (a finished job
+queued again as a new job with the same spec). Each job must be the user's (root may
+change any)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -20,7 +22,10 @@ from orchestrator.queue.states import FINAL, WAITING, JobState, transition
 from orchestrator.queue.store import dependencies, get_job, insert_jobs
 
 #: The fields ``edit`` changes, as ``submit`` (and a sweep file) names them.
-EDITABLE = ("priority", "deadline", "within", "duration", "gpus", "name")
+EDITABLE = ("priority", "deadline", "within", "duration", "gpus", "gpu_type", "name")
+#: A check of a spec beyond ``build_spec``'s (the daemon's: its GPU type and its width in
+#: that type's GPUs, as ``submit`` checks them); raises SpecError.
+SpecCheck = Callable[[JobSpec], None]
 #: What ``restart`` copies: a job that ended this way may be queued again.
 RESTARTABLE = FINAL | {JobState.LOST}
 #: A dependency that ended so fails its dependants.
@@ -89,22 +94,27 @@ def edit(
     user: User,
     now: datetime,
     largest_node_gpus: int | None,
+    check: SpecCheck | None = None,
 ) -> dict[str, Any]:
     """Change a queued or held job's fields, checked as ``submit`` checks them (one
-    SpecError, nothing written). Returns the fields as they are now."""
+    SpecError, nothing written; ``check``: the daemon's further check). Returns the fields
+    as they are now."""
     unknown = set(changes) - set(EDITABLE)
     if unknown:
         raise SpecError(f"cannot edit {', '.join(sorted(unknown))}: only {', '.join(EDITABLE)}")
     given = {k: v for k, v in changes.items() if v is not None}
     if not given:
         raise SpecError("nothing to change: give --priority, --deadline, --within, --duration, "
-                        "--gpus or --name")  # fmt: skip
+                        "--gpus, --gpu-type or --name")  # fmt: skip
 
     def _edit(session: Session) -> dict[str, Any]:
         (job,) = _jobs(session, [job_id], user, WAITING, "a queued or held job can be edited")
         spec = _checked(job, given, now)
-        if (why := too_wide(spec.gpus_min, largest_node_gpus)) is not None:
-            raise SpecError(why)
+        if "gpus" in given or "gpu_type" in given:  # the width in that type's GPUs
+            if (why := too_wide(spec.gpus_min, largest_node_gpus)) is not None:
+                raise SpecError(why)
+            if check is not None:
+                check(spec)
         said = []
         if "name" in given:
             job.name = spec.name
@@ -118,6 +128,9 @@ def edit(
         if "gpus" in given:
             job.gpus_min, job.gpus_max = spec.gpus_min, spec.gpus_max
             said.append("gpus")
+        if "gpu_type" in given:
+            job.gpu_type = spec.gpu_type
+            said.append("gpu type")
         if "deadline" in given or "within" in given:
             job.deadline = spec.deadline
             said.append("deadline")
@@ -137,7 +150,9 @@ def _checked(job: Job, given: dict[str, Any], now: datetime) -> JobSpec:
     """The job's spec with ``given`` applied, through ``submit``'s checks. A deadline not
     changed is checked against a new run time only while it is ahead."""
     raw: dict[str, Any] = {"command": job.command, "workdir": job.workdir}
-    raw |= {k: given[k] for k in ("priority", "gpus", "name") if k in given}
+    raw |= {k: given[k] for k in ("priority", "name") if k in given}
+    raw["gpus"] = given.get("gpus", f"{job.gpus_min}-{job.gpus_max}")
+    raw["gpu_type"] = given.get("gpu_type", job.gpu_type)  # "": any type
     raw["duration"] = given.get("duration", job.duration_s)
     if "deadline" in given or "within" in given:
         raw |= {k: given[k] for k in ("deadline", "within") if k in given}
@@ -156,6 +171,7 @@ def _fields(job: Job) -> dict[str, Any]:
         "deadline": job.deadline.isoformat() if job.deadline else None,
         "gpus_min": job.gpus_min,
         "gpus_max": job.gpus_max,
+        "gpu_type": job.gpu_type,
     }
 
 
@@ -166,10 +182,11 @@ def restart(
     user: User,
     now: datetime,
     largest_node_gpus: int | None = None,
+    check: SpecCheck | None = None,
 ) -> list[tuple[int, int, str | None]]:
     """Queue each finished job again as a new job of its owner's, with its spec (its
     deadline as far after the new submission as it was after the old one), checked as
-    ``submit`` checks it (the largest node, a deadline the run time fits). It waits on
+    ``submit`` checks it (the largest node, a deadline the run time fits, ``check``). It waits on
     what the old job waited on; on a job restarted with it, on that one's new copy; a
     dependency that failed, was cancelled or lost and is not restarted with it refuses
     all; one ``clean`` removed cannot be waited on: the note says so. Returns (old id,
@@ -195,7 +212,7 @@ def restart(
                         f"together (gridshift restart {dep} {job.id})"
                     )
                 waits.append(dep)
-            spec = _spec_of(job, waits, now, largest_node_gpus)
+            spec = _spec_of(job, waits, now, largest_node_gpus, check)
             owner = User(name=job.user, uid=job.uid)
             (new,) = insert_jobs(session, [spec], user=owner, now=now,
                                  reason=f"restart of job {job.id} by {user.name}",
@@ -212,7 +229,9 @@ def restart(
     return db.write_retrying(_restart)
 
 
-def _spec_of(job: Job, after: list[int], now: datetime, largest_node_gpus: int | None) -> JobSpec:
+def _spec_of(
+    job: Job, after: list[int], now: datetime, largest_node_gpus: int | None, check=None
+) -> JobSpec:
     """The job's spec for a new submission now, through ``submit``'s checks (its
     messages, after the job's id)."""
     raw: dict[str, Any] = {
@@ -238,4 +257,9 @@ def _spec_of(job: Job, after: list[int], now: datetime, largest_node_gpus: int |
         raise SpecError(f"job {job.id}: {exc}") from None
     if (why := too_wide(spec.gpus_min, largest_node_gpus)) is not None:
         raise PlacementError(f"job {job.id}: {why}")
+    try:
+        if check is not None:
+            check(spec)
+    except SpecError as exc:
+        raise SpecError(f"job {job.id}: {exc}") from None
     return spec

@@ -52,6 +52,10 @@ def edit(
         str | None, typer.Option(help="Expected run time at full width and power, e.g. 2h30m.")
     ] = None,
     gpus: Annotated[str | None, typer.Option(help="GPUs: a count (2) or a range (2-8).")] = None,
+    gpu_type: Annotated[
+        str | None,
+        typer.Option(help='Only GPUs of this type (v100, a100 ...); "" for any type.'),
+    ] = None,
     name: Annotated[str | None, typer.Option(help="A name to recognise the job by.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
@@ -60,7 +64,8 @@ def edit(
     from orchestrator.cli.render import print_json
 
     changes = {"priority": priority, "deadline": deadline, "within": within,
-               "duration": duration, "gpus": gpus, "name": name}  # fmt: skip
+               "duration": duration, "gpus": gpus, "gpu_type": gpu_type,
+               "name": name}  # fmt: skip
     made = context.get(ctx).call(
         "edit", {"job_id": job_id, "changes": {k: v for k, v in changes.items() if v is not None}}
     )
@@ -71,6 +76,8 @@ def edit(
         f"{made['gpus_min']}-{made['gpus_max']}"
     )  # fmt: skip
     parts = [f"priority {made['priority']}", f"gpus {gpus_text}"]
+    if made.get("gpu_type"):
+        parts.append(f"gpu type {made['gpu_type']}")
     if made["duration_s"] is not None:
         from orchestrator.timeparse import format_duration
 

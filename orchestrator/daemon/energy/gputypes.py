@@ -56,13 +56,22 @@ def planner_types(
 def check_requested(specs, settings, db) -> None:
     """Refuse (one line) a submission whose jobs ask for a type no node has, or for more
     GPUs than that type's nodes hold together (``type_problem`` at submission): the nodes
-    as configured, and as the daemon last found them (an SSH server's model, discovered)."""
+    as configured, and as the daemon last found them (an SSH server's model, discovered).
+    ``edit`` and ``restart`` check theirs the same way (``check_types``)."""
+    _check_names(specs)
+    if any(type_of(spec.gpu_type) for spec in specs):
+        check_types(specs, cluster_types(settings, db))
+
+
+def _check_names(specs) -> None:
     for spec in specs:
         if spec.gpu_type and type_of(spec.gpu_type) is None:
             raise SpecError(f"GPU type {spec.gpu_type!r} names no GPU (such as v100 or a100)")
-    wants = {type_of(spec.gpu_type) for spec in specs} - {None}
-    if not wants:
-        return
+
+
+def cluster_types(settings, db) -> dict[tuple[str, str | None], int]:
+    """GPUs per (node, type): the nodes as configured and as the daemon last found them,
+    the most either says (read before a write transaction that checks against it)."""
     from sqlmodel import select
 
     from orchestrator.nodes.inventory import resolve_nodes
@@ -71,9 +80,16 @@ def check_requested(specs, settings, db) -> None:
     found = [(n.name, n.gpu_model, n.gpu_count) for n in resolve_nodes(settings) if n.gpu_count]
     with db.read() as session:
         found += session.exec(select(Node.name, Node.gpu_model, Node.gpus).where(Node.gpus > 0))
-    held: dict[tuple[str, str | None], int] = {}  # (node, type) -> GPUs, the most either says
+    held: dict[tuple[str, str | None], int] = {}
     for name, model, gpus in found:
         held[name, type_of(model)] = max(held.get((name, type_of(model)), 0), gpus)
+    return held
+
+
+def check_types(specs, held: dict[tuple[str, str | None], int]) -> None:
+    """``check_requested`` against the cluster's GPUs per (node, type) (``cluster_types``)."""
+    _check_names(specs)
+    wants = {type_of(spec.gpu_type) for spec in specs} - {None}
     have = {t for _, t in held}
     for want in sorted(wants - have):
         known = ", ".join(sorted(str(t) for t in have if t)) or "none known"

@@ -1,5 +1,5 @@
 """status, budget and report: the daemon's health, the carbon budget, and what ran per
-user and per label (lab-wide figures: every member sees them)."""
+user and per label (lab-wide figures: every member sees them; labels only their own)."""
 
 from __future__ import annotations
 
@@ -162,7 +162,8 @@ def report(ctx: OpContext, caller: Caller, args: Args) -> dict:
     start = _since(since, now) if since is not None else None
     with ctx.db.read() as session:
         carbon, label, source = _history(ctx, grid, session, start, now)
-        data = make_report(session, start, carbon)
+        viewer = None if ctx.privileged(caller) else caller.uid  # others' labels are private
+        data = make_report(session, start, carbon, viewer_uid=viewer)
     data["signal"] = label
     data["signal_from"] = source["from"] if label else None
     data["daemon_stopped_at"] = source["stopped_at"] if label else None

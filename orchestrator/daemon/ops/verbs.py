@@ -43,6 +43,15 @@ def release(ctx: OpContext, caller: Caller, args: Args) -> dict:
     return {"results": [[i, r] for i, r in done]}
 
 
+def _type_check(ctx: OpContext):
+    """``submit``'s check of a job's GPU type and its width in that type's GPUs, for one
+    spec, against the cluster as it is read now (before the change's transaction)."""
+    from orchestrator.daemon.energy.gputypes import check_types, cluster_types
+
+    held = cluster_types(ctx.settings, ctx.db)
+    return lambda spec: check_types([spec], held)
+
+
 def restart(ctx: OpContext, caller: Caller, args: Args) -> dict:
     from orchestrator.nodes.inventory import largest_node_gpus
     from orchestrator.queue import changes
@@ -50,7 +59,7 @@ def restart(ctx: OpContext, caller: Caller, args: Args) -> dict:
 
     largest = largest_node_gpus(ctx.settings, ctx.db)
     done = changes.restart(ctx.db, _ids(args), user=acting_user(ctx, caller), now=utc_now(),
-                           largest_node_gpus=largest)  # fmt: skip
+                           largest_node_gpus=largest, check=_type_check(ctx))  # fmt: skip
     return {"jobs": [{"id": new, "restart_of": old, "note": note} for old, new, note in done]}
 
 
@@ -66,7 +75,7 @@ def edit(ctx: OpContext, caller: Caller, args: Args) -> dict:
         raise SpecError("malformed request: give job_id")
     largest = largest_node_gpus(ctx.settings, ctx.db)
     return changes.edit(ctx.db, job_id, fields, user=acting_user(ctx, caller), now=utc_now(),
-                        largest_node_gpus=largest)  # fmt: skip
+                        largest_node_gpus=largest, check=_type_check(ctx))  # fmt: skip
 
 
 def states(ctx: OpContext, caller: Caller, args: Args) -> dict:
