@@ -88,6 +88,30 @@ def test_bad_share_in_a_sweep_file(cli, tmp_path, line):
     assert cli.job_count() == 0, "nothing half-written"
 
 
+@pytest.mark.backends("sqlite")
+def test_submit_says_when_a_share_job_will_run_alone_all_the_same(cli):
+    """QA: --share on a cluster where no server shares, or on two GPUs, said nothing."""
+    alone = "runs alone all the same: no server here shares GPUs (a [[nodes]] table's share)"
+    for share, flags, said in (
+        ("never", (), alone),
+        ("time-slice", ("--gpus", "2"), "runs alone all the same: only one-GPU jobs share a GPU"),
+        ("time-slice", (), None),
+    ):
+        node = NODE.format(share=share).replace("fake_gpus = 1", "fake_gpus = 2")
+        cli.home.joinpath("gridshift.toml").write_text(node)
+        proc = cli.run("submit", "--share", *flags, "--", "true")
+        assert (said in proc.stderr) if said else ("runs alone" not in proc.stderr), proc.stderr
+        assert (
+            said is None
+            or said
+            in json.loads(cli.run("submit", "--json", "--share", *flags, "--", "true").stdout)[
+                "outlook"
+            ]
+        )
+    proc = cli.run("submit", "--", "true")  # did not ask: no word on sharing
+    assert "share" not in proc.stderr
+
+
 def test_bad_share_option_and_node_policy(cli):
     proc = cli.run("submit", "--share=sometimes", "--", "true", check=False)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1

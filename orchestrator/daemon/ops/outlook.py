@@ -52,6 +52,8 @@ def outlooks(session, settings, jobs: list, now: datetime) -> dict[int, dict[str
             when = f"may wait until {format_time(until)} for low carbon"
         if wake is not None:
             when = _waking(when, wake, until is not None)
+        if job.share:
+            when += _sharing_note(job, settings)
         out[job.id] = {
             "estimate_s": round(est.run_s, 1),
             "estimate_source": est.source,
@@ -64,6 +66,17 @@ def outlooks(session, settings, jobs: list, now: datetime) -> dict[int, dict[str
 
 
 WAKE_KEYS = ("nodes", "power_state", "wake_s")
+
+
+def _sharing_note(job, settings) -> str:
+    """Why a ``--share`` job will run alone all the same, where it will (else nothing):
+    the sharing rule (``daemon.energy.sharing``) pairs one-GPU jobs on servers whose
+    ``[[nodes]]`` table says ``share``, never on a Slurm node."""
+    if (job.gpus_max or job.gpus_min) != 1:
+        return "; runs alone all the same: only one-GPU jobs share a GPU"
+    if not any(c.share != "never" and c.executor != "slurm" for c in settings.nodes):
+        return "; runs alone all the same: no server here shares GPUs (a [[nodes]] table's share)"
+    return ""
 
 
 def _waking(when: str, wake: dict, defers: bool) -> str:
