@@ -50,6 +50,14 @@ def test_done_when_scenario(cli):
     assert wide["started_at"] >= job["finished_at"], "the 4-GPU job waited for the 2-GPU one"
     # fake GPUs without a power draw have no energy counter: the model's energy, marked so
     assert job["energy_kwh"] > 0 and job["energy_modelled"] is True
+    assert "* includes modelled energy" in cli.run("report").stdout
+
+
+@pytest.mark.backends("sqlite")
+def test_a_report_with_nothing_modelled_has_no_footnote_for_it(cli):
+    """QA: the footnote of the '*' was printed with no star above it (no jobs at all)."""
+    out = cli.run("report").stdout
+    assert "total" in out and "modelled" not in out
 
 
 @pytest.mark.backends("sqlite")  # rendering: the keys are the CLI's, not the store's

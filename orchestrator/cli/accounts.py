@@ -230,7 +230,8 @@ def _print_report(data: dict, plot) -> None:
              num(r["saving_pct"], 0, "%")]
             for key, r in [*rows, ("total", data["total"])]
         ])  # fmt: skip
-    say("* includes modelled energy (GPUs without energy counters)", "dim")
+    if data["total"].get("modelled_jobs"):  # the footnote of a star shown above
+        say("* includes modelled energy (GPUs without energy counters)", "dim")
     idle = data.get("idle") or {}
     if idle.get("energy_kwh"):  # right-sizing's part: what the cluster drew besides its jobs
         kg = "-" if idle["carbon_kg"] is None else num(idle["carbon_kg"], 3)
