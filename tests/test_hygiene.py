@@ -73,6 +73,18 @@ def test_printable_escapes_c0_del_c1_and_bidi_overrides():
     assert printable("数据 e\u0301") == "数据 e\u0301"  # wide and combining stay as they are
 
 
+def test_printable_escapes_every_bidi_control_and_invisible_format_character():
+    """A label or name reaching the terminal (``report``'s rows, ``ls``) cannot reorder
+    what follows it (Unicode's Bidi_Control set, the Arabic letter mark too) nor hide in
+    a word: ``l\u00ads`` must not pass for ``ls``."""
+    bidi = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    invisible = "\u00ad\u180e\u2061\u2062\u2063\u2064\u206a\u206f"
+    for char in bidi + invisible:
+        code = ord(char)
+        escaped = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+        assert printable(f"a{char}b") == f"a{escaped}b", repr(char)
+
+
 def test_log_filter_redacts_every_record_and_http_libraries_log_at_warning():
     records: list[str] = []
 

@@ -284,7 +284,8 @@ def test_report_plot_draws_other_users_jobs_as_one_bar_beside_a_label_named_alik
     }  # fmt: skip
     labels = report_figure(data).axes[1]
     ticks = [t.get_text() for t in labels.get_xticklabels()]
-    assert ticks == ["(other users)", "-", "(other users)"]  # two bars, neither lost
+    # two bars, neither lost, and bob's label is told from the other users' row
+    assert ticks == ['"(other users)"', "-", "(other users)"]
     assert sorted(b.get_height() for b in labels.patches)[-1] == 3.0
 
 
@@ -351,3 +352,27 @@ def test_show_and_report_plot_a_hostile_name_and_label(cli, tmp_path):
     for proc, png in ((shown, "job.png"), (made, "report.png")):
         assert (tmp_path / png).read_bytes()[:8] == PNG, proc.stderr
         assert proc.stderr == "", proc.stderr
+
+
+def test_report_text_tells_a_label_named_as_a_row_of_its_own_from_that_row(capsys):
+    """A label literally named ``(other users)`` or ``total`` (a careless user's, or one
+    meant to mislead whoever reads the report) is shown quoted: the row of other users'
+    jobs and the total stay the only rows so named."""
+    from orchestrator.cli.accounts import _print_report
+
+    row = {"jobs": 1, "energy_kwh": 1.0, "modelled_jobs": 0, "carbon_kg": 1.0, "cost": None,
+           "carbon_at_submission_kg": 2.0, "saving_pct": 50.0}  # fmt: skip
+    data = {
+        "by_user": {"bob": row},
+        "by_label": {"(other users)": row, "total": row, "-": row},
+        "others_labels_hidden": row | {"jobs": 7},
+        "total": row | {"jobs": 9},
+        "signal": None,
+    }
+    _print_report(data, None)
+    rows = capsys.readouterr().out.split("by label")[1].splitlines()
+    firsts = [line.split("  ")[0].strip() for line in rows if line.strip()]
+    assert firsts.count("(other users)") == 1 and firsts.count("total") == 1
+    assert '"(other users)"' in firsts and '"total"' in firsts
+    (others,) = [line for line in rows if line.startswith("(other users)")]
+    assert others.split()[2] == "7"

@@ -20,6 +20,7 @@ import itertools
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
+from orchestrator.accounting.labels import label_rows
 from orchestrator.errors import SpecError
 from orchestrator.signals.redact import drawing, drawn
 
@@ -65,9 +66,7 @@ def report_figure(data: dict, zone: tzinfo | None = None):
     zone = zone or local_zone()
     fig = Figure(figsize=(11, 4.5))
     axes = fig.subplots(1, 2)
-    labels = list(data["by_label"].items())
-    if data.get("others_labels_hidden"):  # other users' jobs: their labels are private
-        labels.append(("(other users)", data["others_labels_hidden"]))
+    labels = label_rows(data)  # other users' jobs in one bar: their labels are private
     groups = [("user", list(data["by_user"].items())), ("label", labels)]
     for ax, (title, rows) in zip(axes, groups, strict=True):
         names = [n for n, _ in rows]

@@ -212,11 +212,10 @@ def _periods(periods: list[dict], unit: str) -> None:
 
 
 def _print_report(data: dict, plot) -> None:
+    from orchestrator.accounting.labels import label_rows
     from orchestrator.cli.output.tables import Col, num, say, table
 
-    labels = list(data["by_label"].items())
-    if data.get("others_labels_hidden"):  # other users' jobs: their labels are private
-        labels.append(("(other users)", data["others_labels_hidden"]))
+    labels = label_rows(data)  # other users' jobs in one row: their labels are private
     for title, rows in (("user", list(data["by_user"].items())), ("label", labels)):
         say(f"by {title}", "bold")
         columns = (

@@ -70,11 +70,14 @@ def redact(text: str) -> str:
     return _ASSIGNED.sub(rf"\1={HIDDEN}", text)
 
 
-# C0 controls, DEL, C1 controls (0x9b is a one-byte CSI), bidirectional overrides and
-# isolates, line and paragraph separators, and the zero-width characters (space, joiners,
-# word joiner, byte-order mark: ``\u200bls`` must not look like ``ls``)
+# C0 controls, DEL, C1 controls (0x9b is a one-byte CSI), every bidirectional control
+# (marks, the Arabic letter mark, overrides, isolates), line and paragraph separators, and
+# the invisible characters (zero-width space and joiners, word joiner, invisible operators,
+# soft hyphen, Mongolian vowel separator, byte-order mark: ``\u200bls`` must not look
+# like ``ls``)
 _CONTROL = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028\u2029\u202a-\u202e\u2060\u2066-\u2069\ufeff]"
+    "[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028\u2029\u202a-\u202e"
+    "\u2060-\u2064\u2066-\u206f\ufeff]"
 )
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
