@@ -126,7 +126,7 @@ def keep_typed(jobs, topology, notes: list[str]):
     wants = requested_types(jobs) or [None] * len(jobs)
     pairs = list(zip(wants, jobs.gpus.tolist(), strict=True))
     short = sorted({w for w, g in pairs if w is not None and have[w] < g})
-    why = "asking for more GPUs of its type than the cluster has"
+    why = "asking for more GPUs of their type than the cluster has"
     has = ", ".join(f"{have[w]} {w}" for w in short)
     return leave_out(jobs, [w is None or have[w] >= g for w, g in pairs], f"{why} ({has})", notes)
 
