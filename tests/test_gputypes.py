@@ -199,7 +199,8 @@ def test_sim_jobs_that_ask_for_a_type_wait_for_it(tmp_path):
         ({"gpu_type": "a100"}, "1 job asking for a GPU type the cluster lacks was left out"),
         (  # the cluster has P100s, just not two (QA: it said it lacks the type)
             {"gpus": 2, "gpu_type": "p100"},
-            r"1 job asking for more GPUs of their type than the cluster has \(1 p100\) was left out",
+            r"1 job asking for more GPUs of their type than the cluster has \(1 p100\) "
+            r"was left out",
         ),
         ({"gpus": 3}, "1 job wider than the cluster was left out"),
         ({"skip_jobs": 1}, "skip_jobs 1 leaves none of 1"),
