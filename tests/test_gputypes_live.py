@@ -54,7 +54,8 @@ def test_submit_refuses_a_bad_or_absent_gpu_type(cli, tmp_path):
     lines = [{"command": ["true"]}, {"command": ["true"], "gpu_type": "a100"}]
     sweep.write_text("".join(json.dumps(line) + "\n" for line in lines))
     proc = cli.run("submit", "--file", str(sweep), check=False)
-    assert proc.returncode == 2 and "no node has GPU type a100" in proc.stderr
+    # the line, as a spec's own error names it (QA: the type's refusal had no file:line)
+    assert proc.returncode == 2 and "sweep.jsonl:2: no node has GPU type a100" in proc.stderr
     sweep.write_text(json.dumps({"command": ["true"], "gpu_type": 7}) + "\n")
     proc = cli.run("submit", "--file", str(sweep), check=False)
     assert proc.returncode == 2 and "sweep.jsonl:1: invalid GPU type 7" in proc.stderr
@@ -74,7 +75,13 @@ def test_submit_refuses_a_job_wider_than_its_types_gpus(cli, tmp_path):
              {"command": ["true"], "gpu_type": "p100", "gpus": "4-8"}]  # fmt: skip
     sweep.write_text("".join(json.dumps(line) + "\n" for line in lines))
     proc = cli.run("submit", "--file", str(sweep), check=False)
-    assert proc.returncode == 2 and "job 2: needs 4 p100 GPUs; the cluster has 2" in proc.stderr
+    assert (
+        proc.returncode == 2
+        and "sweep.jsonl:2: needs 4 p100 GPUs; the cluster has 2" in proc.stderr
+    )
+    sweep.write_text(json.dumps({"command": ["true"], "gpus": 9}) + "\n")  # wider than any node
+    proc = cli.run("submit", "--file", str(sweep), check=False)
+    assert proc.returncode == 2 and "sweep.jsonl:1: needs 9 GPUs; the largest" in proc.stderr
     assert cli.job_count() == 0
     cli.submit("--gpus", "2-4", "--gpu-type", "v100", "--", "true")  # its minimum fits
     assert cli.job_count() == 1

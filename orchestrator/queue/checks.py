@@ -40,6 +40,14 @@ def too_wide(gpus_min: int, limit: int | None) -> str | None:
     return f"needs {gpus_min} GPUs; {getattr(limit, 'words', f'the largest node has {limit}')}"
 
 
+def spec_label(specs: list, i: int, labels: list[str] | None = None) -> str:
+    """What a refusal calls the ``i``-th of ``specs``: its ``labels`` entry (a submit
+    file's ``path:line: ``), else ``job N: `` where there are several, else nothing."""
+    if labels is not None and i < len(labels):
+        return labels[i]
+    return f"job {i + 1}: " if len(specs) > 1 else ""
+
+
 def shown(value: Any, limit: int = 40) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -9,7 +9,7 @@ from sqlmodel import Session, col, func, select
 
 from orchestrator.errors import NotFoundError, PlacementError, SpecError
 from orchestrator.queue.attempts import AttemptState
-from orchestrator.queue.checks import too_wide
+from orchestrator.queue.checks import spec_label, too_wide
 from orchestrator.queue.db import Database
 from orchestrator.queue.models import Attempt, Dependency, Event, Job
 from orchestrator.queue.ownership import User, check_may_change
@@ -24,13 +24,14 @@ def submit(
     user: User,
     now: datetime,
     largest_node_gpus: int | None,
+    labels: list[str] | None = None,
 ) -> list[Job]:
     """Queue ``specs`` in one transaction, all or nothing. ``largest_node_gpus`` None: not
-    known yet (a server never asked), so the daemon checks it."""
+    known yet (a server never asked), so the daemon checks it. ``labels``: what a refusal
+    calls each spec (``file:line: ``; default ``job N: `` where there are several)."""
     for i, spec in enumerate(specs):
         if (why := too_wide(spec.gpus_min, largest_node_gpus)) is not None:
-            where = f"job {i + 1}: " if len(specs) > 1 else ""
-            raise PlacementError(f"{where}{why}")
+            raise PlacementError(f"{spec_label(specs, i, labels)}{why}")
 
     return db.write_retrying(lambda session: insert_jobs(session, specs, user=user, now=now))
 

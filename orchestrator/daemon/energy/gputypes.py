@@ -17,6 +17,7 @@ from orchestrator.errors import SpecError
 from orchestrator.planning.devices.gputypes import choose_type, curve, family_of, type_of
 from orchestrator.planning.perfmodel import JobModel
 from orchestrator.planning.pieces import piece_index
+from orchestrator.queue.checks import spec_label
 from placement.topology import ClusterTopology
 
 DEFAULT_RUN_S = 3600.0  # a job with no estimate: only the ratio between types matters
@@ -53,20 +54,21 @@ def planner_types(
     return per_type, out
 
 
-def check_requested(specs, settings, db) -> None:
+def check_requested(specs, settings, db, labels: list[str] | None = None) -> None:
     """Refuse (one line) a submission whose jobs ask for a type no node has, or for more
     GPUs than that type's nodes hold together (``type_problem`` at submission): the nodes
     as configured, and as the daemon last found them (an SSH server's model, discovered).
     ``edit`` and ``restart`` check theirs the same way (``check_types``)."""
-    _check_names(specs)
+    _check_names(specs, labels)
     if any(type_of(spec.gpu_type) for spec in specs):
-        check_types(specs, cluster_types(settings, db))
+        check_types(specs, cluster_types(settings, db), labels)
 
 
-def _check_names(specs) -> None:
-    for spec in specs:
+def _check_names(specs, labels: list[str] | None = None) -> None:
+    for i, spec in enumerate(specs):
         if spec.gpu_type and type_of(spec.gpu_type) is None:
-            raise SpecError(f"GPU type {spec.gpu_type!r} names no GPU (such as v100 or a100)")
+            raise SpecError(f"{spec_label(specs, i, labels)}GPU type {spec.gpu_type!r} names "
+                            "no GPU (such as v100 or a100)")  # fmt: skip
 
 
 def cluster_types(settings, db) -> dict[tuple[str, str | None], int]:
@@ -86,20 +88,24 @@ def cluster_types(settings, db) -> dict[tuple[str, str | None], int]:
     return held
 
 
-def check_types(specs, held: dict[tuple[str, str | None], int]) -> None:
-    """``check_requested`` against the cluster's GPUs per (node, type) (``cluster_types``)."""
-    _check_names(specs)
-    wants = {type_of(spec.gpu_type) for spec in specs} - {None}
+def check_types(specs, held: dict[tuple[str, str | None], int],
+                labels: list[str] | None = None) -> None:  # fmt: skip
+    """``check_requested`` against the cluster's GPUs per (node, type) (``cluster_types``);
+    ``labels``: what a refusal calls each spec (``queue.checks.spec_label``)."""
+    _check_names(specs, labels)
     have = {t for _, t in held}
-    for want in sorted(wants - have):
-        known = ", ".join(sorted(str(t) for t in have if t)) or "none known"
-        raise SpecError(f"no node has GPU type {want} (this cluster's: {known})")
+    for i, spec in enumerate(specs):
+        want = type_of(spec.gpu_type)
+        if want is not None and want not in have:
+            known = ", ".join(sorted(str(t) for t in have if t)) or "none known"
+            where = spec_label(specs, i, labels) if labels is not None else ""
+            raise SpecError(f"{where}no node has GPU type {want} (this cluster's: {known})")
     for i, spec in enumerate(specs):
         want = type_of(spec.gpu_type)
         total = sum(gpus for (_, t), gpus in held.items() if t == want)
         if want is not None and getattr(spec, "gpus_min", 0) > total:
-            where = f"job {i + 1}: " if len(specs) > 1 else ""
-            raise SpecError(f"{where}needs {spec.gpus_min} {want} GPUs; the cluster has {total}")
+            raise SpecError(f"{spec_label(specs, i, labels)}needs {spec.gpus_min} {want} "
+                            f"GPUs; the cluster has {total}")  # fmt: skip
 
 
 def type_problem(job, topology: ClusterTopology) -> str | None:

@@ -44,8 +44,13 @@ def submit(ctx: OpContext, caller: Caller, args: Args) -> dict:
     largest = largest_node_gpus(ctx.settings, ctx.db)
     from orchestrator.daemon.energy.gputypes import check_requested
 
-    check_requested(specs, ctx.settings, ctx.db)
-    made = store.submit(ctx.db, specs, user=caller.user, now=now, largest_node_gpus=largest)
+    # a submit file's refusals name the line, as its specs' own errors do
+    labels = None if source is None else [
+        f"{source}:{lines[i] if i < len(lines) else i + 1}: " for i in range(len(specs))
+    ]  # fmt: skip
+    check_requested(specs, ctx.settings, ctx.db, labels)
+    made = store.submit(ctx.db, specs, user=caller.user, now=now, largest_node_gpus=largest,
+                        labels=labels)  # fmt: skip
     from orchestrator.daemon.ops.outlook import outlooks
 
     with ctx.db.read() as session:
