@@ -59,12 +59,12 @@ def check_requested(specs, settings, db, labels: list[str] | None = None) -> Non
     GPUs than that type's nodes hold together (``type_problem`` at submission): the nodes
     as configured, and as the daemon last found them (an SSH server's model, discovered).
     ``edit`` and ``restart`` check theirs the same way (``check_types``)."""
-    _check_names(specs, labels)
+    _check_names(specs, labels)  # before the store is read (check_types repeats it: cheap)
     if any(type_of(spec.gpu_type) for spec in specs):
         check_types(specs, cluster_types(settings, db), labels)
 
 
-def _check_names(specs, labels: list[str] | None = None) -> None:
+def _check_names(specs, labels: list[str] | None) -> None:
     for i, spec in enumerate(specs):
         if spec.gpu_type and type_of(spec.gpu_type) is None:
             raise SpecError(f"{spec_label(specs, i, labels)}GPU type {spec.gpu_type!r} names "
@@ -98,8 +98,8 @@ def check_types(specs, held: dict[tuple[str, str | None], int],
         want = type_of(spec.gpu_type)
         if want is not None and want not in have:
             known = ", ".join(sorted(str(t) for t in have if t)) or "none known"
-            where = spec_label(specs, i, labels) if labels is not None else ""
-            raise SpecError(f"{where}no node has GPU type {want} (this cluster's: {known})")
+            raise SpecError(f"{spec_label(specs, i, labels)}no node has GPU type {want} "
+                            f"(this cluster's: {known})")  # fmt: skip
     for i, spec in enumerate(specs):
         want = type_of(spec.gpu_type)
         total = sum(gpus for (_, t), gpus in held.items() if t == want)
